@@ -1,0 +1,255 @@
+// Package blockcache owns the physical side of a dataset: the index of its
+// source files cut into blocks at record boundaries (saved in a sidecar cache
+// so the next mount is instant), and the loader that turns block ids into
+// bytes with large reads, a shared memory budget and prefetch.
+package blockcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+// File is one source file as it was when indexed.
+type File struct {
+	Path    string // relative to the index root, slash separated
+	Size    int64
+	Mtime   int64 // modification time, Unix nanoseconds
+	Records int64
+}
+
+// Block is a byte range of one source file that starts and ends at record
+// boundaries and holds only intact records.
+type Block struct {
+	File    int32
+	Records int32
+	Offset  int64
+	Len     int64
+}
+
+// Damage is a byte range left out of the index because it did not hold
+// intact records (only with Options.SkipCorrupt).
+type Damage struct {
+	File   string `json:"file"`
+	From   int64  `json:"from"`
+	To     int64  `json:"to"`
+	Reason string `json:"reason"`
+}
+
+// Index lists the source files of a dataset and the blocks they are cut into.
+// It never changes once built.
+type Index struct {
+	Root      string // absolute path of the source directory
+	BlockSize int64
+	Files     []File
+	Blocks    []Block
+	Damaged   []Damage
+
+	Records int64 // intact records in all blocks
+	Bytes   int64 // bytes of all blocks: what one epoch serves
+	// Sizes of record payloads, in bytes.
+	RecordMin, RecordMedian, RecordMax int64
+}
+
+// Path returns the absolute path of source file i.
+func (ix *Index) Path(i int32) string {
+	return filepath.Join(ix.Root, filepath.FromSlash(ix.Files[i].Path))
+}
+
+// MaxBlock returns the length of the largest block.
+func (ix *Index) MaxBlock() int64 {
+	var m int64
+	for _, b := range ix.Blocks {
+		m = max(m, b.Len)
+	}
+	return m
+}
+
+// Options control how an index is built and where it is cached.
+type Options struct {
+	BlockSize   int64    // target block length; a larger record is a block by itself
+	Include     []string // glob patterns matched against base names
+	SkipCorrupt bool     // leave damaged records out instead of failing
+	CacheDir    string   // where sidecars go; empty disables the cache
+	Logger      *slog.Logger
+	// Progress, if set, is called as bytes are scanned.
+	Progress func(done, total int64)
+}
+
+// DefaultInclude is the file patterns indexed when Options.Include is empty.
+var DefaultInclude = []string{"*.tfrecord", "*.tfrecords"}
+
+func (o *Options) fill() {
+	if o.BlockSize <= 0 {
+		o.BlockSize = 8 << 20
+	}
+	if len(o.Include) == 0 {
+		o.Include = DefaultInclude
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// listFiles returns the files under root whose base name matches include,
+// sorted by path. Symbolic links are not followed, so the listing cannot
+// escape root.
+func listFiles(root string, include []string) ([]File, error) {
+	for _, p := range include {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("bad --include pattern %q: %w", p, err)
+		}
+	}
+	var files []File
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("list %s: %w", path, err)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		if !slices.ContainsFunc(include, func(p string) bool {
+			ok, _ := filepath.Match(p, d.Name())
+			return ok
+		}) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", path, err)
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		files = append(files, File{Path: filepath.ToSlash(rel), Size: fi.Size(), Mtime: fi.ModTime().UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
+}
+
+// Build scans every source file under root and cuts it into blocks.
+func Build(ctx context.Context, root string, o Options) (*Index, error) {
+	o.fill()
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("source %s is not a directory", root)
+	}
+	files, err := listFiles(root, o.Include)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names)", strings.Join(o.Include, " or "), root)
+	}
+	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files}
+	var total, done int64
+	for _, f := range files {
+		total += f.Size
+	}
+	var sizes []int64
+	for i := range ix.Files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sizes, err = ix.scanFile(int32(i), o, sizes, func(n int64) {
+			if o.Progress != nil {
+				o.Progress(done+n, total)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		done += ix.Files[i].Size
+	}
+	if o.Progress != nil {
+		o.Progress(total, total)
+	}
+	if len(sizes) > 0 {
+		slices.Sort(sizes)
+		ix.RecordMin, ix.RecordMedian, ix.RecordMax = sizes[0], sizes[len(sizes)/2], sizes[len(sizes)-1]
+	}
+	return ix, nil
+}
+
+// scanFile appends the blocks of file fi to the index.
+func (ix *Index) scanFile(fi int32, o Options, sizes []int64, progress func(int64)) ([]int64, error) {
+	f := &ix.Files[fi]
+	path := ix.Path(fi)
+	r, err := os.Open(path)
+	if err != nil {
+		return sizes, fmt.Errorf("index: %w", err)
+	}
+	defer r.Close()
+	head := make([]byte, formats.HeaderLen)
+	if n, _ := r.ReadAt(head, 0); formats.SniffCompressed(head[:n]) || strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
+		return sizes, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
+	}
+	cur := Block{File: fi, Offset: -1}
+	flush := func() {
+		if cur.Records > 0 {
+			ix.Blocks = append(ix.Blocks, cur)
+			ix.Records += int64(cur.Records)
+			ix.Bytes += cur.Len
+		}
+		cur = Block{File: fi, Offset: -1}
+	}
+	sc := formats.NewScanner(r, 0, f.Size)
+	var last int64
+	for {
+		for sc.Next() {
+			rec := sc.Record()
+			if cur.Records > 0 && (cur.Len+rec.Len > ix.BlockSize || cur.Records == 1<<31-1) {
+				flush()
+			}
+			if cur.Offset < 0 {
+				cur.Offset = rec.Offset
+			}
+			cur.Len += rec.Len
+			cur.Records++
+			f.Records++
+			sizes = append(sizes, rec.Len-formats.FrameExtra)
+			if sc.Offset()-last >= 4<<20 {
+				last = sc.Offset()
+				progress(last)
+			}
+		}
+		err := sc.Err()
+		if err == nil {
+			break
+		}
+		var ce *formats.CorruptError
+		if !errors.As(err, &ce) {
+			return sizes, fmt.Errorf("index: %s: %w", path, err)
+		}
+		if !o.SkipCorrupt {
+			return sizes, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
+		}
+		flush() // a block never spans damage
+		from, to, rerr := sc.Resync()
+		if rerr != nil {
+			return sizes, fmt.Errorf("index: %s: %w", path, rerr)
+		}
+		ix.Damaged = append(ix.Damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
+		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
+	}
+	flush()
+	return sizes, nil
+}

@@ -1,0 +1,170 @@
+package blockcache
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/gob"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// sidecarVersion changes whenever the saved Index layout or the way blocks
+// are cut changes, so that an old sidecar is rebuilt rather than misread.
+const sidecarVersion = 1
+
+const sidecarMagic = "corgifs-index"
+
+type sidecarHeader struct {
+	Magic       string
+	Version     int
+	Root        string
+	BlockSize   int64
+	Include     []string
+	SkipCorrupt bool
+}
+
+// DefaultCacheDir returns $XDG_CACHE_HOME/corgifs, or ~/.cache/corgifs.
+func DefaultCacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "corgifs")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cache", "corgifs")
+	}
+	return filepath.Join(os.TempDir(), "corgifs-cache")
+}
+
+func (h sidecarHeader) path(dir string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%s\x00%v", h.Root, h.BlockSize, strings.Join(h.Include, "\x00"), h.SkipCorrupt))
+	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".index")
+}
+
+// Open returns the index of root: the cached sidecar when every source file
+// is unchanged (same names, sizes and modification times), else a new index,
+// which it saves. Why a sidecar is not used is logged.
+func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache bool, err error) {
+	o.fill()
+	root, err = filepath.Abs(root)
+	if err != nil {
+		return nil, false, err
+	}
+	if o.CacheDir != "" {
+		if rel, err := filepath.Rel(root, o.CacheDir); err == nil && !strings.HasPrefix(rel, "..") {
+			return nil, false, fmt.Errorf("cache directory %s is inside the source %s; corgifs never writes inside the source (choose another --cache-dir)", o.CacheDir, root)
+		}
+	}
+	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt}
+	if o.CacheDir != "" {
+		ix, why := loadSidecar(h.path(o.CacheDir), h)
+		if ix != nil {
+			why = ix.changed(o.Include)
+			if why == "" {
+				return ix, true, nil
+			}
+		}
+		if why != "" {
+			o.Logger.Info("rebuilding index", "source", root, "reason", why)
+		}
+	}
+	ix, err = Build(ctx, root, o)
+	if err != nil {
+		return nil, false, err
+	}
+	if o.CacheDir != "" {
+		if err := saveSidecar(o.CacheDir, h, ix); err != nil {
+			o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", err)
+		}
+	}
+	return ix, false, nil
+}
+
+// changed says why the index no longer matches the files on disk, or "".
+func (ix *Index) changed(include []string) string {
+	files, err := listFiles(ix.Root, include)
+	if err != nil {
+		return err.Error()
+	}
+	old := make(map[string]File, len(ix.Files))
+	for _, f := range ix.Files {
+		old[f.Path] = f
+	}
+	for _, f := range files {
+		o, ok := old[f.Path]
+		switch {
+		case !ok:
+			return "new source file " + f.Path
+		case o.Size != f.Size:
+			return fmt.Sprintf("source file %s changed size (%d -> %d bytes)", f.Path, o.Size, f.Size)
+		case o.Mtime != f.Mtime:
+			return fmt.Sprintf("source file %s changed (modification time)", f.Path)
+		}
+		delete(old, f.Path)
+	}
+	for p := range old {
+		return "source file " + p + " was removed"
+	}
+	return ""
+}
+
+// loadSidecar reads a sidecar; a missing, corrupt, old or foreign one gives
+// nil and the reason (empty when there simply is none).
+func loadSidecar(path string, want sidecarHeader) (*Index, string) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ""
+	} else if err != nil {
+		return nil, "cannot read index sidecar: " + err.Error()
+	}
+	defer f.Close()
+	dec := gob.NewDecoder(bufio.NewReader(f))
+	var h sidecarHeader
+	if err := dec.Decode(&h); err != nil || h.Magic != sidecarMagic {
+		return nil, "index sidecar " + path + " is not a corgifs index"
+	}
+	if h.Version != want.Version {
+		return nil, fmt.Sprintf("index sidecar has version %d, want %d", h.Version, want.Version)
+	}
+	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") {
+		return nil, "index sidecar belongs to other parameters"
+	}
+	var ix Index
+	if err := dec.Decode(&ix); err != nil {
+		return nil, "index sidecar " + path + " is corrupt: " + err.Error()
+	}
+	return &ix, ""
+}
+
+// saveSidecar writes the index atomically: a temporary file renamed into place.
+func saveSidecar(dir string, h sidecarHeader, ix *Index) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".index-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	w := bufio.NewWriter(tmp)
+	enc := gob.NewEncoder(w)
+	if err := enc.Encode(h); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := enc.Encode(ix); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), h.path(dir))
+}

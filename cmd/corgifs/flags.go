@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/shuffler"
+	"github.com/dustin/go-humanize"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// sizeFlag is a byte size given as 8MiB, 512KB or 1048576.
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return humanize.IBytes(uint64(*s)) }
+func (s *sizeFlag) Set(v string) error {
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n == 0 || n > 1<<50 {
+		return fmt.Errorf("want a size such as 8MiB")
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+type bufferFlag struct{ v shuffler.BufferSize }
+
+func (b *bufferFlag) String() string { return b.v.String() }
+func (b *bufferFlag) Set(s string) error {
+	v, err := shuffler.ParseBufferSize(s)
+	b.v = v
+	return err
+}
+
+// listFlag is a comma separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	*l = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// datasetFlags are the flags that say which index and which order: shared by
+// mount, order and index.
+type datasetFlags struct {
+	blockSize   sizeFlag
+	include     listFlag
+	cacheDir    string
+	skipCorrupt bool
+	strategy    string
+	buffer      bufferFlag
+	seed        string
+	maxMemory   sizeFlag
+	debug       bool
+}
+
+func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
+	d.blockSize = 8 << 20
+	d.include = listFlag(blockcache.DefaultInclude)
+	d.maxMemory = 1 << 30
+	d.buffer.v = shuffler.BufferSize{Percent: 5}
+	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
+	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
+	fs.StringVar(&d.cacheDir, "cache-dir", blockcache.DefaultCacheDir(), "`dir`ectory for index sidecars (never inside SRC)")
+	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
+	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
+	if !order {
+		return
+	}
+	fs.StringVar(&d.strategy, "strategy", "corgipile", "order `strategy`: "+strings.Join(shuffler.Strategies(), ", ")+
+		"\n(corgipile: random blocks, records shuffled per buffer; none: source order)")
+	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
+	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
+	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
+}
+
+func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
+	return blockcache.Options{
+		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt,
+		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"),
+	}
+}
+
+// parseSeed returns the seed, choosing one when none was given.
+func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
+	if d.seed == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		return binary.LittleEndian.Uint64(b[:]) >> 1, true, nil
+	}
+	seed, err = strconv.ParseUint(d.seed, 0, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("--seed %q: want an unsigned integer", d.seed)
+	}
+	return seed, false, nil
+}
+
+// open builds or loads the index and a planner for it.
+func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
+	seed, chosen, err := d.parseSeed()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	log.Info("index ready", "source", ix.Root, "files", len(ix.Files), "records", ix.Records,
+		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
+	if len(ix.Damaged) > 0 {
+		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
+	}
+	if chosen {
+		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
+	}
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
+		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: int64(d.maxMemory),
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return ix, pl, seed, nil
+}
+
+// progressFunc returns a progress callback that draws a bar on w when w is a
+// terminal, and nil otherwise (nothing is printed on a pipe).
+func progressFunc(w io.Writer, what string) func(done, total int64) {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	var bar *progressbar.ProgressBar
+	return func(done, total int64) {
+		if bar == nil {
+			bar = progressbar.NewOptions64(total,
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionSetDescription(what),
+				progressbar.OptionShowBytes(true),
+				progressbar.OptionShowTotalBytes(true),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100_000_000),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		bar.Set64(done)
+		if done >= total {
+			bar.Finish()
+		}
+	}
+}
+
+// newFlagSet returns a flag set whose usage lists every flag with its default.
+func newFlagSet(name, args, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: corgifs %s [flags] %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags that may come before or after the positional arguments.
+func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != want {
+		fmt.Fprintf(fs.Output(), "want %d argument(s), got %d\n", want, len(pos))
+		fs.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}

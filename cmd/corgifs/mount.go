@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/fs"
+	"github.com/corgifs/corgifs/shuffler"
+	"github.com/dustin/go-humanize"
+)
+
+// info is served as .corgifs/config.json.
+type info struct {
+	Version    int         `json:"version"`
+	Source     string      `json:"source"`
+	Strategy   string      `json:"strategy"`
+	Seed       uint64      `json:"seed"`
+	BlockSize  int64       `json:"block_size"`
+	Buffer     string      `json:"buffer"`
+	BufferPart int64       `json:"buffer_bytes_per_part"` // for --parts parts
+	Capped     bool        `json:"buffer_capped_by_max_memory"`
+	MaxMemory  int64       `json:"max_memory"`
+	Epochs     int         `json:"epochs"`
+	Parts      int         `json:"parts"`
+	Dataset    datasetInfo `json:"dataset"`
+}
+
+type datasetInfo struct {
+	Files      int              `json:"files"`
+	Records    int64            `json:"records"`
+	Bytes      int64            `json:"bytes"`
+	Blocks     int              `json:"blocks"`
+	RecordSize map[string]int64 `json:"record_size"`
+	Skipped    skippedInfo      `json:"skipped_corrupt"`
+}
+
+type skippedInfo struct {
+	Count  int                 `json:"count"`
+	Bytes  int64               `json:"bytes"`
+	Ranges []blockcache.Damage `json:"ranges"`
+}
+
+func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info {
+	p := pl.Params()
+	target, capped := pl.BufferTarget(ix.Bytes / int64(parts))
+	in := info{
+		Version: 1, Source: ix.Root, Strategy: p.Strategy, Seed: p.Seed, BlockSize: ix.BlockSize,
+		Buffer: p.Buffer.String(), BufferPart: target, Capped: capped, MaxMemory: p.MaxMemory,
+		Epochs: epochs, Parts: parts,
+		Dataset: datasetInfo{
+			Files: len(ix.Files), Records: ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks),
+			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
+			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
+		},
+	}
+	if in.Dataset.Skipped.Ranges == nil {
+		in.Dataset.Skipped.Ranges = []blockcache.Damage{}
+	}
+	for _, d := range ix.Damaged {
+		in.Dataset.Skipped.Bytes += d.To - d.From
+	}
+	return in
+}
+
+func runMount(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of TFRecord files, read-only at MNT and serves it in
+the foreground until SIGINT or SIGTERM. MNT/epoch-NNNN/part-IIIII-of-KKKKK.tfrecord
+holds part I of K of epoch N: the K parts of an epoch hold every record once.`, stderr)
+	var d datasetFlags
+	d.register(fset, true)
+	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
+	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
+	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
+	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
+	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	pos, err := parse(fset, args, 2)
+	if err != nil {
+		return err
+	}
+	src, mnt := pos[0], pos[1]
+	if *epochs < 0 || *parts < 1 {
+		return fmt.Errorf("--epochs must be >= 0 and --parts >= 1")
+	}
+	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
+		return err
+	}
+	log := newLogger(stderr, d.debug)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	ix, pl, seed, err := d.open(ctx, src, log, stderr)
+	if err != nil {
+		return err
+	}
+	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
+		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
+			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
+	}
+	// The budget bounds the slabs; the soft limit keeps the Go heap (and
+	// with it the resident size) from growing far past them between GCs.
+	debug.SetMemoryLimit(int64(d.maxMemory) + 256<<20)
+	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log})
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	srv, err := fs.Mount(context.Background(), fs.Config{
+		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
+		Info: newInfo(ix, pl, *epochs, *parts), AllowOther: *allowOther, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("mounted", "mountpoint", mnt, "strategy", d.strategy, "seed", seed, "parts", *parts,
+		"buffer", d.buffer.v.String(), "block_size", humanize.IBytes(uint64(d.blockSize)),
+		"max_memory", humanize.IBytes(uint64(d.maxMemory)))
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+		log.Info("unmounted from outside", "mountpoint", mnt)
+		return nil
+	case <-ctx.Done():
+	}
+	log.Info("signal received, unmounting", "mountpoint", mnt)
+	if err := srv.Unmount(); err != nil {
+		log.Error("unmount failed", "err", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		// Lazily detached with files still open: exiting closes the FUSE
+		// connection, and their reads end with an error.
+		log.Info("open files remain on the detached mount; exiting")
+	}
+	return nil
+}
+
+// checkMountpoint refuses mount points that would surprise: inside the
+// source, not a directory, not empty, or a dead FUSE mount.
+func checkMountpoint(src, mnt string, nonempty bool) error {
+	absSrc, err := filepath.Abs(src)
+	if err != nil {
+		return err
+	}
+	absMnt, err := filepath.Abs(mnt)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(absSrc, absMnt); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("mount point %s is inside the source %s; choose a mount point outside it", mnt, src)
+	}
+	fi, err := os.Stat(mnt)
+	if errors.Is(err, syscall.ENOTCONN) {
+		return fmt.Errorf("%s is a dead FUSE mount (its daemon was killed): run 'corgifs unmount %s' first", mnt, mnt)
+	}
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	if !nonempty {
+		f, err := os.Open(mnt)
+		if err != nil {
+			return fmt.Errorf("mount point: %w", err)
+		}
+		names, _ := f.Readdirnames(1)
+		f.Close()
+		if len(names) > 0 {
+			return fmt.Errorf("mount point %s is not empty (pass --nonempty to mount over it anyway)", mnt)
+		}
+	}
+	return nil
+}
+
+func runUnmount(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("unmount", "MNT", "Unmounts a corgifs mount lazily: also one that is busy or whose daemon was killed.", stderr)
+	pos, err := parse(fset, args, 1)
+	if err != nil {
+		return err
+	}
+	return fs.LazyUnmount(pos[0])
+}
+
+func runIndex(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("index", "SRC", "Builds (or, if a source file changed, rebuilds) the index of SRC in --cache-dir and prints a summary.", stderr)
+	var d datasetFlags
+	d.register(fset, false)
+	pos, err := parse(fset, args, 1)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, d.debug)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "source      %s\nfiles       %d\nrecords     %d\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size min %d, median %d, max %d bytes\nskipped     %d damaged ranges\nfrom cache  %v\n",
+		ix.Root, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+		humanize.IBytes(uint64(ix.BlockSize)), ix.RecordMin, ix.RecordMedian, ix.RecordMax, len(ix.Damaged), cached)
+	return nil
+}

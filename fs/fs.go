@@ -1,0 +1,213 @@
+// Package fs is the FUSE layer of corgifs and nothing more: it shows the
+// epoch directories, the part files with their exact sizes, and the
+// .corgifs control files, and hands every read of a part to a
+// shuffler.Stream. Mount is the one entry point, used by the CLI and the
+// tests alike.
+package fs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/shuffler"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Config says what to serve and where.
+type Config struct {
+	Mountpoint string
+	Planner    *shuffler.Planner
+	Loader     *blockcache.Loader
+	Epochs     int // epoch directories listed in the root (any number resolves)
+	Parts      int // parts listed in each epoch directory (any K resolves)
+	// Info is served as .corgifs/config.json.
+	Info       any
+	AllowOther bool
+	Logger     *slog.Logger
+	Debug      bool
+}
+
+// Server is a mounted corgifs.
+type Server struct {
+	srv *fuse.Server
+	mnt string
+	log *slog.Logger
+}
+
+// entryTimeout is how long the kernel may cache names and attributes. Every
+// name maps to the same bytes for the life of the mount, so the only reason
+// not to cache forever is to let the kernel reclaim memory.
+const entryTimeout = time.Hour
+
+// Mount mounts corgifs at cfg.Mountpoint and serves it until Unmount. When
+// ctx is done the file system is unmounted.
+func Mount(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Epochs < 0 || cfg.Parts < 1 {
+		return nil, fmt.Errorf("mount: epochs must be >= 0 and parts >= 1")
+	}
+	info, err := json.MarshalIndent(cfg.Info, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("mount: config.json: %w", err)
+	}
+	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index())}
+	timeout := entryTimeout
+	opts := &gofs.Options{
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &timeout,
+		UID:             uint32(os.Getuid()),
+		GID:             uint32(os.Getgid()),
+		MountOptions: fuse.MountOptions{
+			FsName: cfg.Planner.Index().Root,
+			Name:   "corgifs",
+			// The kernel enforces read-only for every mutating call (EROFS)
+			// before it reaches us.
+			Options: []string{"ro"},
+			// 1 MiB requests: fewer round trips through /dev/fuse per byte.
+			MaxWrite:     1 << 20,
+			MaxReadAhead: 1 << 20,
+			// Reads run concurrently (kernel readahead, several readers).
+			MaxBackground: 64,
+			// Replies are slices of our slabs, not file descriptors; the splice
+			// path would only add a copy and, with a small pipe-max-size, log
+			// an error on every 1 MiB reply.
+			DisableSplice: true,
+			// Root can mount without the setuid helper.
+			DirectMount: os.Geteuid() == 0,
+			AllowOther:  cfg.AllowOther,
+			Debug:       cfg.Debug,
+			PanicHandler: func(v any) fuse.Status {
+				cfg.Logger.Error("panic in FUSE handler", "panic", v, "stack", string(debug.Stack()))
+				return fuse.EIO
+			},
+		},
+	}
+	srv, err := gofs.Mount(cfg.Mountpoint, root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	s := &Server{srv: srv, mnt: cfg.Mountpoint, log: cfg.Logger}
+	raiseReadahead(cfg.Mountpoint, cfg.Logger)
+	go func() {
+		<-ctx.Done()
+		s.Unmount()
+	}()
+	return s, nil
+}
+
+// raiseReadahead asks the kernel to read ahead 4 MiB on the mount (the
+// default, 128 KiB, leaves a sequential reader waiting on round trips). It
+// needs root; without it the default stays.
+func raiseReadahead(mnt string, log *slog.Logger) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); err != nil {
+		return
+	}
+	major, minor := (st.Dev>>8)&0xfff, (st.Dev&0xff)|((st.Dev>>12)&0xfff00)
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", major, minor)
+	if err := os.WriteFile(p, []byte("4096"), 0); err != nil {
+		log.Debug("could not raise readahead", "path", p, "err", err)
+	}
+}
+
+// Wait blocks until the file system is unmounted.
+func (s *Server) Wait() { s.srv.Wait() }
+
+// Unmount unmounts the file system; if it is busy, it detaches it lazily so
+// that the mount point is free at once and open files end with the process.
+func (s *Server) Unmount() error {
+	err := s.srv.Unmount()
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("mount busy, detaching lazily", "mountpoint", s.mnt, "err", err)
+	if err := LazyUnmount(s.mnt); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LazyUnmount detaches the mount at mnt even if it is busy or its daemon is
+// dead: umount2(MNT_DETACH) as root, fusermount3 -u -z otherwise.
+func LazyUnmount(mnt string) error {
+	if os.Geteuid() == 0 {
+		if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err == nil {
+			return nil
+		}
+	}
+	for _, prog := range []string{"fusermount3", "fusermount"} {
+		if err := runQuiet(prog, "-u", "-z", mnt); err == nil {
+			return nil
+		} else if !errors.Is(err, errNotFound) {
+			return fmt.Errorf("unmount %s: %w", mnt, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: no umount2 permission and no fusermount3", mnt)
+}
+
+func mountTime(ix *blockcache.Index) time.Time {
+	var t int64
+	for _, f := range ix.Files {
+		t = max(t, f.Mtime)
+	}
+	return time.Unix(0, t)
+}
+
+func setTimes(a *fuse.Attr, t time.Time) {
+	a.SetTimes(&t, &t, &t)
+}
+
+// parseEpoch accepts only the canonical name epoch-%04d, so that every epoch
+// has exactly one name.
+func parseEpoch(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "epoch-")
+	if !ok {
+		return 0, false
+	}
+	e, err := strconv.Atoi(s)
+	if err != nil || e < 0 || fmt.Sprintf("epoch-%04d", e) != name {
+		return 0, false
+	}
+	return e, true
+}
+
+// parsePart accepts only the canonical name part-%05d-of-%05d.tfrecord.
+func parsePart(name string) (part, parts int, ok bool) {
+	s, ok := strings.CutSuffix(name, ".tfrecord")
+	if !ok {
+		return 0, 0, false
+	}
+	s, ok = strings.CutPrefix(s, "part-")
+	if !ok {
+		return 0, 0, false
+	}
+	a, b, ok := strings.Cut(s, "-of-")
+	if !ok {
+		return 0, 0, false
+	}
+	i, err1 := strconv.Atoi(a)
+	k, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || k < 1 || k > maxParts || i < 0 || i >= k || partName(i, k) != name {
+		return 0, 0, false
+	}
+	return i, k, true
+}
+
+// maxParts bounds K so that a hostile name cannot make a plan of absurd size.
+const maxParts = 1 << 20
+
+func partName(i, k int) string { return fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k) }

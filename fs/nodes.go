@@ -1,0 +1,260 @@
+package fs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/corgifs/corgifs/shuffler"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+type rootNode struct {
+	gofs.Inode
+	cfg   *Config
+	info  []byte
+	mtime time.Time
+}
+
+var (
+	_ gofs.NodeLookuper  = (*rootNode)(nil)
+	_ gofs.NodeReaddirer = (*rootNode)(nil)
+	_ gofs.NodeGetattrer = (*rootNode)(nil)
+)
+
+const ctlDir = ".corgifs"
+
+func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o555
+	setTimes(&out.Attr, r.mtime)
+	return 0
+}
+
+func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	entries := make([]fuse.DirEntry, 0, r.cfg.Epochs+1)
+	entries = append(entries, fuse.DirEntry{Name: ctlDir, Mode: syscall.S_IFDIR})
+	for e := range r.cfg.Epochs {
+		entries = append(entries, fuse.DirEntry{Name: fmt.Sprintf("epoch-%04d", e), Mode: syscall.S_IFDIR})
+	}
+	return gofs.NewListDirStream(entries), 0
+}
+
+func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if name == ctlDir {
+		out.Mode = syscall.S_IFDIR | 0o555
+		setTimes(&out.Attr, r.mtime)
+		return r.NewInode(ctx, &ctlNode{root: r}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
+	e, ok := parseEpoch(name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	out.Mode = syscall.S_IFDIR | 0o555
+	setTimes(&out.Attr, r.mtime)
+	return r.NewInode(ctx, &epochNode{root: r, epoch: e}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+type epochNode struct {
+	gofs.Inode
+	root  *rootNode
+	epoch int
+}
+
+var (
+	_ gofs.NodeLookuper  = (*epochNode)(nil)
+	_ gofs.NodeReaddirer = (*epochNode)(nil)
+	_ gofs.NodeGetattrer = (*epochNode)(nil)
+)
+
+func (d *epochNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o555
+	setTimes(&out.Attr, d.root.mtime)
+	return 0
+}
+
+func (d *epochNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	k := d.root.cfg.Parts
+	entries := make([]fuse.DirEntry, k)
+	for i := range entries {
+		entries[i] = fuse.DirEntry{Name: partName(i, k), Mode: syscall.S_IFREG}
+	}
+	return gofs.NewListDirStream(entries), 0
+}
+
+func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	i, k, ok := parsePart(name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	plan, err := d.root.cfg.Planner.Plan(d.epoch, i, k)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	p := &partNode{root: d.root, plan: plan}
+	p.attr(&out.Attr)
+	return d.NewInode(ctx, p, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+// partNode is one part file. Its plan, and so its size, is fixed at lookup.
+type partNode struct {
+	gofs.Inode
+	root *rootNode
+	plan *shuffler.Plan
+}
+
+var (
+	_ gofs.NodeOpener    = (*partNode)(nil)
+	_ gofs.NodeGetattrer = (*partNode)(nil)
+)
+
+func (p *partNode) attr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Size = uint64(p.plan.Size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = 1 << 20
+	setTimes(a, p.root.mtime)
+}
+
+func (p *partNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	p.attr(&out.Attr)
+	out.SetTimeout(entryTimeout)
+	return 0
+}
+
+func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	s := shuffler.NewStream(p.root.cfg.Planner, p.root.cfg.Loader, p.plan)
+	// The bytes of a part never change, so pages cached by the kernel from
+	// an earlier open stay valid.
+	return &partHandle{s: s, log: p.root.cfg.Logger}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+type partHandle struct {
+	s   *shuffler.Stream
+	log *slog.Logger
+}
+
+var (
+	_ gofs.FileReader   = (*partHandle)(nil)
+	_ gofs.FileReleaser = (*partHandle)(nil)
+)
+
+func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := h.s.ReadAt(ctx, dest, off)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, syscall.EINTR
+		}
+		plan := h.s.Plan()
+		h.log.Error("read failed", "epoch", plan.Epoch, "part", plan.Part, "parts", plan.Parts, "offset", off, "err", err)
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *partHandle) Release(ctx context.Context) syscall.Errno {
+	h.s.Close()
+	return 0
+}
+
+// ctlNode is the .corgifs directory.
+type ctlNode struct {
+	gofs.Inode
+	root *rootNode
+}
+
+var (
+	_ gofs.NodeLookuper  = (*ctlNode)(nil)
+	_ gofs.NodeReaddirer = (*ctlNode)(nil)
+)
+
+func (c *ctlNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return gofs.NewListDirStream([]fuse.DirEntry{
+		{Name: "config.json", Mode: syscall.S_IFREG},
+		{Name: "stats.json", Mode: syscall.S_IFREG},
+	}), 0
+}
+
+func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	var content func() []byte
+	switch name {
+	case "config.json":
+		content = func() []byte { return c.root.info }
+	case "stats.json":
+		content = c.root.stats
+	default:
+		return nil, syscall.ENOENT
+	}
+	f := &ctlFile{content: content, mtime: c.root.mtime}
+	f.attr(&out.Attr)
+	return c.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+func (r *rootNode) stats() []byte {
+	b, _ := json.MarshalIndent(r.cfg.Loader.Stats(), "", "  ")
+	return append(b, '\n')
+}
+
+// ctlFile is a small file whose content is taken when it is opened.
+type ctlFile struct {
+	gofs.Inode
+	content func() []byte
+	mtime   time.Time
+}
+
+var (
+	_ gofs.NodeOpener    = (*ctlFile)(nil)
+	_ gofs.NodeGetattrer = (*ctlFile)(nil)
+	_ gofs.NodeReader    = (*ctlFile)(nil)
+)
+
+func (f *ctlFile) attr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Size = uint64(len(f.content()))
+	setTimes(a, f.mtime)
+}
+
+func (f *ctlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.attr(&out.Attr)
+	out.SetTimeout(0) // stats.json changes
+	return 0
+}
+
+type snapshot []byte
+
+func (f *ctlFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	// Direct I/O: the size given at lookup may already be stale for stats.json.
+	return snapshot(f.content()), fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (f *ctlFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	b, _ := fh.(snapshot)
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(b[off:min(int64(len(b)), off+int64(len(dest)))]), 0
+}
+
+var errNotFound = exec.ErrNotFound
+
+func runQuiet(prog string, args ...string) error {
+	if _, err := exec.LookPath(prog); err != nil {
+		return errNotFound
+	}
+	out, err := exec.Command(prog, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", prog, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package shuffler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/corgifs/corgifs/blockcache"
+)
+
+// Stream serves one planned part as a byte stream that can be read at any
+// offset. It holds one buffer at a time: the buffer's blocks, read back to
+// back into one slab by the loader, and a table that lists the slab's records
+// in permuted order with their offsets in the part. A read copies straight
+// from the slab into the caller's buffer, so records are copied once and the
+// tables are reused from buffer to buffer: nothing is allocated per record.
+// When a buffer is entered, the next one is prefetched; when the last one is
+// entered, the first buffer of the same part of the next epoch is.
+type Stream struct {
+	pl   *Planner
+	ld   *blockcache.Loader
+	plan *Plan
+
+	mu   sync.Mutex
+	cur  int // index of the buffer in buf, or -1
+	buf  *blockcache.Buf
+	perm []uint32
+	src  []int64 // slab offset of output record k
+	out  []int64 // offset of output record k in the buffer; out[n] is its size
+}
+
+// NewStream returns a Stream that serves plan.
+func NewStream(pl *Planner, ld *blockcache.Loader, plan *Plan) *Stream {
+	return &Stream{pl: pl, ld: ld, plan: plan, cur: -1}
+}
+
+// Plan returns the plan the stream serves.
+func (s *Stream) Plan() *Plan { return s.plan }
+
+// Size returns the number of bytes in the stream.
+func (s *Stream) Size() int64 { return s.plan.Size }
+
+// Close releases the stream's buffer.
+func (s *Stream) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buf != nil {
+		s.ld.Release(s.buf)
+		s.buf, s.cur = nil, -1
+	}
+}
+
+// ReadAt fills p with the bytes at off. It returns fewer bytes than len(p)
+// only at the end of the stream (and 0 past it) or on error.
+func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for n < len(p) && off < s.plan.Size {
+		g, _ := slices.BinarySearchFunc(s.plan.Buffers, off, func(b Buffer, off int64) int {
+			switch {
+			case off < b.Start:
+				return 1
+			case off >= b.Start+b.Size:
+				return -1
+			}
+			return 0
+		})
+		if err := s.enter(ctx, g); err != nil {
+			return n, err
+		}
+		rel := off - s.plan.Buffers[g].Start
+		k, found := slices.BinarySearch(s.out, rel)
+		if !found {
+			k--
+		}
+		for ; k < len(s.src) && n < len(p); k++ {
+			from := s.src[k] + rel - s.out[k]
+			to := s.src[k] + s.out[k+1] - s.out[k]
+			c := copy(p[n:], s.buf.Data[from:to])
+			n += c
+			rel += int64(c)
+		}
+		off = s.plan.Buffers[g].Start + rel
+	}
+	return n, nil
+}
+
+// enter makes buffer g the current one.
+func (s *Stream) enter(ctx context.Context, g int) error {
+	if s.cur == g && s.buf != nil {
+		return nil
+	}
+	if s.buf != nil {
+		// Released first: the Buf stays cached, so a reader going back
+		// finds it, but the budget can reclaim it for this stream.
+		s.ld.Release(s.buf)
+		s.buf, s.cur = nil, -1
+	}
+	b := &s.plan.Buffers[g]
+	buf, err := s.ld.Get(ctx, b.Blocks)
+	if err != nil {
+		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
+	}
+	if len(buf.Starts) != b.Records {
+		s.ld.Release(buf)
+		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Records)
+	}
+	s.buf, s.cur = buf, g
+	n := b.Records
+	s.perm = slices.Grow(s.perm[:0], n)[:n]
+	s.src = slices.Grow(s.src[:0], n)[:n]
+	s.out = slices.Grow(s.out[:0], n+1)[:n+1]
+	if b.Shuffle {
+		permute(s.perm, b.Seed)
+	} else {
+		for i := range s.perm {
+			s.perm[i] = uint32(i)
+		}
+	}
+	s.out[0] = 0
+	for k, r := range s.perm {
+		s.src[k] = buf.Starts[r]
+		s.out[k+1] = s.out[k] + buf.RecordLen(int(r))
+	}
+	s.prefetch(g)
+	return nil
+}
+
+// prefetch starts loading what a sequential reader needs after buffer g.
+func (s *Stream) prefetch(g int) {
+	if g+1 < len(s.plan.Buffers) {
+		s.ld.Prefetch(s.plan.Buffers[g+1].Blocks)
+		return
+	}
+	next, err := s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
+	if err == nil && len(next.Buffers) > 0 {
+		s.ld.Prefetch(next.Buffers[0].Blocks)
+	}
+}
+
+// RecordRef locates a served record in its source file.
+type RecordRef struct {
+	File   int32
+	Offset int64
+	Len    int64
+}
+
+// Walk calls fn for every record of the stream, in served order.
+func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix := s.pl.Index()
+	for g := range s.plan.Buffers {
+		if err := s.enter(ctx, g); err != nil {
+			return err
+		}
+		// Slab offsets map back to files through the blocks laid out in order.
+		blocks := s.plan.Buffers[g].Blocks
+		for k := range s.src {
+			at := s.src[k]
+			for _, id := range blocks {
+				blk := ix.Blocks[id]
+				if at < blk.Len {
+					if err := fn(RecordRef{blk.File, blk.Offset + at, s.out[k+1] - s.out[k]}); err != nil {
+						return err
+					}
+					break
+				}
+				at -= blk.Len
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+// Package tests holds the end-to-end tests of corgifs: each one builds the
+// real binary, mounts real FUSE file systems in temporary directories from a
+// child process (reading a mount from the process that serves it can
+// deadlock) and reads them the way a user would.
+package tests
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+)
+
+// bin is the corgifs binary built by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "corgifs-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "corgifs")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "../cmd/corgifs")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building corgifs:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// fuseOK skips a test where FUSE cannot be mounted.
+func fuseOK(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+}
+
+// corgifs runs the binary to completion and returns its stdout.
+func corgifs(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("corgifs %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
+// genSynthetic writes a synthetic dataset and returns its directory.
+func genSynthetic(t *testing.T, records, features, classes, files int, order string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "src")
+	corgifs(t, "gen", "synthetic", dir, "--records", fmt.Sprint(records), "--features", fmt.Sprint(features),
+		"--classes", fmt.Sprint(classes), "--files", fmt.Sprint(files), "--order", order, "--seed", "3")
+	return dir
+}
+
+// mount is a running corgifs daemon.
+type mount struct {
+	t      *testing.T
+	dir    string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	done   chan struct{}
+	exit   error
+	closed bool
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startMount mounts src in a new temporary directory with the given extra
+// flags and waits until it serves. The mount is stopped at the end of the test.
+func startMount(t *testing.T, src string, flags ...string) *mount {
+	t.Helper()
+	fuseOK(t)
+	base := t.TempDir()
+	m := &mount{t: t, dir: filepath.Join(base, "mnt"), log: &syncBuffer{}, done: make(chan struct{})}
+	if err := os.Mkdir(m.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"mount", src, m.dir, "--cache-dir", filepath.Join(base, "cache")}, flags...)
+	m.cmd = exec.Command(bin, args...)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
+			break
+		}
+		select {
+		case <-m.done:
+			t.Fatalf("corgifs mount exited early: %v\n%s", m.exit, m.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			m.cmd.Process.Kill()
+			t.Fatalf("mount did not come up in time\n%s", m.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(m.stop)
+	return m
+}
+
+// stop sends SIGTERM and checks that the daemon exits 0, without a data
+// race report, and leaves no mount behind.
+func (m *mount) stop() {
+	if m.closed {
+		return
+	}
+	m.closed = true
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(20 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.done
+		exec.Command("umount", "-l", m.dir).Run()
+		m.t.Errorf("daemon did not exit within 20s of SIGTERM\n%s", m.log)
+		return
+	}
+	if m.exit != nil {
+		m.t.Errorf("daemon exited with %v\n%s", m.exit, m.log)
+	}
+	if strings.Contains(m.log.String(), "DATA RACE") {
+		m.t.Errorf("daemon reported a data race\n%s", m.log)
+	}
+	if mounted(m.dir) {
+		exec.Command("umount", "-l", m.dir).Run()
+		m.t.Errorf("%s still mounted after the daemon exited", m.dir)
+	}
+}
+
+func mounted(dir string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *mount) part(epoch, i, k int) string {
+	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k))
+}
+
+func (m *mount) read(epoch, i, k int) []byte {
+	m.t.Helper()
+	b, err := os.ReadFile(m.part(epoch, i, k))
+	if err != nil {
+		m.t.Fatalf("read epoch %d part %d/%d: %v\n%s", epoch, i, k, err, m.log)
+	}
+	return b
+}
+
+// frames splits a served file into its records, checking both CRCs of
+// each with an independent reader: the framing is parsed here, not by the
+// formats package under test.
+func frames(t *testing.T, b []byte) [][]byte {
+	t.Helper()
+	var recs [][]byte
+	for off := 0; off < len(b); {
+		if len(b)-off < 16 {
+			t.Fatalf("truncated frame at offset %d", off)
+		}
+		n := int(uint64(b[off]) | uint64(b[off+1])<<8 | uint64(b[off+2])<<16 | uint64(b[off+3])<<24 |
+			uint64(b[off+4])<<32 | uint64(b[off+5])<<40 | uint64(b[off+6])<<48 | uint64(b[off+7])<<56)
+		if n < 0 || n > len(b)-off-16 {
+			t.Fatalf("frame at offset %d claims %d bytes, %d left", off, n, len(b)-off-16)
+		}
+		if maskedCRC32C(b[off:off+8]) != le32(b[off+8:]) {
+			t.Fatalf("length CRC mismatch at offset %d", off)
+		}
+		data := b[off+12 : off+12+n]
+		if maskedCRC32C(data) != le32(b[off+12+n:]) {
+			t.Fatalf("data CRC mismatch at offset %d", off)
+		}
+		recs = append(recs, data)
+		off += n + 16
+	}
+	return recs
+}
+
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// maskedCRC32C is written out bit by bit from the TFRecord spec, so that it
+// checks the formats package rather than repeating it.
+func maskedCRC32C(b []byte) uint32 {
+	crc := ^uint32(0)
+	for _, c := range b {
+		crc ^= uint32(c)
+		for range 8 {
+			if crc&1 != 0 {
+				crc = crc>>1 ^ 0x82f63b78
+			} else {
+				crc >>= 1
+			}
+		}
+	}
+	crc = ^crc
+	return ((crc >> 15) | (crc << 17)) + 0xa282ead8
+}
+
+// sourceRecords returns the payload hashes of every record under src.
+func sourceRecords(t *testing.T, src string) [][32]byte {
+	t.Helper()
+	names, _ := filepath.Glob(filepath.Join(src, "*.tfrecord"))
+	var hs [][32]byte
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range frames(t, b) {
+			hs = append(hs, sha256.Sum256(r))
+		}
+	}
+	return hs
+}
+
+func hashes(recs [][]byte) [][32]byte {
+	hs := make([][32]byte, len(recs))
+	for i, r := range recs {
+		hs[i] = sha256.Sum256(r)
+	}
+	return hs
+}
+
+func sortedHashes(hs [][32]byte) [][32]byte {
+	hs = slices.Clone(hs)
+	slices.SortFunc(hs, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+	return hs
+}
