@@ -106,7 +106,7 @@ func SniffCompressed(head []byte) bool {
 	}
 	// zlib (RFC 1950): CMF with method 8 and a window of at most 32 KiB
 	// (CINFO <= 7), and FCHECK making CMF*256+FLG a multiple of 31.
-	return len(head) >= 2 && head[0]&0x0f == 8 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0
+	return len(head) >= 2 && head[0]&0x0f == 8 && head[0]>>4 <= 7 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0
 }
 
 // Writer writes TFRecord frames.

@@ -7,9 +7,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
+	"os"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -73,6 +75,11 @@ func scan(s *Scanner) scanned {
 			got.err = err
 			return got
 		}
+		// Without progress the loop would never end.
+		if to <= from || s.Offset() != to {
+			got.err = fmt.Errorf("Resync skipped [%d,%d) and left the scanner at %d", from, to, s.Offset())
+			return got
+		}
 		got.damaged = append(got.damaged, [2]int64{from, to})
 	}
 }
@@ -104,7 +111,7 @@ func TestMaskedCRCKnownAnswer(t *testing.T) {
 			t.Errorf("MaskedCRC(%q) = %#08x, want %#08x", tt.data, got, want)
 		}
 	}
-	// Pinned so that a mask that agrees with specMask by accident still fails.
+	// Computed outside Go, in case specMask and mask share a mistake.
 	if got := MaskedCRC([]byte("123456789")); got != 0xc78ab0e5 {
 		t.Errorf("MaskedCRC(\"123456789\") = %#08x, want 0xc78ab0e5", got)
 	}
@@ -653,6 +660,41 @@ func TestResyncReadErrorStopsScanner(t *testing.T) {
 	}
 	if s.Next() || !errors.Is(s.Err(), io.ErrUnexpectedEOF) {
 		t.Errorf("Next after a failed Resync: Err = %v, want the read error", s.Err())
+	}
+}
+
+func TestScannerReturnsReadError(t *testing.T) {
+	data, _ := file(t, []byte("a"), []byte("b"))
+	f, err := os.CreateTemp(t.TempDir(), "tfrecord")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // every ReadAt now fails with os.ErrClosed
+	s := NewScanner(f, 0, int64(len(data)))
+	if s.Next() || !errors.Is(s.Err(), os.ErrClosed) {
+		t.Errorf("Next on a closed file: Err = %v, want os.ErrClosed", s.Err())
+	}
+}
+
+func TestWriterReturnsWriteError(t *testing.T) {
+	r, w := io.Pipe()
+	r.Close()
+	fw := NewWriter(w)
+	if err := fw.Write([]byte("a")); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("Write to a closed pipe: %v, want io.ErrClosedPipe", err)
+	}
+	if fw.Written() != 0 {
+		t.Errorf("Written = %d after a failed write, want 0", fw.Written())
+	}
+}
+
+func TestCorruptErrorMessageNamesOffset(t *testing.T) {
+	err := &CorruptError{Offset: 1234, Reason: "data CRC mismatch"}
+	if got, want := err.Error(), "corrupt record at offset 1234: data CRC mismatch"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
 

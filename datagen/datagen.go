@@ -1,0 +1,315 @@
+// Package datagen makes synthetic datasets of tf.train.Example records in
+// TFRecord files, for testing and benchmarking corgifs. A dataset is a pure
+// function of its options, so the same options always give byte-identical
+// files, and its records can be laid out sorted by class or shuffled.
+package datagen
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/tfexample"
+)
+
+// CenterRadius is the distance of every class center from the origin, in
+// units of the per-dimension noise standard deviation.
+//
+// Centers point in random directions, which in many dimensions are nearly
+// orthogonal, so two centers are about CenterRadius·√2 ≈ 3.5 noise standard
+// deviations apart whatever the number of features. With this spread the
+// Bayes-optimal classifier, which for these clusters is linear, is right
+// about 90% of the time for 4 classes (85-95% over seeds for 8 to 128
+// features), 96% for 2 and 80% for 10. A softmax regression trained on
+// 8000 records of 32 features and 4 classes scores 86-92% on held-out
+// records over seeds: clearly better than chance, never 100%.
+const CenterRadius = 2.5
+
+// Feature names of the records.
+const (
+	LabelFeature = "label"    // int64_list: the class, in [0, Classes)
+	ValueFeature = "features" // float_list: Features values
+	IDFeature    = "id"       // int64_list: the record's index in label-sorted order
+)
+
+// Streams of the generators, the second PCG seed word. Every record has its
+// own generator, seeded from the dataset seed xor recordKey and from its id,
+// so its content does not depend on the order records are written in.
+const (
+	streamCenters = 1
+	streamOrder   = 2
+	recordKey     = 0x9e3779b97f4a7c15
+)
+
+const (
+	bufSize    = 1 << 20 // write buffer of each file
+	checkEvery = 4096    // records between context checks and progress reports
+)
+
+// Synthetic describes a dataset of Gaussian clusters, one per class.
+//
+// Record id (0 ≤ id < Records) belongs to class id·Classes/Records, roughly:
+// ids are assigned to classes in order, each class getting Records/Classes
+// of them and the first Records%Classes classes one more. Its "features"
+// are the class center plus independent N(0, 1) noise in each dimension (see
+// CenterRadius), and depend only on Seed and id.
+//
+// When Clustered, records are written in id order, so labels never decrease
+// through the files. Otherwise they are written in a uniformly random
+// permutation drawn from Seed by a Fisher-Yates shuffle. Either way the
+// written sequence is cut into Files contiguous runs, one per file, whose
+// sizes differ by at most one.
+type Synthetic struct {
+	Records   int  // total records
+	Features  int  // float features per record
+	Classes   int  // number of classes
+	Clustered bool // true: sorted by label; false: shuffled
+	Files     int  // number of output files
+	Seed      uint64
+}
+
+// Summary describes a dataset written by Write.
+type Summary struct {
+	Files   []string // paths of the files, in order
+	Records int      // records written
+	Bytes   int64    // total size of the files
+}
+
+// Validate reports whether the options describe a dataset.
+func (s Synthetic) Validate() error {
+	switch {
+	case s.Records <= 0:
+		return fmt.Errorf("datagen: Records must be positive, got %d", s.Records)
+	case s.Features <= 0:
+		return fmt.Errorf("datagen: Features must be positive, got %d", s.Features)
+	case s.Classes < 2:
+		return fmt.Errorf("datagen: Classes must be at least 2, got %d", s.Classes)
+	case s.Files < 1:
+		return fmt.Errorf("datagen: Files must be at least 1, got %d", s.Files)
+	case s.Files > s.Records:
+		return fmt.Errorf("datagen: Files (%d) must not exceed Records (%d)", s.Files, s.Records)
+	case !s.Clustered && uint64(s.Records) > math.MaxUint32:
+		return fmt.Errorf("datagen: a shuffled dataset holds at most %d records, got %d", uint32(math.MaxUint32), s.Records)
+	}
+	return nil
+}
+
+// FileName returns the base name of file i of the dataset,
+// data-0000i-of-0000F.tfrecord.
+func (s Synthetic) FileName(i int) string {
+	return fmt.Sprintf("data-%05d-of-%05d.tfrecord", i, s.Files)
+}
+
+// Label returns the class of record id.
+func (s Synthetic) Label(id int) int {
+	q, r := s.Records/s.Classes, s.Records%s.Classes
+	if big := r * (q + 1); id >= big {
+		return r + (id-big)/q
+	}
+	return id / (q + 1)
+}
+
+// Write writes the dataset into dir, creating dir if needed, as the files
+// named by FileName. Each file is written under a hidden temporary name and
+// all are renamed into place once every one is complete; on error the
+// temporary files are removed. progress, if not nil, is called now and then
+// with the number of bytes written so far.
+func (s Synthetic) Write(ctx context.Context, dir string, progress func(bytesWritten int64)) (Summary, error) {
+	if err := s.Validate(); err != nil {
+		return Summary{}, err
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return Summary{}, fmt.Errorf("datagen: %w", err)
+	}
+	g := newGenerator(s)
+	var order []uint32
+	if !s.Clustered {
+		order = s.permutation()
+	}
+
+	var temps []string
+	success := false
+	defer func() {
+		if !success {
+			for _, t := range temps {
+				os.Remove(t)
+			}
+		}
+	}()
+	bw := bufio.NewWriterSize(nil, bufSize)
+	var total int64
+	next := 0 // position in the written sequence
+	for i := range s.Files {
+		n := s.Records / s.Files
+		if i < s.Records%s.Files {
+			n++
+		}
+		tmp := filepath.Join(dir, "."+s.FileName(i)+".tmp")
+		temps = append(temps, tmp)
+		written, err := g.writeFile(ctx, tmp, bw, next, next+n, order, func(w int64) {
+			if progress != nil {
+				progress(total + w)
+			}
+		})
+		if err != nil {
+			return Summary{}, fmt.Errorf("datagen: writing %s: %w", s.FileName(i), err)
+		}
+		total += written
+		next += n
+	}
+
+	sum := Summary{Records: s.Records, Bytes: total}
+	for i, tmp := range temps {
+		path := filepath.Join(dir, s.FileName(i))
+		if err := os.Rename(tmp, path); err != nil {
+			return Summary{}, fmt.Errorf("datagen: %w", err)
+		}
+		sum.Files = append(sum.Files, path)
+	}
+	success = true
+	return sum, nil
+}
+
+// permutation returns a uniformly random permutation of the record ids,
+// made by a Fisher-Yates shuffle whose bounded draws are done here (see
+// uint64n) so that the order does not depend on math/rand/v2 internals
+// beyond PCG itself.
+func (s Synthetic) permutation() []uint32 {
+	src := rand.NewPCG(s.Seed, streamOrder)
+	p := make([]uint32, s.Records)
+	for i := range p {
+		p[i] = uint32(i)
+	}
+	for i := len(p) - 1; i > 0; i-- {
+		j := uint64n(src, uint64(i)+1)
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}
+
+// uint64n returns a uniform draw from [0, n), n > 0, by Lemire's
+// multiply-and-reject method ("Fast random integer generation in an
+// interval", 2019).
+func uint64n(src rand.Source, n uint64) uint64 {
+	hi, lo := bits.Mul64(src.Uint64(), n)
+	if lo < n {
+		threshold := -n % n
+		for lo < threshold {
+			hi, lo = bits.Mul64(src.Uint64(), n)
+		}
+	}
+	return hi
+}
+
+// mix64 is the SplitMix64 finalizer, a bijection on uint64 that spreads
+// consecutive ids over the seed space.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// A generator makes the encoded records of a dataset, reusing its buffers.
+type generator struct {
+	s       Synthetic
+	centers []float64 // Classes rows of Features values
+	src     *rand.PCG // reseeded for every record
+	rng     *rand.Rand
+	values  []float32
+	b       tfexample.Builder
+	buf     []byte
+}
+
+func newGenerator(s Synthetic) *generator {
+	g := &generator{
+		s:       s,
+		centers: make([]float64, s.Classes*s.Features),
+		src:     rand.NewPCG(0, 0),
+		values:  make([]float32, s.Features),
+	}
+	g.rng = rand.New(g.src)
+	r := rand.New(rand.NewPCG(s.Seed, streamCenters))
+	for c := range s.Classes {
+		center := g.centers[c*s.Features : (c+1)*s.Features]
+		var norm float64
+		for d := range center {
+			center[d] = r.NormFloat64()
+			norm += center[d] * center[d]
+		}
+		scale := CenterRadius / math.Sqrt(norm)
+		for d := range center {
+			center[d] *= scale
+		}
+	}
+	return g
+}
+
+// record returns the encoded Example of record id, valid until the next
+// call.
+func (g *generator) record(id int) []byte {
+	label := g.s.Label(id)
+	g.src.Seed(g.s.Seed^recordKey, mix64(uint64(id)))
+	center := g.centers[label*g.s.Features : (label+1)*g.s.Features]
+	for d := range g.values {
+		g.values[d] = float32(center[d] + g.rng.NormFloat64())
+	}
+	g.b.Reset()
+	g.b.Int64(LabelFeature, int64(label))
+	g.b.Float(ValueFeature, g.values...)
+	g.b.Int64(IDFeature, int64(id))
+	g.buf = g.b.AppendTo(g.buf[:0])
+	return g.buf
+}
+
+// writeFile writes the records at positions [from, to) of the written
+// sequence to a new file at path, through bw, and returns the file's size.
+// order maps positions to ids; nil means the identity.
+func (g *generator) writeFile(ctx context.Context, path string, bw *bufio.Writer, from, to int, order []uint32, progress func(int64)) (n int64, err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	bw.Reset(f)
+	w := formats.NewWriter(bw)
+	for pos := from; pos < to; pos++ {
+		if (pos-from)%checkEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if pos > from {
+				progress(w.Written())
+			}
+		}
+		id := pos
+		if order != nil {
+			id = int(order[pos])
+		}
+		if err := w.Write(g.record(id)); err != nil {
+			return 0, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	progress(w.Written())
+	return w.Written(), nil
+}
