@@ -33,6 +33,7 @@ type Buf struct {
 	// user, so that the first Get counts as a prefetch hit.
 	prefetched bool
 	elem       *list.Element // in Loader.idle while refs == 0
+	dropped    bool          // evicted: Data may belong to another Buf now
 }
 
 // RecordLen returns the frame length of record i.
@@ -202,6 +203,24 @@ func (l *Loader) acquire(b *Buf) {
 	}
 }
 
+// Reacquire takes a new reference to a Buf that its user released earlier,
+// if it has not been evicted since. A user that holds a Buf only while it
+// reads from it leaves the memory of idle readers to the budget, so an open
+// file nobody reads cannot starve the others.
+func (l *Loader) Reacquire(b *Buf) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b.dropped {
+		return false
+	}
+	if b.elem != nil {
+		l.idle.Remove(b.elem)
+		b.elem = nil
+	}
+	b.refs++
+	return true
+}
+
 // wait waits for b to be loaded; on failure it drops the reference.
 func (l *Loader) wait(ctx context.Context, b *Buf) (*Buf, error) {
 	select {
@@ -282,6 +301,7 @@ func (l *Loader) drop(b *Buf) {
 		l.idle.Remove(b.elem)
 		b.elem = nil
 	}
+	b.dropped = true
 	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0]})
 }
 

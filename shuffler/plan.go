@@ -140,16 +140,23 @@ func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
 	}
 	p := &Plan{Epoch: epoch, Part: part, Parts: parts, Size: size}
 	p.Target, p.Capped = pl.target(size)
+	// Buffers are balanced: as many as the target asks for, each closed
+	// where the bytes cross its share, so no buffer is a small leftover
+	// (a leftover of one block would serve that block unmixed).
+	nbuf := max(1, (size+p.Target-1)/p.Target)
 	var cur Buffer
+	var done int64
 	start := 0
 	for i, id := range blocks {
 		blk := pl.ix.Blocks[id]
-		if cur.Records > 0 && cur.Size+blk.Len > p.Target {
+		g := int64(len(p.Buffers))
+		if cur.Records > 0 && (cur.Size+blk.Len > p.Target || (done+blk.Len/2)*nbuf > (g+1)*size) {
 			p.add(&cur, blocks[start:i], shuffle, pl.p.Seed)
 			start = i
 		}
 		cur.Size += blk.Len
 		cur.Records += int(blk.Records)
+		done += blk.Len
 	}
 	if cur.Records > 0 {
 		p.add(&cur, blocks[start:], shuffle, pl.p.Seed)

@@ -17,17 +17,22 @@ import (
 // tables are reused from buffer to buffer: nothing is allocated per record.
 // When a buffer is entered, the next one is prefetched; when the last one is
 // entered, the first buffer of the same part of the next epoch is.
+//
+// The stream pins its buffer only while a read runs. Between reads the
+// loader may evict it to serve other streams (the stream then loads it
+// again), so open files that nobody reads cannot hold the memory budget.
 type Stream struct {
 	pl   *Planner
 	ld   *blockcache.Loader
 	plan *Plan
 
-	mu   sync.Mutex
-	cur  int // index of the buffer in buf, or -1
-	buf  *blockcache.Buf
-	perm []uint32
-	src  []int64 // slab offset of output record k
-	out  []int64 // offset of output record k in the buffer; out[n] is its size
+	mu     sync.Mutex
+	cur    int // index of the buffer in buf, or -1
+	buf    *blockcache.Buf
+	pinned bool // buf is referenced; else it may have been evicted
+	perm   []uint32
+	src    []int64 // slab offset of output record k
+	out    []int64 // offset of output record k in the buffer; out[n] is its size
 }
 
 // NewStream returns a Stream that serves plan.
@@ -45,9 +50,15 @@ func (s *Stream) Size() int64 { return s.plan.Size }
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.buf != nil {
+	s.unpin()
+	s.buf, s.cur = nil, -1
+}
+
+// unpin releases the current buffer to the loader, keeping it for Reacquire.
+func (s *Stream) unpin() {
+	if s.pinned {
 		s.ld.Release(s.buf)
-		s.buf, s.cur = nil, -1
+		s.pinned = false
 	}
 }
 
@@ -56,6 +67,7 @@ func (s *Stream) Close() {
 func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.unpin()
 	n := 0
 	for n < len(p) && off < s.plan.Size {
 		g, _ := slices.BinarySearchFunc(s.plan.Buffers, off, func(b Buffer, off int64) int {
@@ -90,14 +102,15 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // enter makes buffer g the current one.
 func (s *Stream) enter(ctx context.Context, g int) error {
 	if s.cur == g && s.buf != nil {
-		return nil
+		if s.pinned || s.ld.Reacquire(s.buf) {
+			s.pinned = true
+			return nil
+		}
 	}
-	if s.buf != nil {
-		// Released first: the Buf stays cached, so a reader going back
-		// finds it, but the budget can reclaim it for this stream.
-		s.ld.Release(s.buf)
-		s.buf, s.cur = nil, -1
-	}
+	// Released first: the Buf stays cached, so a reader going back finds
+	// it, but the budget can reclaim it for this stream.
+	s.unpin()
+	s.buf, s.cur = nil, -1
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Blocks)
 	if err != nil {
@@ -107,7 +120,7 @@ func (s *Stream) enter(ctx context.Context, g int) error {
 		s.ld.Release(buf)
 		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Records)
 	}
-	s.buf, s.cur = buf, g
+	s.buf, s.cur, s.pinned = buf, g, true
 	n := b.Records
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	s.src = slices.Grow(s.src[:0], n)[:n]
@@ -151,6 +164,7 @@ type RecordRef struct {
 func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.unpin()
 	ix := s.pl.Index()
 	for g := range s.plan.Buffers {
 		if err := s.enter(ctx, g); err != nil {

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // bin is the corgifs binary built by TestMain.
@@ -118,6 +117,8 @@ func startMount(t *testing.T, src string, flags ...string) *mount {
 	args := append([]string{"mount", src, m.dir, "--cache-dir", filepath.Join(base, "cache")}, flags...)
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	// A test binary killed by its timeout must not leave mounts behind.
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

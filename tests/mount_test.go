@@ -202,23 +202,24 @@ func labelsOf(t *testing.T, b []byte) []int64 {
 
 // TestCorgiPileMixesClusteredLabels checks the shuffle quality on data sorted
 // by label (4 classes, 25% each). Measure: in every window of 1% of a part's
-// records, each label's share must be within 0.15 of its global share. With a
-// buffer of 10% of the data drawn from ~40 random blocks, a window of 400
-// records has a standard deviation of about 0.03 per label around the
-// buffer's own mix, which itself is within about 0.1 of 25%. The source order
-// (strategy none) has windows of a single label: an error of 0.75.
+// records, each label's share must be within 0.2 of its global share. A
+// buffer of 20% of the data holds about 140 random blocks of 4 KiB, so a
+// label's share in a buffer has a standard deviation of about 0.04 around
+// 25%, and a window of 1% (400 records) adds about 0.02: the worst of 20
+// (buffer, label) pairs stays near 0.1. The source order (strategy none) has
+// windows of a single label: an error of 0.75.
 func TestCorgiPileMixesClusteredLabels(t *testing.T) {
 	src := genSynthetic(t, 40000, 8, 4, 4, "clustered")
 	for _, c := range []struct {
 		strategy string
 		wantMix  bool
 	}{{"corgipile", true}, {"none", false}} {
-		m := startMount(t, src, "--strategy", c.strategy, "--block-size", "16KiB", "--buffer", "10%", "--seed", "5")
+		m := startMount(t, src, "--strategy", c.strategy, "--block-size", "4KiB", "--buffer", "20%", "--seed", "5")
 		for e := range 2 {
 			labels := labelsOf(t, m.read(e, 0, 1))
 			got := mixError(labels, 4, len(labels)/100)
-			if mixed := got <= 0.15; mixed != c.wantMix {
-				t.Errorf("%s epoch %d: mix error %.3f, want mixed=%v (bound 0.15)", c.strategy, e, got, c.wantMix)
+			if mixed := got <= 0.2; mixed != c.wantMix {
+				t.Errorf("%s epoch %d: mix error %.3f, want mixed=%v (bound 0.2)", c.strategy, e, got, c.wantMix)
 			}
 		}
 	}

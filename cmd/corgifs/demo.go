@@ -64,6 +64,8 @@ order, at the speed of a sequential read.`, stderr)
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the demo dies (Ctrl-C, a closed pipe), the daemon unmounts too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -55,6 +55,6 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 	if bar != nil {
 		bar(1, 1)
 	}
-	fmt.Fprintf(stdout, "wrote %d records in %d files, %s, to %s\n", sum.Records, sum.Files, humanize.IBytes(uint64(sum.Bytes)), pos[0])
+	fmt.Fprintf(stdout, "wrote %d records in %d files, %s, to %s\n", sum.Records, len(sum.Files), humanize.IBytes(uint64(sum.Bytes)), pos[0])
 	return nil
 }
