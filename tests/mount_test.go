@@ -355,3 +355,22 @@ func TestMountIsReadOnly(t *testing.T) {
 		t.Errorf("root should list epoch-0000..epoch-0099, got %s", out)
 	}
 }
+
+func TestNextEpochsFirstBufferIsPrefetched(t *testing.T) {
+	src := genSynthetic(t, 10000, 16, 4, 2, "clustered")
+	m := startMount(t, src, smallFlags...)
+	m.read(0, 0, 1)
+	before := m.stats()
+	f, err := os.Open(m.part(1, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Read(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	after := m.stats()
+	if after.PrefetchHits <= before.PrefetchHits {
+		t.Fatalf("first read of epoch 1 was not served by a prefetch: hits %d -> %d", before.PrefetchHits, after.PrefetchHits)
+	}
+}
