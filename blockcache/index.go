@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/corgifs/corgifs/formats"
 )
@@ -52,6 +54,13 @@ type Index struct {
 	Files     []File
 	Blocks    []Block
 	Damaged   []Damage
+	// Frames holds the frame length of every indexed record, in block
+	// order, for strategies that read records one at a time.
+	Frames []uint32
+
+	recOnce  sync.Once
+	recOff   []int64 // file offset of every record, from Frames
+	blockRec []int64 // index of the first record of every block, and the total
 
 	Records int64 // intact records in all blocks
 	Bytes   int64 // bytes of all blocks: what one epoch serves
@@ -164,12 +173,11 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	for _, f := range files {
 		total += f.Size
 	}
-	var sizes []int64
 	for i := range ix.Files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		sizes, err = ix.scanFile(int32(i), o, sizes, func(n int64) {
+		err = ix.scanFile(int32(i), o, func(n int64) {
 			if o.Progress != nil {
 				o.Progress(done+n, total)
 			}
@@ -182,25 +190,28 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	if o.Progress != nil {
 		o.Progress(total, total)
 	}
-	if len(sizes) > 0 {
+	if len(ix.Frames) > 0 {
+		sizes := slices.Clone(ix.Frames)
 		slices.Sort(sizes)
-		ix.RecordMin, ix.RecordMedian, ix.RecordMax = sizes[0], sizes[len(sizes)/2], sizes[len(sizes)-1]
+		ix.RecordMin = int64(sizes[0]) - formats.FrameExtra
+		ix.RecordMedian = int64(sizes[len(sizes)/2]) - formats.FrameExtra
+		ix.RecordMax = int64(sizes[len(sizes)-1]) - formats.FrameExtra
 	}
 	return ix, nil
 }
 
 // scanFile appends the blocks of file fi to the index.
-func (ix *Index) scanFile(fi int32, o Options, sizes []int64, progress func(int64)) ([]int64, error) {
+func (ix *Index) scanFile(fi int32, o Options, progress func(int64)) error {
 	f := &ix.Files[fi]
 	path := ix.Path(fi)
 	r, err := os.Open(path)
 	if err != nil {
-		return sizes, fmt.Errorf("index: %w", err)
+		return fmt.Errorf("index: %w", err)
 	}
 	defer r.Close()
 	head := make([]byte, formats.HeaderLen)
 	if n, _ := r.ReadAt(head, 0); formats.SniffCompressed(head[:n]) || strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
-		return sizes, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
+		return fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
 	}
 	cur := Block{File: fi, Offset: -1}
 	flush := func() {
@@ -225,7 +236,10 @@ func (ix *Index) scanFile(fi int32, o Options, sizes []int64, progress func(int6
 			cur.Len += rec.Len
 			cur.Records++
 			f.Records++
-			sizes = append(sizes, rec.Len-formats.FrameExtra)
+			if rec.Len > math.MaxUint32 {
+				return fmt.Errorf("index: %s: record of %d bytes at offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
+			}
+			ix.Frames = append(ix.Frames, uint32(rec.Len))
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
 				progress(last)
@@ -237,19 +251,56 @@ func (ix *Index) scanFile(fi int32, o Options, sizes []int64, progress func(int6
 		}
 		var ce *formats.CorruptError
 		if !errors.As(err, &ce) {
-			return sizes, fmt.Errorf("index: %s: %w", path, err)
+			return fmt.Errorf("index: %s: %w", path, err)
 		}
 		if !o.SkipCorrupt {
-			return sizes, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
+			return fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
 		}
 		flush() // a block never spans damage
 		from, to, rerr := sc.Resync()
 		if rerr != nil {
-			return sizes, fmt.Errorf("index: %s: %w", path, rerr)
+			return fmt.Errorf("index: %s: %w", path, rerr)
 		}
 		ix.Damaged = append(ix.Damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
 		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
 	}
 	flush()
-	return sizes, nil
+	return nil
+}
+
+// records computes the record tables on first use: they are derived from
+// Frames, so the sidecar does not need to store them.
+func (ix *Index) records() {
+	ix.recOnce.Do(func() {
+		ix.recOff = make([]int64, len(ix.Frames))
+		ix.blockRec = make([]int64, len(ix.Blocks)+1)
+		r := 0
+		for b, blk := range ix.Blocks {
+			ix.blockRec[b] = int64(r)
+			off := blk.Offset
+			for range blk.Records {
+				ix.recOff[r] = off
+				off += int64(ix.Frames[r])
+				r++
+			}
+		}
+		ix.blockRec[len(ix.Blocks)] = int64(r)
+	})
+}
+
+// Record returns the file, offset and frame length of record r, counting
+// records in block order.
+func (ix *Index) Record(r int32) (file int32, off, n int64) {
+	ix.records()
+	b, found := slices.BinarySearch(ix.blockRec, int64(r))
+	if !found {
+		b--
+	}
+	return ix.Blocks[b].File, ix.recOff[r], int64(ix.Frames[r])
+}
+
+// BlockRecords returns the index of the first record of block b.
+func (ix *Index) BlockRecords(b int32) int64 {
+	ix.records()
+	return ix.blockRec[b]
 }

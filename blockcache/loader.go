@@ -17,18 +17,57 @@ import (
 	"github.com/corgifs/corgifs/formats"
 )
 
-// Buf holds the blocks of one buffer read back to back into one slab, and
+// Unit names what one Buf holds, in order: whole blocks, or single records
+// (numbered as Index.Record numbers them), each read with its own pread.
+// Exactly one of the two is set.
+type Unit struct {
+	Blocks  []int32
+	Records []int32
+}
+
+func (u Unit) ids() []int32 {
+	if u.Records != nil {
+		return u.Records
+	}
+	return u.Blocks
+}
+
+func (u Unit) equal(v Unit) bool {
+	return (u.Records != nil) == (v.Records != nil) && slices.Equal(u.ids(), v.ids())
+}
+
+func (u Unit) clone() Unit {
+	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records)}
+}
+
+// extent is one pread: a byte range of a file holding whole records.
+type extent struct {
+	file    int32
+	records int32
+	off, n  int64
+}
+
+func (l *Loader) extent(u Unit, i int) extent {
+	if u.Records != nil {
+		f, off, n := l.ix.Record(u.Records[i])
+		return extent{file: f, records: 1, off: off, n: n}
+	}
+	blk := l.ix.Blocks[u.Blocks[i]]
+	return extent{file: blk.File, records: blk.Records, off: blk.Offset, n: blk.Len}
+}
+
+// Buf holds the extents of one unit read back to back into one slab, and
 // where each record starts in it. A Buf is shared: every Get must be paired
 // with a Release.
 type Buf struct {
 	Data   []byte
-	Starts []int64 // offset in Data of every record, in source order
+	Starts []int64 // offset in Data of every record, in unit order
 
-	blocks []int32
-	hash   uint64
-	refs   int
-	ready  chan struct{}
-	err    error
+	unit  Unit
+	hash  uint64
+	refs  int
+	ready chan struct{}
+	err   error
 	// prefetched is set while a Buf loaded ahead of time waits for its first
 	// user, so that the first Get counts as a prefetch hit.
 	prefetched bool
@@ -47,6 +86,7 @@ func (b *Buf) RecordLen(i int) int64 {
 // Stats are the loader's counters.
 type Stats struct {
 	BlocksRead      int64   `json:"blocks_read"`
+	RecordsRead     int64   `json:"records_read"` // by strategies that read records one at a time
 	BytesRead       int64   `json:"bytes_read"`
 	BuffersLoaded   int64   `json:"buffers_loaded"`
 	PrefetchIssued  int64   `json:"prefetch_issued"`
@@ -89,7 +129,8 @@ type Loader struct {
 	free    []*Buf     // evicted Bufs whose slabs can be reused
 	changed chan struct{}
 
-	blocksRead, bytesRead, buffersLoaded       atomic.Int64
+	blocksRead, recordsRead                    atomic.Int64
+	bytesRead, buffersLoaded                   atomic.Int64
 	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
 	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
 	evictions, loadErrors                      atomic.Int64
@@ -116,7 +157,7 @@ func (l *Loader) Stats() Stats {
 	used, peak := l.used, l.peak
 	l.mu.Unlock()
 	return Stats{
-		BlocksRead: l.blocksRead.Load(), BytesRead: l.bytesRead.Load(), BuffersLoaded: l.buffersLoaded.Load(),
+		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), BuffersLoaded: l.buffersLoaded.Load(),
 		PrefetchIssued: l.prefetchIssued.Load(), PrefetchHits: l.prefetchHits.Load(), PrefetchSkipped: l.prefetchSkip.Load(),
 		CacheHits: l.cacheHits.Load(), Stalls: l.stalls.Load(), StallSeconds: time.Duration(l.stallNanos.Load()).Seconds(),
 		MemoryWaits: l.memoryWaits.Load(), Evictions: l.evictions.Load(), LoadErrors: l.loadErrors.Load(),
@@ -124,50 +165,57 @@ func (l *Loader) Stats() Stats {
 	}
 }
 
-func (l *Loader) size(blocks []int32) int64 {
+func (l *Loader) size(u Unit) int64 {
 	var n int64
-	for _, b := range blocks {
+	if u.Records != nil {
+		for _, r := range u.Records {
+			n += int64(l.ix.Frames[r])
+		}
+		return n
+	}
+	for _, b := range u.Blocks {
 		n += l.ix.Blocks[b].Len
 	}
 	return n
 }
 
-func (l *Loader) hash(blocks []int32) uint64 {
+func (l *Loader) hash(u Unit) uint64 {
 	var h maphash.Hash
 	h.SetSeed(l.seed)
-	for _, b := range blocks {
-		maphash.WriteComparable(&h, b)
+	maphash.WriteComparable(&h, u.Records != nil)
+	for _, id := range u.ids() {
+		maphash.WriteComparable(&h, id)
 	}
 	return h.Sum64()
 }
 
-// lookup finds the Buf for blocks. l.mu must be held.
-func (l *Loader) lookup(h uint64, blocks []int32) *Buf {
+// lookup finds the Buf for u. l.mu must be held.
+func (l *Loader) lookup(h uint64, u Unit) *Buf {
 	for _, b := range l.bufs[h] {
-		if slices.Equal(b.blocks, blocks) {
+		if b.unit.equal(u) {
 			return b
 		}
 	}
 	return nil
 }
 
-// Get returns the Buf holding blocks, reading them unless they are loaded or
-// being loaded already. It waits for memory when the budget is spent.
-func (l *Loader) Get(ctx context.Context, blocks []int32) (*Buf, error) {
-	h := l.hash(blocks)
-	n := l.size(blocks)
+// Get returns the Buf holding u, reading it unless it is loaded or being
+// loaded already. It waits for memory when the budget is spent.
+func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
+	h := l.hash(u)
+	n := l.size(u)
 	if n > l.budget {
 		return nil, fmt.Errorf("a buffer of %d bytes does not fit in the memory budget of %d bytes", n, l.budget)
 	}
 	l.mu.Lock()
 	for {
-		if b := l.lookup(h, blocks); b != nil {
+		if b := l.lookup(h, u); b != nil {
 			l.acquire(b)
 			l.mu.Unlock()
 			return l.wait(ctx, b)
 		}
 		if b := l.reserve(n, true); b != nil {
-			b.blocks, b.hash, b.refs = slices.Clone(blocks), h, 1
+			b.unit, b.hash, b.refs = u.clone(), h, 1
 			l.bufs[h] = append(l.bufs[h], b)
 			l.mu.Unlock()
 			start := time.Now()
@@ -244,14 +292,14 @@ func (l *Loader) wait(ctx context.Context, b *Buf) (*Buf, error) {
 	return b, nil
 }
 
-// Prefetch starts loading blocks in the background if they are not loaded
-// and memory is free without waiting or evicting another prefetch.
-func (l *Loader) Prefetch(blocks []int32) {
-	h := l.hash(blocks)
-	n := l.size(blocks)
+// Prefetch starts loading u in the background if it is not loaded and
+// memory is free without waiting or evicting another prefetch.
+func (l *Loader) Prefetch(u Unit) {
+	h := l.hash(u)
+	n := l.size(u)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lookup(h, blocks) != nil {
+	if l.lookup(h, u) != nil {
 		return
 	}
 	b := l.reserve(n, false)
@@ -259,7 +307,7 @@ func (l *Loader) Prefetch(blocks []int32) {
 		l.prefetchSkip.Add(1)
 		return
 	}
-	b.blocks, b.hash, b.prefetched = slices.Clone(blocks), h, true
+	b.unit, b.hash, b.prefetched = u.clone(), h, true
 	l.bufs[h] = append(l.bufs[h], b)
 	b.elem = l.idle.PushBack(b) // evictable, but only after older idle Bufs
 	l.prefetchIssued.Add(1)
@@ -355,7 +403,7 @@ func (l *Loader) ready(b *Buf, n int64) *Buf {
 	return b
 }
 
-// load reads the blocks of b, several at once, and finds their records.
+// load reads the extents of b, several at once, and finds their records.
 func (l *Loader) load(b *Buf) {
 	defer func() {
 		close(b.ready)
@@ -364,73 +412,101 @@ func (l *Loader) load(b *Buf) {
 		l.signal()
 		l.mu.Unlock()
 	}()
-	offs := make([]int64, len(b.blocks)+1)
-	for i, id := range b.blocks {
-		offs[i+1] = offs[i] + l.ix.Blocks[id].Len
-	}
-	errs := make([]error, len(b.blocks))
-	var wg sync.WaitGroup
-	for i, id := range b.blocks {
-		l.sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-l.sem }()
-			errs[i] = l.readBlock(id, b.Data[offs[i]:offs[i+1]])
-		})
-	}
-	wg.Wait()
-	b.Starts = b.Starts[:0]
-	for i, id := range b.blocks {
-		if errs[i] == nil {
-			errs[i] = l.split(b, id, offs[i])
-		}
-		if errs[i] != nil {
-			b.err = errs[i]
-			l.loadErrors.Add(1)
-			l.log.Error("block load failed", "err", b.err)
-			return
-		}
+	if err := l.read(b); err != nil {
+		b.err = err
+		l.loadErrors.Add(1)
+		l.log.Error("load failed", "err", err)
+		return
 	}
 	l.buffersLoaded.Add(1)
 }
 
-// readBlock reads one block with one pread, after checking that its file is
-// the one that was indexed.
-func (l *Loader) readBlock(id int32, dst []byte) error {
-	blk := l.ix.Blocks[id]
-	path := l.ix.Path(blk.File)
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("read block %d of %s: %w (the source changed since indexing; remount to reindex)", id, path, err)
+func (l *Loader) read(b *Buf) error {
+	ids := b.unit.ids()
+	exts := make([]extent, len(ids))
+	offs := make([]int64, len(ids)+1)
+	files := map[int32]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for i := range ids {
+		e := l.extent(b.unit, i)
+		exts[i] = e
+		offs[i+1] = offs[i] + e.n
+		if files[e.file] == nil {
+			f, err := l.open(e.file)
+			if err != nil {
+				return err
+			}
+			files[e.file] = f
+		}
 	}
-	defer f.Close()
-	want := l.ix.Files[blk.File]
-	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
-		return fmt.Errorf("read block %d of %s at offset %d: file changed since indexing (size %d, was %d); remount to reindex: %w",
-			id, path, blk.Offset, fi.Size(), want.Size, syscall.ESTALE)
+	// A few workers, each issuing one pread at a time under the loader-wide
+	// limit, keep the disk busy without a goroutine per record.
+	errs := make([]error, len(exts))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(cap(l.sem), len(exts)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
+				l.sem <- struct{}{}
+				errs[i] = l.readExtent(files[exts[i].file], exts[i], b.Data[offs[i]:offs[i+1]], b.unit.Records != nil)
+				<-l.sem
+			}
+		})
 	}
-	n, err := f.ReadAt(dst, blk.Offset)
-	if n < len(dst) {
-		return fmt.Errorf("read block %d of %s at offset %d: read %d of %d bytes: %w", id, path, blk.Offset, n, len(dst), errors.Join(err, syscall.EIO))
+	wg.Wait()
+	b.Starts = b.Starts[:0]
+	for i, e := range exts {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		before := len(b.Starts)
+		starts, err := formats.Split(b.Data[offs[i]:offs[i+1]], e.off, b.Starts)
+		if err != nil {
+			return fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+		}
+		for j := before; j < len(starts); j++ {
+			starts[j] += offs[i]
+		}
+		b.Starts = starts
+		if got := len(starts) - before; got != int(e.records) {
+			return fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, got, e.records)
+		}
 	}
-	l.blocksRead.Add(1)
-	l.bytesRead.Add(int64(n))
 	return nil
 }
 
-// split records where each record of block id starts, checking both CRCs.
-func (l *Loader) split(b *Buf, id int32, at int64) error {
-	blk := l.ix.Blocks[id]
-	before := len(b.Starts)
-	starts, err := formats.Split(b.Data[at:at+blk.Len], blk.Offset, b.Starts)
+// open opens source file i after checking that it is the file that was
+// indexed.
+func (l *Loader) open(i int32) (*os.File, error) {
+	path := l.ix.Path(i)
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("block %d of %s: %w; the source changed since indexing, remount to reindex", id, l.ix.Path(blk.File), err)
+		return nil, fmt.Errorf("%w (the source changed since indexing; remount to reindex)", err)
 	}
-	for i := before; i < len(starts); i++ {
-		starts[i] += at
+	want := l.ix.Files[i]
+	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
+		f.Close()
+		return nil, fmt.Errorf("%s: file changed since indexing (size %d, was %d); remount to reindex: %w",
+			path, fi.Size(), want.Size, syscall.ESTALE)
 	}
-	b.Starts = starts
-	if got := len(starts) - before; got != int(blk.Records) {
-		return fmt.Errorf("block %d of %s at offset %d: %d records, index says %d; remount to reindex", id, l.ix.Path(blk.File), blk.Offset, got, blk.Records)
+	return f, nil
+}
+
+// readExtent reads one extent with one pread.
+func (l *Loader) readExtent(f *os.File, e extent, dst []byte, record bool) error {
+	n, err := f.ReadAt(dst, e.off)
+	if n < len(dst) {
+		return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, n, len(dst), errors.Join(err, syscall.EIO))
 	}
+	if record {
+		l.recordsRead.Add(1)
+	} else {
+		l.blocksRead.Add(1)
+	}
+	l.bytesRead.Add(int64(n))
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
-const sidecarVersion = 1
+const sidecarVersion = 2
 
 const sidecarMagic = "corgifs-index"
 

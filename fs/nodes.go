@@ -96,16 +96,19 @@ func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil {
 		return nil, syscall.ENOENT
 	}
-	p := &partNode{root: d.root, plan: plan}
+	p := &partNode{root: d.root, epoch: d.epoch, part: i, parts: k, size: plan.Size}
 	p.attr(&out.Attr)
 	return d.NewInode(ctx, p, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
-// partNode is one part file. Its plan, and so its size, is fixed at lookup.
+// partNode is one part file. It keeps only its size: the plan is made
+// again at open, so that the kernel's cache of looked-up names does not
+// pin plans (a record-level plan holds 4 bytes per record).
 type partNode struct {
 	gofs.Inode
-	root *rootNode
-	plan *shuffler.Plan
+	root               *rootNode
+	epoch, part, parts int
+	size               int64
 }
 
 var (
@@ -115,7 +118,7 @@ var (
 
 func (p *partNode) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
-	a.Size = uint64(p.plan.Size)
+	a.Size = uint64(p.size)
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = 1 << 20
 	setTimes(a, p.root.mtime)
@@ -131,7 +134,12 @@ func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	s := shuffler.NewStream(p.root.cfg.Planner, p.root.cfg.Loader, p.plan)
+	plan, err := p.root.cfg.Planner.Plan(p.epoch, p.part, p.parts)
+	if err != nil {
+		p.root.cfg.Logger.Error("open: no plan", "err", err)
+		return nil, 0, syscall.EIO
+	}
+	s := shuffler.NewStream(p.root.cfg.Planner, p.root.cfg.Loader, plan)
 	// The bytes of a part never change, so pages cached by the kernel from
 	// an earlier open stay valid.
 	return &partHandle{s: s, log: p.root.cfg.Logger}, fuse.FOPEN_KEEP_CACHE, 0

@@ -60,14 +60,20 @@ type Params struct {
 	MaxMemory int64 // one part's double buffer must fit
 }
 
-// Buffer is a group of blocks whose records are served together.
+// Buffer is a group of blocks, or of single records, served together.
 type Buffer struct {
-	Blocks  []int32
-	Start   int64 // offset of the buffer's first byte in the part
+	Blocks  []int32 // whole blocks; or
+	Records []int32 // single records, in served order (Index.Record ids)
+	Start   int64   // offset of the buffer's first byte in the part
 	Size    int64
-	Records int
+	Count   int    // records in the buffer
 	Seed    uint64 // of the record permutation
-	Shuffle bool   // false: records keep their source order
+	Shuffle bool   // false: records keep their order
+}
+
+// Unit is what the loader reads for the buffer.
+func (b *Buffer) Unit() blockcache.Unit {
+	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records}
 }
 
 // Plan is the order of one part of one epoch.
@@ -80,13 +86,33 @@ type Plan struct {
 	Capped             bool  // Target was lowered to fit MaxMemory
 }
 
-// strategy chooses the blocks of a part, in order, and whether records are
-// shuffled inside buffers.
-type strategy func(pl *Planner, epoch, part, parts int) (blocks []int32, shuffle bool)
+// order is what a strategy decides for a part: its blocks in order, with
+// or without shuffling records inside buffers; or its records in order.
+type order struct {
+	Blocks  []int32
+	Shuffle bool
+	Records []int32
+}
+
+type strategy func(pl *Planner, epoch, part, parts int) order
 
 var strategies = map[string]strategy{
 	"corgipile": corgipile,
+	"block":     blockOnly,
 	"none":      none,
+	"window":    window,
+	"full":      full,
+	"once":      once,
+}
+
+// Describe says in one line what each strategy does, for --help.
+var Describe = map[string]string{
+	"corgipile": "random blocks, records shuffled inside each buffer (CorgiPile)",
+	"block":     "random blocks, records in source order inside each block",
+	"none":      "source order",
+	"window":    "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage",
+	"full":      "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage",
+	"once":      "one uniform permutation reused every epoch: reads records one by one, slow on cold storage",
 }
 
 // Strategies lists the strategy names, sorted.
@@ -133,10 +159,14 @@ func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
 	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
 		return nil, fmt.Errorf("no part %d of %d in epoch %d", part, parts, epoch)
 	}
-	blocks, shuffle := pl.strategy(pl, epoch, part, parts)
+	o := pl.strategy(pl, epoch, part, parts)
+	ids, bytes, records := o.Blocks, pl.blockBytes, pl.blockRecords
+	if o.Records != nil {
+		ids, bytes, records = o.Records, pl.recordBytes, one
+	}
 	var size int64
-	for _, b := range blocks {
-		size += pl.ix.Blocks[b].Len
+	for _, id := range ids {
+		size += bytes(id)
 	}
 	p := &Plan{Epoch: epoch, Part: part, Parts: parts, Size: size}
 	p.Target, p.Capped = pl.target(size)
@@ -147,35 +177,44 @@ func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
 	var cur Buffer
 	var done int64
 	start := 0
-	for i, id := range blocks {
-		blk := pl.ix.Blocks[id]
-		g := int64(len(p.Buffers))
-		if cur.Records > 0 && (cur.Size+blk.Len > p.Target || (done+blk.Len/2)*nbuf > (g+1)*size) {
-			p.add(&cur, blocks[start:i], shuffle, pl.p.Seed)
-			start = i
+	add := func(end int) {
+		g := len(p.Buffers)
+		u := ids[start:end:end]
+		if o.Records != nil {
+			cur.Records = u
+		} else {
+			cur.Blocks = u
 		}
-		cur.Size += blk.Len
-		cur.Records += int(blk.Records)
-		done += blk.Len
+		if g > 0 {
+			cur.Start = p.Buffers[g-1].Start + p.Buffers[g-1].Size
+		}
+		cur.Shuffle = o.Shuffle
+		cur.Seed = Derive(pl.p.Seed, purposeRecords, uint64(epoch), uint64(part), uint64(parts), uint64(g))
+		p.Buffers = append(p.Buffers, cur)
+		p.Records += int64(cur.Count)
+		cur = Buffer{}
+		start = end
 	}
-	if cur.Records > 0 {
-		p.add(&cur, blocks[start:], shuffle, pl.p.Seed)
+	for i, id := range ids {
+		n := bytes(id)
+		g := int64(len(p.Buffers))
+		if cur.Count > 0 && (cur.Size+n > p.Target || (done+n/2)*nbuf > (g+1)*size) {
+			add(i)
+		}
+		cur.Size += n
+		cur.Count += records(id)
+		done += n
+	}
+	if cur.Count > 0 {
+		add(len(ids))
 	}
 	return p, nil
 }
 
-func (p *Plan) add(cur *Buffer, blocks []int32, shuffle bool, seed uint64) {
-	g := len(p.Buffers)
-	cur.Blocks = blocks[:len(blocks):len(blocks)]
-	if g > 0 {
-		cur.Start = p.Buffers[g-1].Start + p.Buffers[g-1].Size
-	}
-	cur.Shuffle = shuffle
-	cur.Seed = Derive(seed, purposeRecords, uint64(p.Epoch), uint64(p.Part), uint64(p.Parts), uint64(g))
-	p.Buffers = append(p.Buffers, *cur)
-	p.Records += int64(cur.Records)
-	*cur = Buffer{}
-}
+func (pl *Planner) blockBytes(id int32) int64  { return pl.ix.Blocks[id].Len }
+func (pl *Planner) blockRecords(id int32) int  { return int(pl.ix.Blocks[id].Records) }
+func (pl *Planner) recordBytes(id int32) int64 { return int64(pl.ix.Frames[id]) }
+func one(int32) int                            { return 1 }
 
 // target is the buffer size for a part of partBytes: the --buffer setting,
 // lowered so that two buffers (the one served and the one prefetched) fit in
@@ -203,19 +242,86 @@ func slice(n, part, parts int) (lo, hi int) {
 
 // corgipile permutes all blocks per epoch and gives each part a contiguous
 // slice of that permutation; records are shuffled inside each buffer.
-func corgipile(pl *Planner, epoch, part, parts int) ([]int32, bool) {
+func corgipile(pl *Planner, epoch, part, parts int) order {
 	perm := make([]int32, len(pl.ix.Blocks))
 	permute(perm, Derive(pl.p.Seed, purposeBlocks, uint64(epoch)))
 	lo, hi := slice(len(perm), part, parts)
-	return perm[lo:hi], true
+	return order{Blocks: perm[lo:hi], Shuffle: true}
+}
+
+// blockOnly is corgipile without the shuffle inside buffers (the paper's
+// Block-Only Shuffle).
+func blockOnly(pl *Planner, epoch, part, parts int) order {
+	o := corgipile(pl, epoch, part, parts)
+	o.Shuffle = false
+	return o
 }
 
 // none serves the source order, split into contiguous parts.
-func none(pl *Planner, epoch, part, parts int) ([]int32, bool) {
+func none(pl *Planner, epoch, part, parts int) order {
 	lo, hi := slice(len(pl.ix.Blocks), part, parts)
-	blocks := make([]int32, hi-lo)
-	for i := range blocks {
-		blocks[i] = int32(lo + i)
+	return order{Blocks: span(lo, hi)}
+}
+
+func span(lo, hi int) []int32 {
+	ids := make([]int32, hi-lo)
+	for i := range ids {
+		ids[i] = int32(lo + i)
 	}
-	return blocks, false
+	return ids
+}
+
+// full permutes all records anew every epoch (the paper's Epoch Shuffle).
+func full(pl *Planner, epoch, part, parts int) order {
+	return permutedRecords(pl, Derive(pl.p.Seed, purposeFull, uint64(epoch)), part, parts)
+}
+
+// once permutes all records once and serves that order every epoch.
+func once(pl *Planner, epoch, part, parts int) order {
+	return permutedRecords(pl, Derive(pl.p.Seed, purposeOnce), part, parts)
+}
+
+func permutedRecords(pl *Planner, seed uint64, part, parts int) order {
+	perm := make([]int32, len(pl.ix.Frames))
+	permute(perm, seed)
+	lo, hi := slice(len(perm), part, parts)
+	return order{Records: perm[lo:hi]}
+}
+
+// window is the sliding-window shuffle of tf.data's Dataset.shuffle: part i
+// takes a contiguous slice of the source records; a window of W records is
+// filled in source order, and each step emits a uniformly chosen slot and
+// refills it with the next record. W holds about --buffer bytes of records.
+func window(pl *Planner, epoch, part, parts int) order {
+	lo, hi := slice(len(pl.ix.Frames), part, parts)
+	src := span(lo, hi)
+	var bytes int64
+	for _, r := range src {
+		bytes += int64(pl.ix.Frames[r])
+	}
+	w := 1
+	if len(src) > 0 {
+		t, _ := pl.target(bytes)
+		w = max(1, int(t/(bytes/int64(len(src))+1)))
+	}
+	var g generator
+	g.seed(Derive(pl.p.Seed, purposeWindow, uint64(epoch), uint64(part), uint64(parts)))
+	out := make([]int32, 0, len(src))
+	win := make([]int32, 0, min(w, len(src)))
+	next := 0
+	for ; next < len(src) && len(win) < w; next++ {
+		win = append(win, src[next])
+	}
+	for len(win) > 0 {
+		j := g.below(uint64(len(win)))
+		out = append(out, win[j])
+		if next < len(src) {
+			win[j] = src[next]
+			next++
+		} else {
+			win[j] = win[len(win)-1]
+			win = win[:len(win)-1]
+		}
+	}
+	return order{Records: out}
 }

@@ -18,6 +18,9 @@ func fixedIndex() *blockcache.Index {
 		n := int32(3 + b%4)
 		blk := blockcache.Block{File: int32(b % 3), Records: n, Offset: int64(b) * 1000, Len: int64(n) * 100}
 		ix.Blocks = append(ix.Blocks, blk)
+		for range n {
+			ix.Frames = append(ix.Frames, 100)
+		}
 		ix.Records += int64(n)
 		ix.Bytes += blk.Len
 	}
@@ -33,46 +36,87 @@ func newPlanner(t *testing.T, strategy string, buf BufferSize) *Planner {
 	return pl
 }
 
-func TestPlanPartsHoldEveryBlockOnce(t *testing.T) {
+func TestPlanPartsHoldEveryRecordOnce(t *testing.T) {
 	for _, strategy := range Strategies() {
 		for _, k := range []int{1, 3, 8, 25} {
 			pl := newPlanner(t, strategy, BufferSize{Percent: 30})
+			ix := pl.Index()
 			for e := range 3 {
 				var all []int32
-				counts := map[int]bool{}
+				lo, hi := 1<<30, 0
 				for i := range k {
 					p, err := pl.Plan(e, i, k)
 					if err != nil {
 						t.Fatal(err)
 					}
-					n := 0
+					units := 0
 					var size int64
 					for g, b := range p.Buffers {
 						if b.Start != size {
 							t.Fatalf("%s e%d part %d/%d buffer %d starts at %d, want %d", strategy, e, i, k, g, b.Start, size)
 						}
 						size += b.Size
-						n += len(b.Blocks)
-						all = append(all, b.Blocks...)
+						units += len(b.Blocks) + len(b.Records)
+						all = append(all, b.Records...)
+						for _, id := range b.Blocks {
+							for r := range ix.Blocks[id].Records {
+								all = append(all, int32(ix.BlockRecords(id))+r)
+							}
+						}
 					}
 					if size != p.Size {
 						t.Fatalf("buffer sizes add up to %d, plan size %d", size, p.Size)
 					}
-					counts[n] = true
+					lo, hi = min(lo, units), max(hi, units)
 				}
 				slices.Sort(all)
-				if len(all) != 20 || all[0] != 0 || all[19] != 19 || len(slices.Compact(all)) != 20 {
-					t.Fatalf("%s e%d K=%d: blocks %v, want each of 0..19 once", strategy, e, k, all)
-				}
-				lo, hi := 1<<30, 0
-				for n := range counts {
-					lo, hi = min(lo, n), max(hi, n)
+				n := len(ix.Frames)
+				if len(all) != n || all[0] != 0 || all[n-1] != int32(n-1) || len(slices.Compact(all)) != n {
+					t.Fatalf("%s e%d K=%d: %d records, want each of 0..%d once", strategy, e, k, len(all), n-1)
 				}
 				if hi-lo > 1 {
-					t.Fatalf("%s K=%d: block counts per part range %d..%d, want a spread of at most one", strategy, k, lo, hi)
+					t.Fatalf("%s K=%d: blocks or records per part range %d..%d, want a spread of at most one", strategy, k, lo, hi)
 				}
 			}
 		}
+	}
+}
+
+func TestWindowShuffleStaysWithinItsWindow(t *testing.T) {
+	// With a window of W records, the record served at step k comes from
+	// source positions [0, k+W): it can never run ahead by more than W.
+	pl := newPlanner(t, "window", BufferSize{Bytes: 1000}) // 10 records of 100 bytes
+	p, _ := pl.Plan(0, 0, 1)
+	k := 0
+	moved := false
+	for _, b := range p.Buffers {
+		for _, r := range b.Records {
+			if int(r) >= k+10 {
+				t.Fatalf("step %d served record %d, beyond a window of 10", k, r)
+			}
+			moved = moved || int(r) != k
+			k++
+		}
+	}
+	if !moved {
+		t.Fatal("window served the source order")
+	}
+}
+
+func TestOnceRepeatsAndFullChangesAcrossEpochs(t *testing.T) {
+	order := func(strategy string, e int) []int32 {
+		p, _ := newPlanner(t, strategy, BufferSize{Percent: 10}).Plan(e, 0, 1)
+		var all []int32
+		for _, b := range p.Buffers {
+			all = append(all, b.Records...)
+		}
+		return all
+	}
+	if !slices.Equal(order("once", 0), order("once", 3)) {
+		t.Error("once: epochs 0 and 3 differ")
+	}
+	if slices.Equal(order("full", 0), order("full", 3)) {
+		t.Error("full: epochs 0 and 3 are the same")
 	}
 }
 
@@ -110,6 +154,10 @@ func TestPlanGolden(t *testing.T) {
 		{"corgipile", 0, 0, 1, `[14 10] [2 5 8 3 6 7 9 0 4 1][9 15] [0 5 6 7 2 3 9 4 1 8][5 13] [6 0 7 4 5 3 2 1][6 12 16] [8 1 2 6 7 10 0 5 9 3 4][4 11] [2 8 4 7 3 1 5 6 0][18 7] [10 3 0 5 6 2 7 4 9 1 8][2 8] [0 2 4 1 6 5 7 3][19 0] [2 4 7 3 6 0 1 5 8][1 3] [5 7 9 6 3 1 2 0 8 4][17] [3 2 1 0]`},
 		{"corgipile", 1, 0, 1, `[5 4 17] [7 6 1 9 2 5 10 3 0 8 4][0 9 12] [9 3 5 7 1 2 0 4 8 6][16 11] [5 4 2 7 0 6 1 8 3][10 13] [4 3 8 1 7 5 0 2 6][6 15] [9 5 3 0 4 7 8 6 1 10 2][8 18] [6 7 5 3 4 2 0 1][14 7] [1 0 10 9 4 8 2 5 3 7 6][2 3] [9 0 1 6 2 5 10 7 3 4 8][1 19] [4 9 2 6 5 0 8 3 1 7]`},
 		{"corgipile", 0, 1, 3, `[6 12 16] [0 7 3 8 9 10 6 1 2 4 5][4 11] [3 5 1 0 8 4 6 7 2][18 7] [9 5 3 6 0 2 7 4 10 8 1]`},
+		{"block", 0, 0, 2, `[14 10] [0 1 2 3 4 5 6 7 8 9][9 15] [0 1 2 3 4 5 6 7 8 9][5 13] [0 1 2 3 4 5 6 7][6 12 16] [0 1 2 3 4 5 6 7 8 9 10][4] [0 1 2]`},
+		{"window", 1, 1, 2, `r[54 49 47 50 56 60 55 53 57 62 52]r[45 58 46 68 59 66 71 61 63 75 74 69]r[48 79 51 76 65 83 80 70 86 77 88]r[81 73 84 64 78 72 67 89 82 87 85]`},
+		{"full", 1, 0, 3, `r[11 72 61 77 0 74 26 69 64 82]r[13 17 45 56 52 20 59 27 9 8]r[32 47 23 18 63 39 40 49 7 1]`},
+		{"once", 2, 2, 3, `r[7 33 10 89 4 48 29 60 72 67]r[75 31 74 5 86 77 64 65 18 36]r[40 80 30 81 26 59 46 14 44 28]`},
 		{"none", 0, 2, 3, `[13 14] [0 1 2 3 4 5 6 7 8][15 16] [0 1 2 3 4 5 6 7 8][17 18] [0 1 2 3 4 5 6 7 8][19] [0 1 2 3 4 5]`},
 	}
 	for _, c := range cases {
@@ -120,13 +168,17 @@ func TestPlanGolden(t *testing.T) {
 		}
 		got := ""
 		for _, b := range p.Buffers {
-			perm := make([]uint32, b.Records)
+			perm := make([]uint32, b.Count)
 			if b.Shuffle {
 				permute(perm, b.Seed)
 			} else {
 				for i := range perm {
 					perm[i] = uint32(i)
 				}
+			}
+			if b.Records != nil {
+				got += fmt.Sprint("r", b.Records)
+				continue
 			}
 			got += fmt.Sprint(b.Blocks, perm)
 		}

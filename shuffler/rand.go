@@ -19,6 +19,9 @@ func splitmix64(x uint64) uint64 {
 const (
 	purposeBlocks  = 1 // the block permutation of an epoch
 	purposeRecords = 2 // the record permutation inside a buffer
+	purposeFull    = 3 // the record permutation of an epoch (full)
+	purposeOnce    = 4 // the one record permutation (once)
+	purposeWindow  = 5 // the draws of the sliding window
 )
 
 // Derive mixes a seed with a list of integers: h = sm(seed), then

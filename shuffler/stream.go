@@ -112,16 +112,16 @@ func (s *Stream) enter(ctx context.Context, g int) error {
 	s.unpin()
 	s.buf, s.cur = nil, -1
 	b := &s.plan.Buffers[g]
-	buf, err := s.ld.Get(ctx, b.Blocks)
+	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
 		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
 	}
-	if len(buf.Starts) != b.Records {
+	if len(buf.Starts) != b.Count {
 		s.ld.Release(buf)
-		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Records)
+		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Count)
 	}
 	s.buf, s.cur, s.pinned = buf, g, true
-	n := b.Records
+	n := b.Count
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	s.src = slices.Grow(s.src[:0], n)[:n]
 	s.out = slices.Grow(s.out[:0], n+1)[:n+1]
@@ -144,12 +144,12 @@ func (s *Stream) enter(ctx context.Context, g int) error {
 // prefetch starts loading what a sequential reader needs after buffer g.
 func (s *Stream) prefetch(g int) {
 	if g+1 < len(s.plan.Buffers) {
-		s.ld.Prefetch(s.plan.Buffers[g+1].Blocks)
+		s.ld.Prefetch(s.plan.Buffers[g+1].Unit())
 		return
 	}
 	next, err := s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 	if err == nil && len(next.Buffers) > 0 {
-		s.ld.Prefetch(next.Buffers[0].Blocks)
+		s.ld.Prefetch(next.Buffers[0].Unit())
 	}
 }
 
@@ -169,6 +169,15 @@ func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
 	for g := range s.plan.Buffers {
 		if err := s.enter(ctx, g); err != nil {
 			return err
+		}
+		if recs := s.plan.Buffers[g].Records; recs != nil {
+			for _, r := range recs {
+				f, off, n := ix.Record(r)
+				if err := fn(RecordRef{f, off, n}); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		// Slab offsets map back to files through the blocks laid out in order.
 		blocks := s.plan.Buffers[g].Blocks

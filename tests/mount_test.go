@@ -22,20 +22,26 @@ import (
 // smallFlags make a few-megabyte dataset span many blocks and buffers.
 var smallFlags = []string{"--block-size", "64KiB", "--buffer", "256KiB", "--seed", "11"}
 
+var allStrategies = []string{"corgipile", "block", "none", "window", "full", "once"}
+
 func TestEveryRecordServedExactlyOncePerEpoch(t *testing.T) {
 	src := genSynthetic(t, 20000, 16, 4, 5, "clustered")
 	want := sortedHashes(sourceRecords(t, src))
-	m := startMount(t, src, smallFlags...)
-	for _, k := range []int{1, 3, 8} {
-		for e := range 3 {
-			var got [][32]byte
-			for i := range k {
-				got = append(got, hashes(frames(t, m.read(e, i, k)))...)
+	for _, strategy := range allStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			m := startMount(t, src, append(smallFlags, "--strategy", strategy)...)
+			for _, k := range []int{1, 3, 8} {
+				for e := range 2 {
+					var got [][32]byte
+					for i := range k {
+						got = append(got, hashes(frames(t, m.read(e, i, k)))...)
+					}
+					if !slices.Equal(sortedHashes(got), want) {
+						t.Fatalf("epoch %d with %d parts: %d records served, want each of the %d source records once", e, k, len(got), len(want))
+					}
+				}
 			}
-			if !slices.Equal(sortedHashes(got), want) {
-				t.Fatalf("epoch %d with %d parts: %d records served, want each of the %d source records once", e, k, len(got), len(want))
-			}
-		}
+		})
 	}
 }
 
@@ -70,28 +76,42 @@ func TestPartSizeAtStatEqualsBytesServed(t *testing.T) {
 
 func TestMountsWithSameSeedServeIdenticalBytes(t *testing.T) {
 	src := genSynthetic(t, 8000, 16, 4, 4, "clustered")
-	a := startMount(t, src, smallFlags...)
-	b := startMount(t, src, smallFlags...)
-	c := startMount(t, src, "--block-size", "64KiB", "--buffer", "256KiB", "--seed", "12")
-	for _, k := range []int{1, 2} {
-		for i := range k {
-			x, y := a.read(0, i, k), b.read(0, i, k)
-			if !bytes.Equal(x, y) {
-				t.Fatalf("part %d/%d differs between two mounts with the same seed", i, k)
+	for _, strategy := range allStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			a := startMount(t, src, append(smallFlags, "--strategy", strategy)...)
+			b := startMount(t, src, append(smallFlags, "--strategy", strategy)...)
+			c := startMount(t, src, "--block-size", "64KiB", "--buffer", "256KiB", "--seed", "12", "--strategy", strategy)
+			for _, k := range []int{1, 2} {
+				for i := range k {
+					x, y := a.read(0, i, k), b.read(0, i, k)
+					if !bytes.Equal(x, y) {
+						t.Fatalf("part %d/%d differs between two mounts with the same seed", i, k)
+					}
+					// none and once serve the same order every epoch and for every seed.
+					same := strategy == "none" || strategy == "once"
+					if bytes.Equal(x, a.read(1, i, k)) != same {
+						t.Fatalf("part %d/%d: epochs 0 and 1 identical: %v, want %v", i, k, !same, same)
+					}
+					if bytes.Equal(x, c.read(0, i, k)) != (strategy == "none") {
+						t.Fatalf("part %d/%d: seeds 11 and 12 give identical bytes: %v", i, k, strategy != "none")
+					}
+				}
 			}
-			if bytes.Equal(x, a.read(1, i, k)) {
-				t.Fatalf("part %d/%d: epochs 0 and 1 are identical", i, k)
-			}
-			if bytes.Equal(x, c.read(0, i, k)) {
-				t.Fatalf("part %d/%d: seeds 11 and 12 give identical bytes", i, k)
-			}
-		}
+		})
 	}
 }
 
 func TestReadsAtAnyOffsetEqualSequentialRead(t *testing.T) {
 	src := genSynthetic(t, 10000, 16, 4, 3, "clustered")
-	m := startMount(t, src, smallFlags...)
+	for _, strategy := range allStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			m := startMount(t, src, append(smallFlags, "--strategy", strategy)...)
+			randomReadsMatch(t, m)
+		})
+	}
+}
+
+func randomReadsMatch(t *testing.T, m *mount) {
 	whole := m.read(2, 0, 1)
 	f, err := os.Open(m.part(2, 0, 1))
 	if err != nil {

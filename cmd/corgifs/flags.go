@@ -82,8 +82,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	if !order {
 		return
 	}
-	fs.StringVar(&d.strategy, "strategy", "corgipile", "order `strategy`: "+strings.Join(shuffler.Strategies(), ", ")+
-		"\n(corgipile: random blocks, records shuffled per buffer; none: source order)")
+	fs.StringVar(&d.strategy, "strategy", "corgipile", "order `strategy`, one of:"+strategyHelp())
 	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
@@ -198,4 +197,12 @@ func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 		return nil, errUsage
 	}
 	return pos, nil
+}
+
+func strategyHelp() string {
+	var b strings.Builder
+	for _, n := range shuffler.Strategies() {
+		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Describe[n])
+	}
+	return b.String()
 }
