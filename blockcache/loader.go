@@ -369,6 +369,12 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		l.free = slices.Delete(l.free, best, best+1)
 		return l.ready(b, n)
 	}
+	// Evict nothing unless the reservation then succeeds: a prefetch that is
+	// skipped anyway, or a Get that waits anyway, must not throw away
+	// cached Bufs.
+	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict) {
+		return nil
+	}
 	for l.used+n > l.budget {
 		if len(l.free) > 0 {
 			f := l.free[len(l.free)-1]
@@ -397,6 +403,28 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	return l.ready(&Buf{Data: make([]byte, 0, n)}, n)
 }
 
+// canFree reports whether reserve can free need bytes: the free slabs, then
+// idle Bufs from the front up to the first it may not evict. l.mu must be
+// held.
+func (l *Loader) canFree(need int64, evict bool) bool {
+	for _, f := range l.free {
+		need -= int64(cap(f.Data))
+	}
+	for e := l.idle.Front(); need > 0 && e != nil; e = e.Next() {
+		v := e.Value.(*Buf)
+		if !evict && v.prefetched {
+			return false
+		}
+		select {
+		case <-v.ready:
+		default:
+			return false
+		}
+		need -= int64(cap(v.Data))
+	}
+	return need <= 0
+}
+
 func (l *Loader) ready(b *Buf, n int64) *Buf {
 	b.Data = b.Data[:n]
 	b.ready = make(chan struct{})
@@ -409,6 +437,11 @@ func (l *Loader) load(b *Buf) {
 		close(b.ready)
 		// Get may be waiting for this Buf to become evictable.
 		l.mu.Lock()
+		if b.err != nil && b.refs == 0 && !b.dropped {
+			// A failed prefetch that nobody holds: forget it, so that the
+			// next Get reads again instead of returning a stale error.
+			l.drop(b)
+		}
 		l.signal()
 		l.mu.Unlock()
 	}()
@@ -436,7 +469,7 @@ func (l *Loader) read(b *Buf) error {
 		exts[i] = e
 		offs[i+1] = offs[i] + e.n
 		if files[e.file] == nil {
-			f, err := l.open(e.file)
+			f, err := l.open(e.file, e.off)
 			if err != nil {
 				return err
 			}
@@ -479,19 +512,19 @@ func (l *Loader) read(b *Buf) error {
 	return nil
 }
 
-// open opens source file i after checking that it is the file that was
-// indexed.
-func (l *Loader) open(i int32) (*os.File, error) {
+// open opens source file i, to read at off first, after checking that it
+// is the file that was indexed.
+func (l *Loader) open(i int32, off int64) (*os.File, error) {
 	path := l.ix.Path(i)
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w (the source changed since indexing; remount to reindex)", err)
+		return nil, fmt.Errorf("read at offset %d: %w (the source changed since indexing; remount to reindex)", off, err)
 	}
 	want := l.ix.Files[i]
 	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
 		f.Close()
-		return nil, fmt.Errorf("%s: file changed since indexing (size %d, was %d); remount to reindex: %w",
-			path, fi.Size(), want.Size, syscall.ESTALE)
+		return nil, fmt.Errorf("read %s at offset %d: file changed since indexing (size %d, was %d; modified %s, was %s); remount to reindex: %w",
+			path, off, fi.Size(), want.Size, fi.ModTime().Format(time.RFC3339Nano), time.Unix(0, want.Mtime).Format(time.RFC3339Nano), syscall.ESTALE)
 	}
 	return f, nil
 }

@@ -54,7 +54,12 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 		return nil, false, err
 	}
 	if o.CacheDir != "" {
-		if rel, err := filepath.Rel(root, o.CacheDir); err == nil && !strings.HasPrefix(rel, "..") {
+		// Both paths absolute: filepath.Rel fails on a relative CacheDir,
+		// which would skip the check. A name such as "..cache" is inside.
+		if o.CacheDir, err = filepath.Abs(o.CacheDir); err != nil {
+			return nil, false, err
+		}
+		if rel, err := filepath.Rel(root, o.CacheDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 			return nil, false, fmt.Errorf("cache directory %s is inside the source %s; corgifs never writes inside the source (choose another --cache-dir)", o.CacheDir, root)
 		}
 	}

@@ -65,6 +65,9 @@ func (s *Stream) unpin() {
 // ReadAt fills p with the bytes at off. It returns fewer bytes than len(p)
 // only at the end of the stream (and 0 past it) or on error.
 func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read at negative offset %d", off)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.unpin()

@@ -1,0 +1,722 @@
+package shuffler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/formats"
+)
+
+const (
+	streamBlockSize = 16 << 10
+	streamBuffer    = 64 << 10
+	streamMemory    = 1 << 20
+)
+
+// srcRecord is one record of the test dataset as the test wrote it.
+type srcRecord struct {
+	file     int32
+	off, len int64
+}
+
+// streamFixture is a real dataset on disk: three TFRecord files of records
+// of random lengths 0..3000 bytes, indexed in 16 KiB blocks.
+type streamFixture struct {
+	paths   []string
+	files   [][]byte
+	records []srcRecord // in file order, which is the index's record order
+	ix      *blockcache.Index
+}
+
+func newStreamFixture(t testing.TB) *streamFixture {
+	t.Helper()
+	root := t.TempDir()
+	r := rand.New(rand.NewPCG(2024, 7))
+	fill := rand.NewChaCha8([32]byte{1})
+	f := &streamFixture{}
+	id := 0
+	for i, n := range []int{700, 900, 800} {
+		var buf bytes.Buffer
+		w := formats.NewWriter(&buf)
+		for range n {
+			p := make([]byte, r.IntN(3001))
+			fill.Read(p)
+			for j := 0; j < 4 && j < len(p); j++ { // records of 4+ bytes are unique
+				p[j] = byte(id >> (8 * j))
+			}
+			id++
+			off := w.Written()
+			if err := w.Write(p); err != nil {
+				t.Fatal(err)
+			}
+			f.records = append(f.records, srcRecord{int32(i), off, w.Written() - off})
+		}
+		path := filepath.Join(root, fmt.Sprintf("part-%d.tfrecord", i))
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f.paths = append(f.paths, path)
+		f.files = append(f.files, buf.Bytes())
+	}
+	ix, err := blockcache.Build(t.Context(), root, blockcache.Options{BlockSize: streamBlockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Records != int64(len(f.records)) {
+		t.Fatalf("index has %d records, wrote %d", ix.Records, len(f.records))
+	}
+	f.ix = ix
+	return f
+}
+
+func (f *streamFixture) planner(t testing.TB, strategy string, buffer int64) *Planner {
+	t.Helper()
+	pl, err := NewPlanner(f.ix, Params{Strategy: strategy, Seed: 42, Buffer: BufferSize{Bytes: buffer}, MaxMemory: streamMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
+}
+
+func (f *streamFixture) loader() *blockcache.Loader {
+	return blockcache.NewLoader(f.ix, blockcache.LoaderOptions{MaxMemory: streamMemory})
+}
+
+func (f *streamFixture) frame(r srcRecord) []byte { return f.files[r.file][r.off : r.off+r.len] }
+
+// expected computes what a stream of plan must serve, from the plan and the
+// test's own copy of the files: the bytes, and where each record comes from.
+func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef) {
+	t.Helper()
+	var out []byte
+	var refs []RecordRef
+	for g, b := range plan.Buffers {
+		if int64(len(out)) != b.Start {
+			t.Fatalf("buffer %d starts at %d, the buffers before it hold %d bytes", g, b.Start, len(out))
+		}
+		var recs []srcRecord
+		for _, id := range b.Records {
+			recs = append(recs, f.records[id])
+		}
+		for _, id := range b.Blocks {
+			blk := f.ix.Blocks[id]
+			i := slices.IndexFunc(f.records, func(r srcRecord) bool { return r.file == blk.File && r.off == blk.Offset })
+			if i < 0 {
+				t.Fatalf("block %d does not start at a record", id)
+			}
+			recs = append(recs, f.records[i:i+int(blk.Records)]...)
+		}
+		perm := make([]uint32, len(recs))
+		for i := range perm {
+			perm[i] = uint32(i)
+		}
+		if b.Shuffle {
+			permute(perm, b.Seed)
+		}
+		for _, k := range perm {
+			r := recs[k]
+			out = append(out, f.frame(r)...)
+			refs = append(refs, RecordRef{r.file, r.off, r.len})
+		}
+	}
+	if int64(len(out)) != plan.Size {
+		t.Fatalf("buffers hold %d bytes, plan says %d", len(out), plan.Size)
+	}
+	return out, refs
+}
+
+// readAll reads [from, to) of s sequentially, chunk bytes at a time,
+// checking that every read is full until the end of the stream.
+func readAll(t testing.TB, s *Stream, chunk int, from, to int64) []byte {
+	t.Helper()
+	out := make([]byte, 0, to-from)
+	p := make([]byte, chunk)
+	for off := from; off < to; {
+		n, err := s.ReadAt(t.Context(), p, off)
+		if err != nil {
+			t.Fatalf("ReadAt(%d bytes at %d): %v", chunk, off, err)
+		}
+		if want := min(int64(chunk), s.Size()-off); int64(n) != want {
+			t.Fatalf("ReadAt(%d bytes at %d) = %d bytes, want %d", chunk, off, n, want)
+		}
+		out = append(out, p[:n]...)
+		off += int64(n)
+	}
+	return out[:min(int64(len(out)), to-from)]
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// partsOf returns the plans of all parts of epoch.
+func partsOf(t testing.TB, pl *Planner, epoch, parts int) []*Plan {
+	t.Helper()
+	var plans []*Plan
+	for i := range parts {
+		p, err := pl.Plan(epoch, i, parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	return plans
+}
+
+// partCounts says into how many parts each strategy is cut in the
+// slower tests: the block strategies of the brief in 1 and 3, the others in 2.
+func partCounts() []struct {
+	strategy string
+	parts    []int
+} {
+	var out []struct {
+		strategy string
+		parts    []int
+	}
+	for _, s := range Strategies() {
+		parts := []int{2}
+		if s == "corgipile" || s == "none" {
+			parts = []int{1, 3}
+		}
+		out = append(out, struct {
+			strategy string
+			parts    []int
+		}{s, parts})
+	}
+	return out
+}
+
+func TestStreamChunkedReadsGiveIdenticalBytes(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, tc := range partCounts() {
+		for _, k := range tc.parts {
+			t.Run(fmt.Sprintf("%s/K=%d", tc.strategy, k), func(t *testing.T) {
+				pl := f.planner(t, tc.strategy, streamBuffer)
+				ld := f.loader()
+				for _, plan := range partsOf(t, pl, 0, k) {
+					want, _ := f.expected(t, plan)
+					s := NewStream(pl, ld, plan)
+					if len(plan.Buffers) < 3 {
+						t.Fatalf("part %d has %d buffers: too few to cross boundaries", plan.Part, len(plan.Buffers))
+					}
+					for _, chunk := range []int{997, 4096, 65535, 65536, 65537, 300000, int(plan.Size), int(plan.Size) + 1000} {
+						if got := readAll(t, s, chunk, 0, plan.Size); !bytes.Equal(got, want) {
+							t.Fatalf("part %d read in chunks of %d differs at byte %d of %d", plan.Part, chunk, firstDiff(got, want), len(want))
+						}
+					}
+					// Tiny reads only around two buffer boundaries and the end:
+					// they are slow.
+					for _, at := range []int64{plan.Buffers[1].Start, plan.Buffers[2].Start, plan.Size} {
+						from, to := at-1500, min(at+1500, plan.Size)
+						for _, chunk := range []int{1, 3, 16, 17, 61} {
+							if got := readAll(t, s, chunk, from, to); !bytes.Equal(got, want[from:to]) {
+								t.Fatalf("part %d [%d, %d) read in chunks of %d differs at byte %d", plan.Part, from, to, chunk, from+int64(firstDiff(got, want[from:to])))
+							}
+						}
+					}
+					s.Close()
+				}
+				if s := ld.Stats(); s.MemoryPeak > streamMemory {
+					t.Fatalf("memory peak %d over the budget %d", s.MemoryPeak, streamMemory)
+				}
+			})
+		}
+	}
+}
+
+func TestStreamRandomReadAtMatchesSequentialBytes(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range Strategies() {
+		t.Run(strategy, func(t *testing.T) {
+			pl := f.planner(t, strategy, streamBuffer)
+			plan, err := pl.Plan(1, 1, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewStream(pl, f.loader(), plan)
+			defer s.Close()
+			want := readAll(t, s, 1<<20, 0, plan.Size)
+			if oracle, _ := f.expected(t, plan); !bytes.Equal(want, oracle) {
+				t.Fatalf("sequential read differs from the plan at byte %d", firstDiff(want, oracle))
+			}
+			r := rand.New(rand.NewPCG(3, 4))
+			p := make([]byte, 150000)
+			for i := range 600 {
+				var off int64
+				switch i % 4 {
+				case 0:
+					off = r.Int64N(plan.Size + 5000) // sometimes past the end
+				case 1: // around a buffer boundary
+					off = max(0, plan.Buffers[r.IntN(len(plan.Buffers))].Start+r.Int64N(201)-100)
+				case 2: // near the end
+					off = plan.Size - r.Int64N(3000) + 100
+				case 3:
+					off = r.Int64N(plan.Size)
+				}
+				var n int
+				switch r.IntN(4) {
+				case 0:
+					n = r.IntN(20)
+				case 1:
+					n = r.IntN(4097)
+				case 2:
+					n = r.IntN(len(p) + 1)
+				case 3: // up to just past the next buffer boundary
+					g := slices.IndexFunc(plan.Buffers, func(b Buffer) bool { return b.Start > off })
+					if g < 0 {
+						n = r.IntN(5000)
+					} else {
+						n = int(min(plan.Buffers[g].Start-off+int64(r.IntN(50)), int64(len(p))))
+					}
+				}
+				for j := range p[:n] {
+					p[j] = 0xa5
+				}
+				got, err := s.ReadAt(t.Context(), p[:n], off)
+				if err != nil {
+					t.Fatalf("ReadAt(%d bytes at %d): %v", n, off, err)
+				}
+				wantN := int(max(0, min(int64(n), plan.Size-off)))
+				if got != wantN {
+					t.Fatalf("ReadAt(%d bytes at %d) of a %d-byte stream = %d bytes, want %d", n, off, plan.Size, got, wantN)
+				}
+				if wantN > 0 && !bytes.Equal(p[:got], want[off:off+int64(got)]) {
+					t.Fatalf("ReadAt(%d bytes at %d) differs at byte %d", n, off, off+int64(firstDiff(p[:got], want[off:])))
+				}
+				for j := got; j < n; j++ {
+					if p[j] != 0xa5 {
+						t.Fatalf("ReadAt(%d bytes at %d) wrote past the %d bytes it returned", n, off, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestStreamConcurrentReadersOfOneStreamSeeTheSameBytes(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	plan, err := pl.Plan(0, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := f.expected(t, plan)
+	s := NewStream(pl, f.loader(), plan)
+	defer s.Close()
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			p := make([]byte, 100000)
+			for range 150 {
+				off, n := r.Int64N(plan.Size), r.IntN(len(p))
+				got, err := s.ReadAt(t.Context(), p[:n], off)
+				if err != nil || !bytes.Equal(p[:got], want[off:min(off+int64(n), plan.Size)]) {
+					t.Errorf("ReadAt(%d bytes at %d): %d bytes, err %v, bytes right %v", n, off, got, err, err == nil && bytes.Equal(p[:got], want[off:off+int64(got)]))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestStreamPartsServeEverySourceRecordOnce(t *testing.T) {
+	f := newStreamFixture(t)
+	source := map[string]int{}
+	for _, r := range f.records {
+		source[string(f.frame(r))]++
+	}
+	var sourceOrder []byte
+	for _, d := range f.files {
+		sourceOrder = append(sourceOrder, d...)
+	}
+	for _, strategy := range Strategies() {
+		for _, k := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s/K=%d", strategy, k), func(t *testing.T) {
+				pl := f.planner(t, strategy, streamBuffer)
+				ld := f.loader()
+				for epoch := range 2 {
+					served := map[string]int{}
+					var all []byte
+					for _, plan := range partsOf(t, pl, epoch, k) {
+						s := NewStream(pl, ld, plan)
+						data := readAll(t, s, 64<<10, 0, plan.Size)
+						s.Close()
+						starts, err := formats.Split(data, 0, nil)
+						if err != nil {
+							t.Fatalf("epoch %d part %d does not split into frames: %v", epoch, plan.Part, err)
+						}
+						if int64(len(starts)) != plan.Records {
+							t.Fatalf("epoch %d part %d serves %d records, plan says %d", epoch, plan.Part, len(starts), plan.Records)
+						}
+						for i, st := range starts {
+							end := int64(len(data))
+							if i+1 < len(starts) {
+								end = starts[i+1]
+							}
+							served[string(data[st:end])]++
+						}
+						all = append(all, data...)
+					}
+					if len(served) != len(source) {
+						t.Fatalf("epoch %d: %d distinct records served, source has %d", epoch, len(served), len(source))
+					}
+					for rec, n := range source {
+						if served[rec] != n {
+							t.Fatalf("epoch %d: a record of %d bytes written %d times is served %d times", epoch, len(rec), n, served[rec])
+						}
+					}
+					inOrder := bytes.Equal(all, sourceOrder)
+					if want := strategy == "none"; inOrder != want {
+						t.Fatalf("epoch %d: served in source order %v, want %v", epoch, inOrder, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestStreamWalkPointsAtTheServedRecords(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range Strategies() {
+		t.Run(strategy, func(t *testing.T) {
+			pl := f.planner(t, strategy, streamBuffer)
+			ld := f.loader()
+			seen := map[RecordRef]int{}
+			for _, plan := range partsOf(t, pl, 1, 3) {
+				s := NewStream(pl, ld, plan)
+				var refs []RecordRef
+				if err := s.Walk(t.Context(), func(r RecordRef) error { refs = append(refs, r); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				data := readAll(t, s, 50000, 0, plan.Size)
+				s.Close()
+				if _, want := f.expected(t, plan); !slices.Equal(refs, want) {
+					t.Fatalf("part %d: Walk gives %d refs, differing from the plan's %d", plan.Part, len(refs), len(want))
+				}
+				var at int64
+				for i, r := range refs {
+					if r.File < 0 || int(r.File) >= len(f.files) || r.Offset < 0 || r.Offset+r.Len > int64(len(f.files[r.File])) {
+						t.Fatalf("part %d ref %d %+v points outside the source", plan.Part, i, r)
+					}
+					src := f.files[r.File][r.Offset : r.Offset+r.Len]
+					if at+r.Len > int64(len(data)) || !bytes.Equal(src, data[at:at+r.Len]) {
+						t.Fatalf("part %d record %d: source frame at %+v differs from the served bytes at %d", plan.Part, i, r, at)
+					}
+					at += r.Len
+					seen[r]++
+				}
+				if at != plan.Size {
+					t.Fatalf("part %d: refs cover %d bytes, stream has %d", plan.Part, at, plan.Size)
+				}
+			}
+			for _, r := range f.records {
+				if n := seen[RecordRef{r.file, r.off, r.len}]; n != 1 {
+					t.Fatalf("source record %+v walked %d times over all parts", r, n)
+				}
+			}
+			if len(seen) != len(f.records) {
+				t.Fatalf("%d refs walked, source has %d records", len(seen), len(f.records))
+			}
+		})
+	}
+}
+
+func TestStreamWalkStopsAtTheCallbacksError(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	plan, _ := pl.Plan(0, 0, 1)
+	s := NewStream(pl, f.loader(), plan)
+	defer s.Close()
+	stop := errors.New("enough")
+	calls := 0
+	err := s.Walk(t.Context(), func(RecordRef) error {
+		calls++
+		if calls == 10 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 10 {
+		t.Fatalf("Walk returned %v after %d calls", err, calls)
+	}
+}
+
+// eventually polls cond for up to 10 seconds.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
+
+// mallocs counts the heap allocations of fn, in every goroutine.
+func mallocs(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.Mallocs - a.Mallocs
+}
+
+func TestStreamSequentialReadDoesNotAllocatePerRecord(t *testing.T) {
+	f := newStreamFixture(t)
+	const chunk = 64 << 10
+	t.Run("chunk within a buffer", func(t *testing.T) {
+		// Buffers of 512 KiB (half the memory) hold several 64 KiB chunks.
+		pl := f.planner(t, "corgipile", streamMemory/2)
+		plan, _ := pl.Plan(0, 0, 1)
+		ld := f.loader()
+		s := NewStream(pl, ld, plan)
+		defer s.Close()
+		b := plan.Buffers[0]
+		chunks := int(b.Size / chunk)
+		if chunks < 4 {
+			t.Fatalf("buffer 0 holds %d bytes: too small", b.Size)
+		}
+		want, _ := f.expected(t, plan)
+		p := make([]byte, chunk)
+		i := 0
+		read := func() {
+			off := b.Start + int64(i%chunks)*chunk
+			i++
+			if n, err := s.ReadAt(t.Context(), p, off); n != chunk || err != nil || !bytes.Equal(p, want[off:off+chunk]) {
+				t.Fatalf("ReadAt(%d at %d): %d, %v", chunk, off, n, err)
+			}
+		}
+		read() // loads the buffer and prefetches the next
+		// The prefetch's allocations must not land in the count.
+		eventually(t, func() bool { return ld.Stats().BuffersLoaded == 2 })
+		perChunk := testing.AllocsPerRun(100, read)
+		// The same read in 64 pieces of 1 KiB: if allocations grew with the
+		// records copied they would differ.
+		small := make([]byte, chunk/64)
+		perSmall := testing.AllocsPerRun(100, func() {
+			off := b.Start + int64(i%(chunks*64))*int64(len(small))
+			i++
+			if n, err := s.ReadAt(t.Context(), small, off); n != len(small) || err != nil {
+				t.Fatalf("ReadAt: %d, %v", n, err)
+			}
+		})
+		t.Logf("allocations per ReadAt within one buffer: %v for 64 KiB (~%d records), %v for 1 KiB", perChunk, chunk/1500, perSmall)
+		// Not 0: the Release that unpins the buffer after every read
+		// allocates twice in the loader, a container/list element to put
+		// the Buf back on the idle list and a new channel in signal. That is
+		// per read, never per record; this bound catches any growth.
+		if perChunk > 2 {
+			t.Errorf("a 64 KiB ReadAt within the current buffer allocates %v times, want at most 2", perChunk)
+		}
+		if perSmall != perChunk {
+			t.Errorf("allocations per ReadAt depend on its size: %v for 64 KiB, %v for 1 KiB", perChunk, perSmall)
+		}
+	})
+	t.Run("whole epoch", func(t *testing.T) {
+		for _, tc := range []struct {
+			strategy string
+			buffer   int64
+		}{{"corgipile", streamBuffer}, {"none", streamBuffer}, {"corgipile", streamMemory / 2}, {"none", streamMemory / 2}} {
+			pl := f.planner(t, tc.strategy, tc.buffer)
+			plan, _ := pl.Plan(0, 0, 1)
+			s := NewStream(pl, f.loader(), plan)
+			p := make([]byte, chunk)
+			reads := 0
+			n := mallocs(func() {
+				for off := int64(0); off < plan.Size; off += chunk {
+					if _, err := s.ReadAt(t.Context(), p, off); err != nil {
+						t.Fatal(err)
+					}
+					reads++
+				}
+			})
+			s.Close()
+			// Allocations follow buffers and reads, not records: each buffer
+			// load (its slab, extent tables, file opens, worker goroutines,
+			// the growth of its record table, the prefetch of the next) costs
+			// about 40-50, each read 2 (see above), the next epoch's plan a
+			// few. 64 per buffer + 4 per read + 100 bounds that with room.
+			bound := uint64(64*len(plan.Buffers) + 4*reads + 100)
+			t.Logf("%s, %d KiB buffers: %d allocations for %d records, %d buffers, %d reads (bound %d)",
+				tc.strategy, tc.buffer>>10, n, plan.Records, len(plan.Buffers), reads, bound)
+			if n > bound {
+				t.Errorf("%s: reading an epoch of %d records in %d buffers allocated %d times, want at most %d", tc.strategy, plan.Records, len(plan.Buffers), n, bound)
+			}
+			// With buffers of ~300 records, far fewer allocations than records.
+			if tc.buffer == streamMemory/2 && n > uint64(plan.Records/4) {
+				t.Errorf("%s: %d allocations for %d records, want at most a quarter", tc.strategy, n, plan.Records)
+			}
+		}
+	})
+}
+
+func TestStreamSequentialReaderHitsPrefetch(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range Strategies() {
+		for _, chunk := range []int{4096, 64 << 10, 200000} {
+			t.Run(fmt.Sprintf("%s/chunk=%d", strategy, chunk), func(t *testing.T) {
+				pl := f.planner(t, strategy, streamBuffer)
+				ld := f.loader()
+				plan, _ := pl.Plan(0, 0, 1)
+				s := NewStream(pl, ld, plan)
+				readAll(t, s, chunk, 0, plan.Size)
+				s.Close()
+				st := ld.Stats()
+				if st.PrefetchHits < int64(len(plan.Buffers)-1) {
+					t.Fatalf("%d prefetch hits for %d buffers read in order, want at least %d: %+v", st.PrefetchHits, len(plan.Buffers), len(plan.Buffers)-1, st)
+				}
+				if st.MemoryPeak > streamMemory {
+					t.Fatalf("memory peak %d over the budget", st.MemoryPeak)
+				}
+				// The last buffer prefetched the first of the next epoch.
+				next, _ := pl.Plan(1, 0, 1)
+				s = NewStream(pl, ld, next)
+				defer s.Close()
+				if n, err := s.ReadAt(t.Context(), make([]byte, 10), 0); n != 10 || err != nil {
+					t.Fatalf("ReadAt: %d, %v", n, err)
+				}
+				if got := ld.Stats().PrefetchHits; got != st.PrefetchHits+1 {
+					t.Fatalf("first read of the next epoch: prefetch hits %d -> %d, want one more", st.PrefetchHits, got)
+				}
+			})
+		}
+	}
+}
+
+func TestStreamIdleOpenStreamDoesNotHoldTheBudget(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	plans := partsOf(t, pl, 0, 2)
+	// Room for two buffers: one stream's and one more.
+	ld := blockcache.NewLoader(f.ix, blockcache.LoaderOptions{MaxMemory: 2*streamBuffer + 1})
+	idle, busy := NewStream(pl, ld, plans[0]), NewStream(pl, ld, plans[1])
+	defer idle.Close()
+	defer busy.Close()
+	wantIdle, _ := f.expected(t, plans[0])
+	wantBusy, _ := f.expected(t, plans[1])
+	p := make([]byte, 1000)
+	if _, err := idle.ReadAt(t.Context(), p, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	got := make([]byte, 0, plans[1].Size)
+	q := make([]byte, 64<<10)
+	for off := int64(0); off < plans[1].Size; {
+		n, err := busy.ReadAt(ctx, q, off)
+		if err != nil {
+			t.Fatalf("the busy stream is stuck behind the idle one: %v", err)
+		}
+		got = append(got, q[:n]...)
+		off += int64(n)
+	}
+	if !bytes.Equal(got, wantBusy) {
+		t.Fatal("busy stream bytes differ")
+	}
+	// The idle stream's buffer was evicted; it reads again correctly.
+	if got := readAll(t, idle, 64<<10, 0, plans[0].Size); !bytes.Equal(got, wantIdle) {
+		t.Fatal("idle stream bytes differ after its buffer was evicted")
+	}
+	if s := ld.Stats(); s.Evictions == 0 || s.MemoryPeak > s.MemoryBudget {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestStreamPartsReadConcurrentlyThroughOneLoader(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range []string{"corgipile", "full"} {
+		t.Run(strategy, func(t *testing.T) {
+			pl := f.planner(t, strategy, streamBuffer)
+			ld := blockcache.NewLoader(f.ix, blockcache.LoaderOptions{MaxMemory: 5 * streamBuffer})
+			var wg sync.WaitGroup
+			for _, plan := range partsOf(t, pl, 0, 4) {
+				want, _ := f.expected(t, plan)
+				wg.Go(func() {
+					s := NewStream(pl, ld, plan)
+					defer s.Close()
+					r := rand.New(rand.NewPCG(uint64(plan.Part), 5))
+					var got []byte
+					p := make([]byte, 100000)
+					for off := int64(0); off < plan.Size; {
+						n, err := s.ReadAt(t.Context(), p[:1+r.IntN(len(p))], off)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						got = append(got, p[:n]...)
+						off += int64(n)
+					}
+					if !bytes.Equal(got, want) {
+						t.Errorf("part %d differs at byte %d", plan.Part, firstDiff(got, want))
+					}
+				})
+			}
+			wg.Wait()
+			if s := ld.Stats(); s.MemoryPeak > s.MemoryBudget {
+				t.Fatalf("memory peak %d over the budget %d", s.MemoryPeak, s.MemoryBudget)
+			}
+		})
+	}
+}
+
+func TestStreamReportsAChangedSourceAndRecovers(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "none", streamBuffer)
+	plan, _ := pl.Plan(0, 0, 1)
+	want, _ := f.expected(t, plan)
+	s := NewStream(pl, f.loader(), plan)
+	defer s.Close()
+	fi, err := os.Stat(f.paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(f.paths[0], 100); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 1000)
+	n, err := s.ReadAt(t.Context(), p, 0)
+	if err == nil || n != 0 || !strings.Contains(err.Error(), f.paths[0]) || !strings.Contains(err.Error(), "buffer 0") {
+		t.Fatalf("ReadAt of a truncated source: %d bytes, err %v", n, err)
+	}
+	if err := os.WriteFile(f.paths[0], f.files[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f.paths[0], fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, s, 64<<10, 0, plan.Size); !bytes.Equal(got, want) {
+		t.Fatal("bytes differ after the source was restored")
+	}
+}
+
+func TestStreamReadAtNegativeOffsetFails(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	plan, _ := pl.Plan(0, 0, 1)
+	s := NewStream(pl, f.loader(), plan)
+	defer s.Close()
+	for _, off := range []int64{-1, -5000, -1 << 63} {
+		if n, err := s.ReadAt(t.Context(), make([]byte, 10), off); n != 0 || err == nil {
+			t.Fatalf("ReadAt at %d: %d bytes, err %v; want an error", off, n, err)
+		}
+	}
+}
