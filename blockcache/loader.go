@@ -1,7 +1,6 @@
 package blockcache
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -71,8 +70,11 @@ type Buf struct {
 	// prefetched is set while a Buf loaded ahead of time waits for its first
 	// user, so that the first Get counts as a prefetch hit.
 	prefetched bool
-	elem       *list.Element // in Loader.idle while refs == 0
-	dropped    bool          // evicted: Data may belong to another Buf now
+	// prev and next link the Buf into Loader's idle list while refs == 0;
+	// an intrusive list, so that a Release allocates nothing.
+	prev, next *Buf
+	idle       bool
+	dropped    bool // evicted: Data may belong to another Buf now
 }
 
 // RecordLen returns the frame length of record i.
@@ -121,13 +123,15 @@ type Loader struct {
 	seed   maphash.Seed
 	sem    chan struct{}
 
-	mu      sync.Mutex
-	used    int64
-	peak    int64
-	bufs    map[uint64][]*Buf
-	idle    *list.List // Bufs with refs == 0, least recently used at the front
-	free    []*Buf     // evicted Bufs whose slabs can be reused
-	changed chan struct{}
+	mu   sync.Mutex
+	used int64
+	peak int64
+	bufs map[uint64][]*Buf
+	// Bufs with refs == 0, least recently used at the front.
+	idleHead, idleTail *Buf
+	waiters            int    // Gets waiting for memory
+	free               []*Buf // evicted Bufs whose slabs can be reused
+	changed            chan struct{}
 
 	blocksRead, recordsRead                    atomic.Int64
 	bytesRead, buffersLoaded                   atomic.Int64
@@ -147,7 +151,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	return &Loader{
 		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(),
 		sem:  make(chan struct{}, o.InFlight),
-		bufs: make(map[uint64][]*Buf), idle: list.New(), changed: make(chan struct{}),
+		bufs: make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}
 }
 
@@ -226,22 +230,24 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 		}
 		l.memoryWaits.Add(1)
 		ch := l.changed
+		l.waiters++
 		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			l.mu.Lock()
+			l.waiters--
+			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		l.mu.Lock()
+		l.waiters--
 	}
 }
 
 // acquire takes a reference to a Buf found in the table. l.mu must be held.
 func (l *Loader) acquire(b *Buf) {
-	if b.elem != nil {
-		l.idle.Remove(b.elem)
-		b.elem = nil
-	}
+	l.removeIdle(b)
 	b.refs++
 	if b.prefetched {
 		b.prefetched = false
@@ -261,10 +267,7 @@ func (l *Loader) Reacquire(b *Buf) bool {
 	if b.dropped {
 		return false
 	}
-	if b.elem != nil {
-		l.idle.Remove(b.elem)
-		b.elem = nil
-	}
+	l.removeIdle(b)
 	b.refs++
 	return true
 }
@@ -309,7 +312,7 @@ func (l *Loader) Prefetch(u Unit) {
 	}
 	b.unit, b.hash, b.prefetched = u.clone(), h, true
 	l.bufs[h] = append(l.bufs[h], b)
-	b.elem = l.idle.PushBack(b) // evictable, but only after older idle Bufs
+	l.pushIdle(b) // evictable, but only after older idle Bufs
 	l.prefetchIssued.Add(1)
 	go l.load(b)
 }
@@ -325,14 +328,45 @@ func (l *Loader) Release(b *Buf) {
 	if b.err != nil {
 		l.drop(b)
 	} else {
-		b.elem = l.idle.PushBack(b)
+		l.pushIdle(b)
 	}
 	l.signal()
 }
 
+// signal wakes the Gets waiting for memory. l.mu must be held.
 func (l *Loader) signal() {
+	if l.waiters == 0 {
+		return
+	}
 	close(l.changed)
 	l.changed = make(chan struct{})
+}
+
+func (l *Loader) pushIdle(b *Buf) {
+	b.idle, b.prev, b.next = true, l.idleTail, nil
+	if l.idleTail != nil {
+		l.idleTail.next = b
+	} else {
+		l.idleHead = b
+	}
+	l.idleTail = b
+}
+
+func (l *Loader) removeIdle(b *Buf) {
+	if !b.idle {
+		return
+	}
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		l.idleHead = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	} else {
+		l.idleTail = b.prev
+	}
+	b.idle, b.prev, b.next = false, nil, nil
 }
 
 // drop removes b from the table and keeps its slab for reuse. l.mu must be held.
@@ -345,10 +379,7 @@ func (l *Loader) drop(b *Buf) {
 	} else {
 		l.bufs[b.hash] = list
 	}
-	if b.elem != nil {
-		l.idle.Remove(b.elem)
-		b.elem = nil
-	}
+	l.removeIdle(b)
 	b.dropped = true
 	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0]})
 }
@@ -357,17 +388,8 @@ func (l *Loader) drop(b *Buf) {
 // one is large enough, and evicting idle Bufs if evict is set. It returns nil
 // when the budget cannot be met. l.mu must be held.
 func (l *Loader) reserve(n int64, evict bool) *Buf {
-	// The smallest free slab that fits wastes the least.
-	best := -1
-	for i, f := range l.free {
-		if int64(cap(f.Data)) >= n && (best < 0 || cap(f.Data) < cap(l.free[best].Data)) {
-			best = i
-		}
-	}
-	if best >= 0 {
-		b := l.free[best]
-		l.free = slices.Delete(l.free, best, best+1)
-		return l.ready(b, n)
+	if b := l.reuse(n); b != nil {
+		return b
 	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
@@ -382,11 +404,10 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 			l.used -= int64(cap(f.Data))
 			continue
 		}
-		e := l.idle.Front()
-		if e == nil || !evict && e.Value.(*Buf).prefetched {
+		victim := l.idleHead
+		if victim == nil || !evict && victim.prefetched {
 			return nil
 		}
-		victim := e.Value.(*Buf)
 		select {
 		case <-victim.ready:
 		default:
@@ -394,6 +415,9 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		}
 		l.evictions.Add(1)
 		l.drop(victim)
+		if b := l.reuse(n); b != nil {
+			return b // the victim's slab is large enough
+		}
 		f := l.free[len(l.free)-1]
 		l.free = l.free[:len(l.free)-1]
 		l.used -= int64(cap(f.Data))
@@ -410,8 +434,7 @@ func (l *Loader) canFree(need int64, evict bool) bool {
 	for _, f := range l.free {
 		need -= int64(cap(f.Data))
 	}
-	for e := l.idle.Front(); need > 0 && e != nil; e = e.Next() {
-		v := e.Value.(*Buf)
+	for v := l.idleHead; need > 0 && v != nil; v = v.next {
 		if !evict && v.prefetched {
 			return false
 		}
@@ -423,6 +446,23 @@ func (l *Loader) canFree(need int64, evict bool) bool {
 		need -= int64(cap(v.Data))
 	}
 	return need <= 0
+}
+
+// reuse returns a Buf on the smallest free slab of at least n bytes, the
+// one that wastes least, or nil. l.mu must be held.
+func (l *Loader) reuse(n int64) *Buf {
+	best := -1
+	for i, f := range l.free {
+		if int64(cap(f.Data)) >= n && (best < 0 || cap(f.Data) < cap(l.free[best].Data)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	b := l.free[best]
+	l.free = slices.Delete(l.free, best, best+1)
+	return l.ready(b, n)
 }
 
 func (l *Loader) ready(b *Buf, n int64) *Buf {

@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/gob"
@@ -15,7 +16,7 @@ import (
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
-const sidecarVersion = 2
+const sidecarVersion = 3
 
 const sidecarMagic = "corgifs-index"
 
@@ -137,11 +138,26 @@ func loadSidecar(path string, want sidecarHeader) (*Index, string) {
 	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") {
 		return nil, "index sidecar belongs to other parameters"
 	}
+	var body sidecarBody
+	if err := dec.Decode(&body); err != nil {
+		return nil, "index sidecar " + path + " is corrupt: " + err.Error()
+	}
+	if sha256.Sum256(body.Index) != body.Sum {
+		return nil, "index sidecar " + path + " is corrupt: checksum mismatch"
+	}
 	var ix Index
-	if err := dec.Decode(&ix); err != nil {
+	if err := gob.NewDecoder(bytes.NewReader(body.Index)).Decode(&ix); err != nil {
 		return nil, "index sidecar " + path + " is corrupt: " + err.Error()
 	}
 	return &ix, ""
+}
+
+// sidecarBody carries the encoded index with its SHA-256, so that a damaged
+// sidecar is rebuilt rather than trusted: gob alone would decode many
+// damaged files into a wrong index.
+type sidecarBody struct {
+	Sum   [32]byte
+	Index []byte
 }
 
 // saveSidecar writes the index atomically: a temporary file renamed into place.
@@ -160,7 +176,12 @@ func saveSidecar(dir string, h sidecarHeader, ix *Index) error {
 		tmp.Close()
 		return err
 	}
-	if err := enc.Encode(ix); err != nil {
+	var body bytes.Buffer
+	if err := gob.NewEncoder(&body).Encode(ix); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := enc.Encode(sidecarBody{Sum: sha256.Sum256(body.Bytes()), Index: body.Bytes()}); err != nil {
 		tmp.Close()
 		return err
 	}

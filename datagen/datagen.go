@@ -1,7 +1,9 @@
-// Package datagen makes synthetic datasets of tf.train.Example records in
-// TFRecord files, for testing and benchmarking corgifs. A dataset is a pure
-// function of its options, so the same options always give byte-identical
-// files, and its records can be laid out sorted by class or shuffled.
+// Package datagen makes datasets of tf.train.Example records in TFRecord
+// files, for testing and benchmarking corgifs: synthetic ones (Synthetic),
+// and Fashion-MNIST converted from its idx files (FashionMNIST). A dataset
+// is a pure function of its options and inputs, so the same options always
+// give byte-identical files, and its records can be laid out sorted by class
+// or shuffled.
 package datagen
 
 import (
@@ -13,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/tfexample"
@@ -35,7 +38,7 @@ const CenterRadius = 2.5
 const (
 	LabelFeature = "label"    // int64_list: the class, in [0, Classes)
 	ValueFeature = "features" // float_list: Features values
-	IDFeature    = "id"       // int64_list: the record's index in label-sorted order
+	IDFeature    = "id"       // int64_list: Synthetic: the record's index in label-sorted order; FashionMNIST: its index in the idx file
 )
 
 // Streams of the generators, the second PCG seed word. Every record has its
@@ -130,59 +133,43 @@ func (s Synthetic) Write(ctx context.Context, dir string, progress func(bytesWri
 	g := newGenerator(s)
 	var order []uint32
 	if !s.Clustered {
-		order = s.permutation()
+		order = permutation(s.Seed, streamOrder, s.Records)
 	}
 
-	var temps []string
-	success := false
-	defer func() {
-		if !success {
-			for _, t := range temps {
-				os.Remove(t)
-			}
-		}
-	}()
-	bw := bufio.NewWriterSize(nil, bufSize)
-	var total int64
+	fw := newFileWriter(progress)
+	defer fw.abort()
 	next := 0 // position in the written sequence
 	for i := range s.Files {
 		n := s.Records / s.Files
 		if i < s.Records%s.Files {
 			n++
 		}
-		tmp := filepath.Join(dir, "."+s.FileName(i)+".tmp")
-		temps = append(temps, tmp)
-		written, err := g.writeFile(ctx, tmp, bw, next, next+n, order, func(w int64) {
-			if progress != nil {
-				progress(total + w)
+		from := next
+		err := fw.writeFile(ctx, filepath.Join(dir, s.FileName(i)), n, func(k int) []byte {
+			id := from + k
+			if order != nil {
+				id = int(order[id])
 			}
+			return g.record(id)
 		})
 		if err != nil {
 			return Summary{}, fmt.Errorf("datagen: writing %s: %w", s.FileName(i), err)
 		}
-		total += written
 		next += n
 	}
-
-	sum := Summary{Records: s.Records, Bytes: total}
-	for i, tmp := range temps {
-		path := filepath.Join(dir, s.FileName(i))
-		if err := os.Rename(tmp, path); err != nil {
-			return Summary{}, fmt.Errorf("datagen: %w", err)
-		}
-		sum.Files = append(sum.Files, path)
+	if err := fw.commit(); err != nil {
+		return Summary{}, fmt.Errorf("datagen: %w", err)
 	}
-	success = true
-	return sum, nil
+	return fw.summary(0, s.Files), nil
 }
 
-// permutation returns a uniformly random permutation of the record ids,
-// made by a Fisher-Yates shuffle whose bounded draws are done here (see
+// permutation returns a uniformly random permutation of [0, n), drawn from
+// the PCG generator (seed, stream) by a Fisher-Yates shuffle whose bounded draws are done here (see
 // uint64n) so that the order does not depend on math/rand/v2 internals
 // beyond PCG itself.
-func (s Synthetic) permutation() []uint32 {
-	src := rand.NewPCG(s.Seed, streamOrder)
-	p := make([]uint32, s.Records)
+func permutation(seed, stream uint64, n int) []uint32 {
+	src := rand.NewPCG(seed, stream)
+	p := make([]uint32, n)
 	for i := range p {
 		p[i] = uint32(i)
 	}
@@ -269,47 +256,103 @@ func (g *generator) record(id int) []byte {
 	return g.buf
 }
 
-// writeFile writes the records at positions [from, to) of the written
-// sequence to a new file at path, through bw, and returns the file's size.
-// order maps positions to ids; nil means the identity.
-func (g *generator) writeFile(ctx context.Context, path string, bw *bufio.Writer, from, to int, order []uint32, progress func(int64)) (n int64, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+// A fileWriter writes TFRecord files under hidden temporary names next to
+// their final paths; commit renames them all into place, and abort removes
+// whatever was not committed. It reuses one write buffer for every file.
+type fileWriter struct {
+	bw        *bufio.Writer
+	progress  func(int64) // may be nil
+	total     int64       // bytes in the files finished so far
+	temps     []string
+	paths     []string
+	sizes     []int64
+	records   []int
+	committed bool
+}
+
+func newFileWriter(progress func(bytesWritten int64)) *fileWriter {
+	return &fileWriter{bw: bufio.NewWriterSize(nil, bufSize), progress: progress}
+}
+
+// writeFile writes n records, record(0) to record(n-1), to a new temporary
+// file that commit will rename to path. The slice returned by record needs
+// to stay valid only until the next call.
+func (fw *fileWriter) writeFile(ctx context.Context, path string, n int, record func(k int) []byte) (err error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
-		return 0, err
+		return err
 	}
+	fw.temps = append(fw.temps, tmp)
 	defer func() {
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	bw.Reset(f)
-	w := formats.NewWriter(bw)
-	for pos := from; pos < to; pos++ {
-		if (pos-from)%checkEvery == 0 {
+	report := func(written int64) {
+		if fw.progress != nil {
+			fw.progress(fw.total + written)
+		}
+	}
+	fw.bw.Reset(f)
+	w := formats.NewWriter(fw.bw)
+	for k := range n {
+		if k%checkEvery == 0 {
 			if err := ctx.Err(); err != nil {
-				return 0, err
+				return err
 			}
-			if pos > from {
-				progress(w.Written())
+			if k > 0 {
+				report(w.Written())
 			}
 		}
-		id := pos
-		if order != nil {
-			id = int(order[pos])
-		}
-		if err := w.Write(g.record(id)); err != nil {
-			return 0, err
+		if err := w.Write(record(k)); err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return err
 	}
-	if err := bw.Flush(); err != nil {
-		return 0, err
+	if err := fw.bw.Flush(); err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
-		return 0, err
+		return err
 	}
-	progress(w.Written())
-	return w.Written(), nil
+	report(w.Written())
+	fw.total += w.Written()
+	fw.paths = append(fw.paths, path)
+	fw.sizes = append(fw.sizes, w.Written())
+	fw.records = append(fw.records, n)
+	return nil
+}
+
+// commit renames every file written into place.
+func (fw *fileWriter) commit() error {
+	for i, tmp := range fw.temps {
+		if err := os.Rename(tmp, fw.paths[i]); err != nil {
+			return err
+		}
+	}
+	fw.committed = true
+	return nil
+}
+
+// abort removes the temporary files, unless commit succeeded.
+func (fw *fileWriter) abort() {
+	if fw.committed {
+		return
+	}
+	for _, tmp := range fw.temps {
+		os.Remove(tmp)
+	}
+}
+
+// summary describes files [from, to) of those written, in order.
+func (fw *fileWriter) summary(from, to int) Summary {
+	sum := Summary{Files: slices.Clone(fw.paths[from:to])}
+	for i := from; i < to; i++ {
+		sum.Records += fw.records[i]
+		sum.Bytes += fw.sizes[i]
+	}
+	return sum
 }

@@ -520,12 +520,8 @@ func TestStreamSequentialReadDoesNotAllocatePerRecord(t *testing.T) {
 			}
 		})
 		t.Logf("allocations per ReadAt within one buffer: %v for 64 KiB (~%d records), %v for 1 KiB", perChunk, chunk/1500, perSmall)
-		// Not 0: the Release that unpins the buffer after every read
-		// allocates twice in the loader, a container/list element to put
-		// the Buf back on the idle list and a new channel in signal. That is
-		// per read, never per record; this bound catches any growth.
-		if perChunk > 2 {
-			t.Errorf("a 64 KiB ReadAt within the current buffer allocates %v times, want at most 2", perChunk)
+		if perChunk != 0 {
+			t.Errorf("a 64 KiB ReadAt within the current buffer allocates %v times, want 0", perChunk)
 		}
 		if perSmall != perChunk {
 			t.Errorf("allocations per ReadAt depend on its size: %v for 64 KiB, %v for 1 KiB", perChunk, perSmall)

@@ -1,0 +1,239 @@
+package validator
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	// gonum/plot draws real axes (ticks chosen for the data range, labels),
+	// legends, titles and line styles, and writes both SVG and PNG from one
+	// drawing, which hand-written SVG would have to reinvent, badly.
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// A Report holds the runs of one comparison, one per strategy.
+type Report struct {
+	Runs []Run `json:"runs"`
+}
+
+// A Run is the training of one model on the orders of one strategy, such
+// as "corgipile", "shuffle" or "clustered".
+type Run struct {
+	Strategy string  `json:"strategy"`
+	Epochs   []Epoch `json:"epochs"`
+}
+
+// An Epoch holds the measurements of one epoch of a Run.
+type Epoch struct {
+	Epoch     int     `json:"epoch"`      // from 0
+	TrainLoss float64 `json:"train_loss"` // mean training loss over the epoch (EpochStats)
+	TrainAcc  float64 `json:"train_acc"`  // training accuracy over the epoch (EpochStats)
+	TestAcc   float64 `json:"test_acc"`   // test accuracy after the epoch
+	Seconds   float64 `json:"seconds"`    // time of the training pass
+}
+
+// epochs returns the epoch numbers that occur in any run, in order.
+func (r Report) epochs() []int {
+	var es []int
+	for _, run := range r.Runs {
+		for _, e := range run.Epochs {
+			es = append(es, e.Epoch)
+		}
+	}
+	slices.Sort(es)
+	return slices.Compact(es)
+}
+
+// WriteTable writes the report as plain-text tables, one per measure (test
+// accuracy, training loss, training accuracy, seconds), each with a row per
+// epoch and a column per strategy, so that strategies compare along a row.
+func WriteTable(w io.Writer, r Report) error {
+	measures := []struct {
+		title  string
+		format string
+		value  func(Epoch) float64
+	}{
+		{"test accuracy (%)", "%.2f", func(e Epoch) float64 { return 100 * e.TestAcc }},
+		{"training loss (mean over the epoch)", "%.4f", func(e Epoch) float64 { return e.TrainLoss }},
+		{"training accuracy (%, over the epoch)", "%.2f", func(e Epoch) float64 { return 100 * e.TrainAcc }},
+		{"seconds per epoch (training pass)", "%.2f", func(e Epoch) float64 { return e.Seconds }},
+	}
+	epochs := r.epochs()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for i, m := range measures {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		// A title line without tabs is not part of the aligned columns.
+		fmt.Fprintf(tw, "%s\n", m.title)
+		fmt.Fprint(tw, "epoch\t")
+		for _, run := range r.Runs {
+			fmt.Fprintf(tw, "%s\t", run.Strategy)
+		}
+		fmt.Fprintln(tw)
+		for _, e := range epochs {
+			fmt.Fprintf(tw, "%d\t", e)
+			for _, run := range r.Runs {
+				i := slices.IndexFunc(run.Epochs, func(x Epoch) bool { return x.Epoch == e })
+				if i < 0 {
+					fmt.Fprint(tw, "-\t")
+					continue
+				}
+				fmt.Fprintf(tw, m.format+"\t", m.value(run.Epochs[i]))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("validator: writing table: %w", err)
+	}
+	return nil
+}
+
+// Plot size: two panels side by side.
+const (
+	plotWidth  = 12 * vg.Inch
+	plotHeight = 4.5 * vg.Inch
+)
+
+// Plot draws the report into the image file path, SVG or PNG by its
+// extension (.svg or .png): test accuracy per epoch on the left and
+// training loss per epoch on the right, one line per strategy.
+func Plot(r Report, path string) (err error) {
+	if len(r.Runs) == 0 {
+		return errors.New("validator: plot: the report has no runs")
+	}
+	var c vg.CanvasWriterTo
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".svg":
+		c = vgsvg.New(plotWidth, plotHeight)
+	case ".png":
+		c = vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
+	default:
+		return fmt.Errorf("validator: plot: %s: unsupported extension %q, want .svg or .png", path, ext)
+	}
+
+	acc := newPanel("Test accuracy after each epoch", "test accuracy")
+	acc.Y.Min, acc.Y.Max = 0, 1
+	acc.Y.Tick.Marker = accuracyTicks{}
+	loss := newPanel("Training loss per epoch", "training loss (mean over the epoch)")
+	loss.Y.Min = 0
+	// One legend for both panels, in a column on the right, where it cannot
+	// hide a line.
+	legend := plot.NewLegend()
+	legend.Left, legend.Top = true, true
+	legend.Padding = vg.Points(4)
+	legend.ThumbnailWidth = vg.Points(30)
+	for i, run := range r.Runs {
+		accPts := make(plotter.XYs, len(run.Epochs))
+		lossPts := make(plotter.XYs, len(run.Epochs))
+		for j, e := range run.Epochs {
+			accPts[j] = plotter.XY{X: float64(e.Epoch), Y: e.TestAcc}
+			lossPts[j] = plotter.XY{X: float64(e.Epoch), Y: e.TrainLoss}
+		}
+		for j, p := range []struct {
+			plot *plot.Plot
+			pts  plotter.XYs
+		}{{acc, accPts}, {loss, lossPts}} {
+			line, points, err := plotter.NewLinePoints(p.pts)
+			if err != nil {
+				return fmt.Errorf("validator: plot: %s: %w", run.Strategy, err)
+			}
+			line.Color = plotutil.Color(i)
+			line.Dashes = plotutil.Dashes(i)
+			line.Width = vg.Points(1.5)
+			points.Color = plotutil.Color(i)
+			points.Shape = plotutil.Shape(i)
+			p.plot.Add(line, points)
+			if j == 0 {
+				legend.Add(run.Strategy, line, points)
+			}
+		}
+	}
+
+	dc := draw.New(c)
+	const margin = vg.Length(12)
+	lr := legend.Rectangle(dc)
+	legendWidth := lr.Max.X - lr.Min.X + 2*margin
+	legend.YOffs = -(dc.Max.Y - dc.Min.Y - (lr.Max.Y - lr.Min.Y)) / 2 // centred
+	legend.Draw(draw.Crop(dc, dc.Max.X-dc.Min.X-legendWidth+margin, -margin, 0, 0))
+
+	plots := [][]*plot.Plot{{acc, loss}}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 2, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6)}
+	canvases := plot.Align(plots, tiles, draw.Crop(dc, 0, -legendWidth, 0, 0))
+	for i, p := range plots[0] {
+		p.Draw(canvases[0][i])
+	}
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("validator: plot: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("validator: plot: %w", cerr)
+		}
+	}()
+	if _, err := c.WriteTo(f); err != nil {
+		return fmt.Errorf("validator: plot: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// newPanel returns an empty plot with the given title and y label, and
+// epochs along x.
+func newPanel(title, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "epoch"
+	p.Y.Label.Text = ylabel
+	p.X.Tick.Marker = epochTicks{}
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// accuracyTicks marks every tenth of [0, 1], labelled.
+type accuracyTicks struct{}
+
+func (accuracyTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for i := range 11 {
+		if v := float64(i) / 10; v >= lo && v <= hi {
+			ts = append(ts, plot.Tick{Value: v, Label: fmt.Sprintf("%.1f", v)})
+		}
+	}
+	return ts
+}
+
+// epochTicks marks whole epochs only, at most about ten of them.
+type epochTicks struct{}
+
+func (epochTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 1
+	for span := int(hi - lo); span/step > 10; {
+		step *= 2
+	}
+	var ts []plot.Tick
+	for e := int(lo); float64(e) <= hi; e++ {
+		if float64(e) < lo {
+			continue
+		}
+		t := plot.Tick{Value: float64(e)}
+		if e%step == 0 {
+			t.Label = fmt.Sprint(e)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
