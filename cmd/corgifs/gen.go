@@ -12,13 +12,22 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+const genUsage = `Usage: corgifs gen synthetic OUT [flags]
+       corgifs gen fashion-mnist OUT [flags]
+
+Run 'corgifs gen KIND --help' for the flags.
+`
+
 func runGen(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "fashion-mnist" {
+		return runGenFashion(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "synthetic" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintf(stdout, "Usage: corgifs gen synthetic OUT [flags]\n\nRun 'corgifs gen synthetic --help' for the flags.\n")
+			fmt.Fprint(stdout, genUsage)
 			return nil
 		}
-		fmt.Fprintf(stderr, "Usage: corgifs gen synthetic OUT [flags]\n")
+		fmt.Fprint(stderr, genUsage)
 		return errUsage
 	}
 	fset := newFlagSet("gen synthetic", "OUT", `Writes OUT/data-IIIII-of-FFFFF.tfrecord: tf.train.Example records with an
@@ -56,5 +65,32 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 		bar(1, 1)
 	}
 	fmt.Fprintf(stdout, "wrote %d records in %d files, %s, to %s\n", sum.Records, len(sum.Files), humanize.IBytes(uint64(sum.Bytes)), pos[0])
+	return nil
+}
+
+func runGenFashion(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("gen fashion-mnist", "OUT", `Converts the Fashion-MNIST idx files (gzip'd, as the Debian package
+dataset-fashion-mnist installs them) into OUT/train/*.tfrecord and
+OUT/test/*.tfrecord: tf.train.Example records with "image" (bytes, 784 uint8
+pixels), "label" (int64) and "id" (int64).`, stderr)
+	from := fset.String("from", datagen.DefaultFashionDir, "`dir`ectory holding the four idx .gz files")
+	order := fset.String("order", "clustered", "record order in the files: clustered (sorted by label) or shuffled")
+	files := fset.Int("files", 8, "number of training files (the test set is written as as many)")
+	seed := fset.Uint64("seed", 1, "seed of the shuffled order")
+	pos, err := parse(fset, args, 1)
+	if err != nil {
+		return err
+	}
+	if *order != "clustered" && *order != "shuffled" {
+		return fmt.Errorf("--order %q: want clustered or shuffled", *order)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	train, test, err := datagen.FashionMNIST{From: *from, Clustered: *order == "clustered", Files: *files, Seed: *seed}.Write(ctx, pos[0], nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d training records (%s) and %d test records (%s) to %s\n",
+		train.Records, humanize.IBytes(uint64(train.Bytes)), test.Records, humanize.IBytes(uint64(test.Bytes)), pos[0])
 	return nil
 }

@@ -24,7 +24,8 @@ func commands() []command {
 		{"unmount", "MNT", "unmount MNT, also a mount left behind by a killed daemon", runUnmount},
 		{"index", "SRC", "build or refresh the index of SRC and print a summary", runIndex},
 		{"order", "SRC", "print the record order of one part (file offset length)", runOrder},
-		{"gen", "synthetic OUT", "write a synthetic tf.train.Example dataset", runGen},
+		{"gen", "KIND OUT", "write a dataset: synthetic, or fashion-mnist from its idx files", runGen},
+		{"validate", "", "train models on several orders side by side (SGD validator)", runValidate},
 		{"demo", "", "make a dataset, mount it, read epochs and show the orders", runDemo},
 	}
 }
