@@ -31,7 +31,7 @@ func run(args ...string) (string, string, int) {
 
 func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	out, _, code := run("--help")
-	for _, c := range []string{"mount", "unmount", "index", "order", "gen", "demo"} {
+	for _, c := range []string{"mount", "unmount", "index", "order", "gen", "validate", "demo"} {
 		if !strings.Contains(out, "  "+c+" ") {
 			t.Errorf("corgifs --help does not list %s:\n%s", c, out)
 		}
@@ -46,8 +46,11 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 		"order":         {"-epoch", "-part", "-parts", "-seed", "-strategy", "-buffer"},
 		"index":         {"-block-size", "-cache-dir", "-include", "-skip-corrupt"},
 		"gen synthetic": {"-records", "-features", "-classes", "-order", "-files", "-seed", `(default "clustered")`},
-		"demo":          {"-records", "-epochs"},
-		"unmount":       {"Usage: corgifs unmount"},
+		"demo":          {"-epochs", "-plot", "-synthetic"},
+		"validate": {"-data", "-test", "-model", `(default "softmax")`, "-strategies", "-via", `(default "mount")`, "-json",
+			"-plot", "-lr", "(default 0.05)", "-batch", "(default 64)", "-decay", "(default 0.95)", "-buffer", "-block-size", "-seed"},
+		"gen fashion-mnist": {"-from", "/usr/share/datasets/fashion-mnist", "-order", "-files"},
+		"unmount":           {"Usage: corgifs unmount"},
 	}
 	for cmd, want := range cases {
 		_, stderr, code := run(append(strings.Fields(cmd), "--help")...)
