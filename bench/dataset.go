@@ -53,7 +53,11 @@ func ensureDataset(ctx context.Context, work string, size int64, features int, l
 		fmt.Fprintf(log, "reusing the dataset in %s (%s, %d records)\n", dir, humanize.IBytes(uint64(d.Bytes)), d.Synthetic.Records)
 		return d, nil
 	}
-	os.RemoveAll(dir)
+	if _, err := os.Stat(meta); err == nil {
+		os.RemoveAll(dir) // an older dataset of ours
+	} else if _, err := os.Stat(dir); err == nil {
+		return nil, fmt.Errorf("%s exists but is no dataset of this benchmark (no %s): choose another --work", dir, meta)
+	}
 
 	// A small sample gives the size of a record; records vary by a few bytes
 	// (varint ids), so the dataset comes out within a fraction of a percent.

@@ -73,9 +73,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", o.runs, "timed reads of each command")
 	fs.Var((*partsValue)(&o.parts), "parts", "comma separated part `counts` K to read each corgifs epoch as")
 	fs.StringVar(&o.work, "work", "", "work `dir`ectory: binaries, dataset, index, mount points, logs\n(default a new temporary directory, removed at the end unless --keep);\na dataset already in it with the same size and features is reused")
-	fs.BoolVar(&o.keep, "keep", false, "keep the temporary work directory")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary work directory (default false)")
 	fs.StringVar(&o.out, "out", o.out, "Markdown `file` whose warm-cache section is written (other sections are kept)")
-	fs.BoolVar(&o.profile, "profile", false, "mount corgifs with --cpuprofile WORK/cpu-NAME.pprof (implies --keep)")
+	fs.BoolVar(&o.profile, "profile", false, "mount corgifs with --cpuprofile WORK/cpu-NAME.pprof (implies --keep) (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 

@@ -129,6 +129,8 @@ type Loader struct {
 	bufs map[uint64][]*Buf
 	// Bufs with refs == 0, least recently used at the front.
 	idleHead, idleTail *Buf
+	idleCount          int
+	largest            int64  // the largest reservation so far
 	waiters            int    // Gets waiting for memory
 	free               []*Buf // evicted Bufs whose slabs can be reused
 	changed            chan struct{}
@@ -343,6 +345,7 @@ func (l *Loader) signal() {
 }
 
 func (l *Loader) pushIdle(b *Buf) {
+	l.idleCount++
 	b.idle, b.prev, b.next = true, l.idleTail, nil
 	if l.idleTail != nil {
 		l.idleTail.next = b
@@ -367,6 +370,7 @@ func (l *Loader) removeIdle(b *Buf) {
 		l.idleTail = b.prev
 	}
 	b.idle, b.prev, b.next = false, nil, nil
+	l.idleCount--
 }
 
 // drop removes b from the table and keeps its slab for reuse. l.mu must be held.
@@ -391,6 +395,15 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if b := l.reuse(n); b != nil {
 		return b
 	}
+	// Recycle the slab of the least recently used idle Buf when it fits,
+	// even with budget to spare: fresh memory costs page faults and zeroing
+	// on every load, and a sequential reader never goes back that far. The
+	// most recent idle Buf is kept for readers that step back a little.
+	if v := l.idleHead; v != nil && l.idleCount > 1 && int64(cap(v.Data)) >= n && (evict || !v.prefetched) && isReady(v) {
+		l.evictions.Add(1)
+		l.drop(v)
+		return l.reuse(n)
+	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
 	// cached Bufs.
@@ -408,9 +421,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		if victim == nil || !evict && victim.prefetched {
 			return nil
 		}
-		select {
-		case <-victim.ready:
-		default:
+		if !isReady(victim) {
 			return nil // still loading; cannot evict
 		}
 		l.evictions.Add(1)
@@ -422,9 +433,26 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		l.free = l.free[:len(l.free)-1]
 		l.used -= int64(cap(f.Data))
 	}
-	l.used += n
+	// Slabs as large as the largest buffer asked for so far can be
+	// recycled for any later buffer (buffers of a part differ by up to a
+	// block); but the double buffer must still fit.
+	l.largest = max(l.largest, n)
+	c := n
+	if m := l.largest; l.used+2*m <= l.budget {
+		c = m
+	}
+	l.used += c
 	l.peak = max(l.peak, l.used)
-	return l.ready(&Buf{Data: make([]byte, 0, n)}, n)
+	return l.ready(&Buf{Data: make([]byte, 0, c)}, n)
+}
+
+func isReady(b *Buf) bool {
+	select {
+	case <-b.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // canFree reports whether reserve can free need bytes: the free slabs, then

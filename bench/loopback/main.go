@@ -4,10 +4,18 @@
 // 4 MiB kernel readahead), and serves it until SIGINT or SIGTERM. It is the
 // baseline of the corgifs benchmark: the cost of FUSE itself with go-fuse.
 //
-// Usage: loopback SRC MNT
+// By default every read goes through this process, as every read of corgifs
+// does: go-fuse's LoopbackFile would otherwise offer its descriptor to the
+// kernel's FUSE passthrough (FOPEN_PASSTHROUGH, Linux 6.9 and later, as
+// root), and the kernel would then read the source file itself, bypassing
+// the daemon. --kernel-passthrough leaves that on.
+//
+// Usage: loopback [--kernel-passthrough] SRC MNT
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,20 +26,31 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintf(os.Stderr, "usage: loopback SRC MNT\n")
+	kernel := flag.Bool("kernel-passthrough", false, "let the kernel read files itself (FUSE passthrough) where it can")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: loopback [--kernel-passthrough] SRC MNT\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 2 {
+		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], os.Args[2]); err != nil {
+	if err := run(flag.Arg(0), flag.Arg(1), *kernel); err != nil {
 		fmt.Fprintf(os.Stderr, "loopback: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(src, mnt string) error {
+func run(src, mnt string, kernelPassthrough bool) error {
 	root, err := fs.NewLoopbackRoot(src)
 	if err != nil {
 		return err
+	}
+	if !kernelPassthrough {
+		n := &node{root.(*fs.LoopbackNode)}
+		n.RootData.RootNode = n
+		root = n
 	}
 	srv, err := fs.Mount(mnt, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -64,6 +83,65 @@ func run(src, mnt string) error {
 	}
 	<-done
 	return nil
+}
+
+// node is a loopback node whose open files are served by this process.
+type node struct{ *fs.LoopbackNode }
+
+var (
+	_ fs.NodeWrapChilder = (*node)(nil)
+	_ fs.NodeOpener      = (*node)(nil)
+)
+
+// WrapChild makes every node below the root a node too.
+func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if l, ok := ops.(*fs.LoopbackNode); ok {
+		return &node{l}
+	}
+	return ops
+}
+
+// Open opens the file as the loopback does, but hands out a file that does
+// not offer its descriptor for FUSE passthrough.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fuseFlags, errno := n.LoopbackNode.Open(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	lf, ok := fh.(*fs.LoopbackFile)
+	if !ok {
+		return fh, fuseFlags, 0
+	}
+	return &file{lf}, fuseFlags, 0
+}
+
+// file forwards the calls a reader makes to a LoopbackFile. It holds the
+// LoopbackFile in a named field, not embedded, so that it does not have its
+// PassthroughFd method.
+type file struct{ lf *fs.LoopbackFile }
+
+var (
+	_ fs.FileReader    = (*file)(nil)
+	_ fs.FileReleaser  = (*file)(nil)
+	_ fs.FileGetattrer = (*file)(nil)
+	_ fs.FileFlusher   = (*file)(nil)
+	_ fs.FileLseeker   = (*file)(nil)
+)
+
+func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return f.lf.Read(ctx, dest, off)
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno { return f.lf.Release(ctx) }
+
+func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return f.lf.Getattr(ctx, out)
+}
+
+func (f *file) Flush(ctx context.Context) syscall.Errno { return f.lf.Flush(ctx) }
+
+func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	return f.lf.Lseek(ctx, off, whence)
 }
 
 // raiseReadahead sets the mount's kernel readahead to 4 MiB, as corgifs does
