@@ -395,14 +395,32 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if b := l.reuse(n); b != nil {
 		return b
 	}
-	// Recycle the slab of the least recently used idle Buf when it fits,
-	// even with budget to spare: fresh memory costs page faults and zeroing
-	// on every load, and a sequential reader never goes back that far. The
+	// Recycle the slab of the least recently used idle Buf that fits, even
+	// with budget to spare: fresh memory costs page faults and zeroing on
+	// every load, and a sequential reader never goes back that far. The
 	// most recent idle Buf is kept for readers that step back a little.
-	if v := l.idleHead; v != nil && l.idleCount > 1 && int64(cap(v.Data)) >= n && (evict || !v.prefetched) && isReady(v) {
+	// Failing that, when a new slab fits in the budget anyway, retire the
+	// oldest such Buf whose slab is too small, so that the new slab
+	// replaces it instead of adding to it.
+	var small *Buf
+	for v := l.idleHead; v != nil && v != l.idleTail; v = v.next {
+		if (evict || !v.prefetched) && isReady(v) {
+			if int64(cap(v.Data)) >= n {
+				l.evictions.Add(1)
+				l.drop(v)
+				return l.reuse(n)
+			}
+			if small == nil {
+				small = v
+			}
+		}
+	}
+	if small != nil && l.used+n <= l.budget {
 		l.evictions.Add(1)
-		l.drop(v)
-		return l.reuse(n)
+		l.drop(small)
+		f := l.free[len(l.free)-1]
+		l.free = l.free[:len(l.free)-1]
+		l.used -= int64(cap(f.Data))
 	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away

@@ -142,12 +142,13 @@ func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	s := shuffler.NewStream(p.root.cfg.Planner, p.root.cfg.Loader, plan)
 	// The bytes of a part never change, so pages cached by the kernel from
 	// an earlier open stay valid.
-	return &partHandle{s: s, log: p.root.cfg.Logger}, fuse.FOPEN_KEEP_CACHE, 0
+	return &partHandle{s: s, log: p.root.cfg.Logger, node: p}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 type partHandle struct {
-	s   *shuffler.Stream
-	log *slog.Logger
+	s    *shuffler.Stream
+	log  *slog.Logger
+	node *partNode
 }
 
 var (
@@ -170,6 +171,11 @@ func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 func (h *partHandle) Release(ctx context.Context) syscall.Errno {
 	h.s.Close()
+	// An epoch is read once: keeping its pages in the kernel's cache after
+	// the reader is done would only push out the source files' pages, which
+	// the next epoch needs. Dropped from a goroutine, since the kernel may
+	// not take a notification while it waits for this reply.
+	go h.node.NotifyContent(0, 0)
 	return 0
 }
 

@@ -716,3 +716,27 @@ func TestStreamReadAtNegativeOffsetFails(t *testing.T) {
 		}
 	}
 }
+
+// TestSequentialReaderUsesAFewBuffersOfMemory checks that a reader going
+// through a part from start to end recycles memory: with a budget of 16
+// buffers, the loader's peak stays at a few buffers (the one served, the one
+// prefetched, and the recently used ones kept for readers that step back).
+func TestSequentialReaderUsesAFewBuffersOfMemory(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	ld := blockcache.NewLoader(f.ix, blockcache.LoaderOptions{MaxMemory: 16 * streamBuffer})
+	for e := range 2 {
+		plan, _ := pl.Plan(e, 0, 1)
+		s := NewStream(pl, ld, plan)
+		p := make([]byte, 8<<10)
+		for off := int64(0); off < plan.Size; off += int64(len(p)) {
+			if _, err := s.ReadAt(t.Context(), p, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+	}
+	if st := ld.Stats(); st.MemoryPeak > 5*streamBuffer {
+		t.Fatalf("peak memory %d bytes, %.1f buffers of %d: a sequential reader should need about 4", st.MemoryPeak, float64(st.MemoryPeak)/streamBuffer, streamBuffer)
+	}
+}

@@ -109,7 +109,7 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 	}
 	// The budget bounds the slabs; the soft limit keeps the Go heap (and
 	// with it the resident size) from growing far past them between GCs.
-	debug.SetMemoryLimit(int64(d.maxMemory) + 256<<20)
+	debug.SetMemoryLimit(int64(d.maxMemory) + 64<<20)
 	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log})
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
