@@ -75,6 +75,11 @@ type Synthetic struct {
 	Clustered bool // true: sorted by label; false: shuffled
 	Files     int  // number of output files
 	Seed      uint64
+	// FirstID numbers the records from FirstID on (the "id" feature). A
+	// record's noise depends on (Seed, id) and the class centers on Seed
+	// alone, so a set whose ids start past another's holds new points of
+	// the same classes: a held-out test set.
+	FirstID int
 }
 
 // Summary describes a dataset written by Write.
@@ -243,7 +248,7 @@ func newGenerator(s Synthetic) *generator {
 // call.
 func (g *generator) record(id int) []byte {
 	label := g.s.Label(id)
-	g.src.Seed(g.s.Seed^recordKey, mix64(uint64(id)))
+	g.src.Seed(g.s.Seed^recordKey, mix64(uint64(g.s.FirstID+id)))
 	center := g.centers[label*g.s.Features : (label+1)*g.s.Features]
 	for d := range g.values {
 		g.values[d] = float32(center[d] + g.rng.NormFloat64())
@@ -251,7 +256,7 @@ func (g *generator) record(id int) []byte {
 	g.b.Reset()
 	g.b.Int64(LabelFeature, int64(label))
 	g.b.Float(ValueFeature, g.values...)
-	g.b.Int64(IDFeature, int64(id))
+	g.b.Int64(IDFeature, int64(g.s.FirstID+id))
 	g.buf = g.b.AppendTo(g.buf[:0])
 	return g.buf
 }

@@ -425,3 +425,38 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 		t.Errorf("%v allocations per record, want 0", n)
 	}
 }
+
+func TestSyntheticFirstIDGivesHeldOutRecords(t *testing.T) {
+	ctx := t.Context()
+	train := Synthetic{Records: 400, Features: 4, Classes: 4, Clustered: true, Files: 1, Seed: 9}
+	test := Synthetic{Records: 100, Features: 4, Classes: 4, Files: 1, Seed: 9, FirstID: train.Records}
+	payloads := func(s Synthetic) map[string]bool {
+		dir := t.TempDir()
+		sum, err := s.Write(ctx, dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(sum.Files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts, err := formats.Split(b, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, st := range starts {
+			m[string(formats.Payload(b[st:]))] = true
+		}
+		return m
+	}
+	a, b := payloads(train), payloads(test)
+	if len(b) != 100 {
+		t.Fatalf("%d distinct test records, want 100", len(b))
+	}
+	for p := range b {
+		if a[p] {
+			t.Fatal("a record of the held-out set is also in the training set")
+		}
+	}
+}

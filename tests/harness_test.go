@@ -68,11 +68,11 @@ func corgifs(t *testing.T, args ...string) string {
 }
 
 // genSynthetic writes a synthetic dataset and returns its directory.
-func genSynthetic(t *testing.T, records, features, classes, files int, order string) string {
+func genSynthetic(t *testing.T, records, features, classes, files int, order string, extra ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "src")
-	corgifs(t, "gen", "synthetic", dir, "--records", fmt.Sprint(records), "--features", fmt.Sprint(features),
-		"--classes", fmt.Sprint(classes), "--files", fmt.Sprint(files), "--order", order, "--seed", "3")
+	corgifs(t, append([]string{"gen", "synthetic", dir, "--records", fmt.Sprint(records), "--features", fmt.Sprint(features),
+		"--classes", fmt.Sprint(classes), "--files", fmt.Sprint(files), "--order", order, "--seed", "3"}, extra...)...)
 	return dir
 }
 

@@ -43,7 +43,7 @@ func validateJSON(t *testing.T, args ...string) report {
 func TestCorgiPileTrainsLikeAFullShuffle(t *testing.T) {
 	fuseOK(t)
 	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
-	test := genSynthetic(t, 4000, 16, 10, 1, "shuffled")
+	test := genSynthetic(t, 4000, 16, 10, 1, "shuffled", "--first-id", "20000")
 	r := validateJSON(t, "validate", "--data", train, "--test", test, "--strategies", "none,corgipile,full",
 		"--epochs", "3", "--batch", "1", "--lr", "0.01", "--block-size", "8KiB", "--buffer", "10%", "--seed", "3", "--cache-dir", t.TempDir())
 	final := map[string]float64{}
@@ -68,7 +68,7 @@ func TestCorgiPileTrainsLikeAFullShuffle(t *testing.T) {
 func TestValidateDirectReadsTheSameBytesAsTheMount(t *testing.T) {
 	fuseOK(t)
 	train := genSynthetic(t, 5000, 8, 3, 2, "clustered")
-	test := genSynthetic(t, 1000, 8, 3, 1, "shuffled")
+	test := genSynthetic(t, 1000, 8, 3, 1, "shuffled", "--first-id", "5000")
 	args := []string{"validate", "--data", train, "--test", test, "--strategies", "corgipile,window", "--epochs", "2",
 		"--block-size", "8KiB", "--buffer", "5%", "--seed", "4", "--batch", "1", "--lr", "0.01", "--cache-dir", t.TempDir()}
 	a := validateJSON(t, append(args, "--via", "mount")...)

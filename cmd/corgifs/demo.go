@@ -90,24 +90,11 @@ func syntheticSplit(ctx context.Context, work string) error {
 	if _, err := train.Write(ctx, filepath.Join(work, "train"), nil); err != nil {
 		return err
 	}
-	// The same seed gives the same class centers; the test records are the
-	// first records of a larger set, so they are new points.
-	test := datagen.Synthetic{Records: 120000, Features: 32, Classes: 4, Clustered: false, Files: 12, Seed: 1}
-	dir := filepath.Join(work, "testall")
-	sum, err := test.Write(ctx, dir, nil)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Join(work, "test"), 0o755); err != nil {
-		return err
-	}
-	// Keep two of the twelve files (20000 shuffled records) as the test set.
-	for _, f := range sum.Files[:2] {
-		if err := os.Rename(f, filepath.Join(work, "test", filepath.Base(f))); err != nil {
-			return err
-		}
-	}
-	return nil
+	// The same seed gives the same class centers; ids past the training
+	// set's give new points.
+	test := datagen.Synthetic{Records: 20000, Features: 32, Classes: 4, Files: 2, Seed: 1, FirstID: train.Records}
+	_, err := test.Write(ctx, filepath.Join(work, "test"), nil)
+	return err
 }
 
 // verdict says in one line how corgipile compares with full and none.

@@ -38,7 +38,8 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 	classes := fset.Int("classes", 4, "number of classes")
 	order := fset.String("order", "clustered", "record order in the files: clustered (sorted by label) or shuffled")
 	files := fset.Int("files", 8, "number of files")
-	seed := fset.Uint64("seed", 1, "seed of the generator")
+	seed := fset.Uint64("seed", 1, "seed of the generator (the class centers depend on it alone)")
+	firstID := fset.Int("first-id", 0, "number the records from this id on; a set made with the same --seed and\nids past another set's holds new points of the same classes (a held-out test set)")
 	pos, err := parse(fset, args[1:], 1)
 	if err != nil {
 		return err
@@ -49,7 +50,7 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g := datagen.Synthetic{Records: *records, Features: *features, Classes: *classes,
-		Clustered: *order == "clustered", Files: *files, Seed: *seed}
+		Clustered: *order == "clustered", Files: *files, Seed: *seed, FirstID: *firstID}
 	bar := progressFunc(stderr, "writing")
 	var progress func(int64)
 	if bar != nil {
