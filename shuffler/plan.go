@@ -58,6 +58,10 @@ type Params struct {
 	Seed      uint64
 	Buffer    BufferSize
 	MaxMemory int64 // one part's double buffer must fit
+	// EqualParts pads the shorter parts of an epoch with repeats of some
+	// of their own records, so that all K parts hold the same number of
+	// records (for lock-step distributed training).
+	EqualParts bool
 }
 
 // Buffer is a group of blocks, or of single records, served together.
@@ -84,6 +88,7 @@ type Plan struct {
 	Records            int64
 	Target             int64 // buffer size aimed at
 	Capped             bool  // Target was lowered to fit MaxMemory
+	Padding            int   // records repeated at the end (Params.EqualParts)
 }
 
 // order is what a strategy decides for a part: its blocks in order, with
@@ -208,8 +213,83 @@ func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
 	if cur.Count > 0 {
 		add(len(ids))
 	}
+	if pl.p.EqualParts && parts > 1 {
+		pl.pad(p, o)
+	}
 	return p, nil
 }
+
+// pad appends to p a last buffer of records repeated from the part itself,
+// as many as the largest part of the epoch has more. Which records repeat
+// is drawn with the seed Derive(seed, 6, epoch, part, parts).
+func (pl *Planner) pad(p *Plan, o order) {
+	most := int64(0)
+	for j := range p.Parts {
+		most = max(most, pl.partRecords(p.Epoch, j, p.Parts))
+	}
+	n := int(most - p.Records)
+	if n <= 0 {
+		return
+	}
+	own := o.Records
+	if own == nil {
+		for _, b := range o.Blocks {
+			first := int32(pl.ix.BlockRecords(b))
+			for r := range pl.ix.Blocks[b].Records {
+				own = append(own, first+r)
+			}
+		}
+	} else {
+		own = slices.Clone(own)
+	}
+	if len(own) == 0 {
+		// An empty part (more parts than blocks) repeats records of others.
+		own = span(0, len(pl.ix.Frames))
+	}
+	// Partial Fisher–Yates rounds: each round draws distinct records, so a
+	// record repeats more than once only when the part is smaller than
+	// the padding.
+	var g generator
+	g.seed(Derive(pl.p.Seed, purposePad, uint64(p.Epoch), uint64(p.Part), uint64(p.Parts)))
+	chosen := make([]int32, 0, n)
+	for len(chosen) < n {
+		k := min(n-len(chosen), len(own))
+		for i := range k {
+			j := i + int(g.below(uint64(len(own)-i)))
+			own[i], own[j] = own[j], own[i]
+		}
+		chosen = append(chosen, own[:k]...)
+	}
+	b := Buffer{Records: chosen, Count: n}
+	if g := len(p.Buffers); g > 0 {
+		b.Start = p.Buffers[g-1].Start + p.Buffers[g-1].Size
+	}
+	for _, r := range b.Records {
+		b.Size += int64(pl.ix.Frames[r])
+	}
+	p.Buffers = append(p.Buffers, b)
+	p.Records += int64(n)
+	p.Size += b.Size
+	p.Padding = n
+}
+
+// partRecords returns the number of records part j of parts holds in
+// epoch, before padding.
+func (pl *Planner) partRecords(epoch, j, parts int) int64 {
+	if recordLevel[pl.p.Strategy] {
+		lo, hi := slice(len(pl.ix.Frames), j, parts)
+		return int64(hi - lo)
+	}
+	var n int64
+	for _, b := range pl.strategy(pl, epoch, j, parts).Blocks {
+		n += int64(pl.ix.Blocks[b].Records)
+	}
+	return n
+}
+
+// recordLevel lists the strategies whose parts are balanced slices of the
+// records rather than of the blocks.
+var recordLevel = map[string]bool{"window": true, "full": true, "once": true}
 
 func (pl *Planner) blockBytes(id int32) int64  { return pl.ix.Blocks[id].Len }
 func (pl *Planner) blockRecords(id int32) int  { return int(pl.ix.Blocks[id].Records) }

@@ -239,3 +239,55 @@ func TestParseBufferSize(t *testing.T) {
 		}
 	}
 }
+
+func TestEqualPartsPadsShorterPartsWithTheirOwnRecords(t *testing.T) {
+	for _, strategy := range Strategies() {
+		pl, err := NewPlanner(fixedIndex(), Params{Strategy: strategy, Seed: 7, Buffer: BufferSize{Percent: 30}, MaxMemory: 1 << 30, EqualParts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix := pl.Index()
+		for _, k := range []int{3, 7} {
+			counts := map[int64]bool{}
+			padded := 0
+			for i := range k {
+				p, _ := pl.Plan(1, i, k)
+				again, _ := pl.Plan(1, i, k)
+				if fmt.Sprint(p.Buffers) != fmt.Sprint(again.Buffers) {
+					t.Fatalf("%s: padding is not deterministic", strategy)
+				}
+				counts[p.Records] = true
+				padded += p.Padding
+				seen := map[int32]int{}
+				var size int64
+				for _, b := range p.Buffers {
+					size += b.Size
+					for _, r := range b.Records {
+						seen[r]++
+					}
+					for _, id := range b.Blocks {
+						for r := range ix.Blocks[id].Records {
+							seen[int32(ix.BlockRecords(id))+r]++
+						}
+					}
+				}
+				if size != p.Size {
+					t.Fatalf("%s: buffers hold %d bytes, plan says %d", strategy, size, p.Size)
+				}
+				total := 0
+				for _, c := range seen {
+					total += c
+				}
+				if int64(total) != p.Records || total-len(seen) > p.Padding {
+					t.Fatalf("%s part %d/%d: %d records, %d distinct, padding %d", strategy, i, k, total, len(seen), p.Padding)
+				}
+			}
+			if len(counts) != 1 {
+				t.Fatalf("%s K=%d: parts hold %v records, want one count", strategy, k, counts)
+			}
+			if padded == 0 && k == 7 {
+				t.Fatalf("%s K=%d: no padding at all on an index whose parts differ", strategy, k)
+			}
+		}
+	}
+}

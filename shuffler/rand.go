@@ -22,6 +22,7 @@ const (
 	purposeFull    = 3 // the record permutation of an epoch (full)
 	purposeOnce    = 4 // the one record permutation (once)
 	purposeWindow  = 5 // the draws of the sliding window
+	purposePad     = 6 // the records repeated by EqualParts
 )
 
 // Derive mixes a seed with a list of integers: h = sm(seed), then

@@ -394,3 +394,34 @@ func TestNextEpochsFirstBufferIsPrefetched(t *testing.T) {
 		t.Fatalf("first read of epoch 1 was not served by a prefetch: hits %d -> %d", before.PrefetchHits, after.PrefetchHits)
 	}
 }
+
+func TestEqualPartsGivesEveryPartTheSameRecordCount(t *testing.T) {
+	src := genSynthetic(t, 7000, 16, 4, 3, "clustered")
+	want := sortedHashes(sourceRecords(t, src))
+	m := startMount(t, src, append(smallFlags, "--parts", "3", "--equal-parts")...)
+	var cfg struct {
+		EqualParts bool `json:"equal_parts"`
+		Padded     int  `json:"equal_parts_padding_epoch0"`
+	}
+	raw, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	if err := json.Unmarshal(raw, &cfg); err != nil || !cfg.EqualParts {
+		t.Fatalf("config.json: %v %s", err, raw)
+	}
+	var all [][32]byte
+	counts := map[int]bool{}
+	for i := range 3 {
+		recs := frames(t, m.read(0, i, 3))
+		counts[len(recs)] = true
+		all = append(all, hashes(recs)...)
+	}
+	if len(counts) != 1 {
+		t.Fatalf("parts hold %v records, want one count", counts)
+	}
+	if len(all) != len(want)+cfg.Padded || cfg.Padded == 0 {
+		t.Fatalf("%d records served, %d in the source, config says %d padded", len(all), len(want), cfg.Padded)
+	}
+	distinct := slices.Compact(sortedHashes(all))
+	if !slices.Equal(distinct, want) {
+		t.Fatal("with padding, the epoch no longer holds every source record")
+	}
+}

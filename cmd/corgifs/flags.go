@@ -66,6 +66,7 @@ type datasetFlags struct {
 	buffer      bufferFlag
 	seed        string
 	maxMemory   sizeFlag
+	equalParts  bool
 	debug       bool
 }
 
@@ -86,6 +87,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
+	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of a few of\ntheir own records, drawn from the seed; the count is in .corgifs/config.json")
 }
 
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
@@ -128,7 +130,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
-		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: int64(d.maxMemory),
+		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: int64(d.maxMemory), EqualParts: d.equalParts,
 	})
 	if err != nil {
 		return nil, nil, 0, err

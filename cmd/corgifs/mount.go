@@ -22,18 +22,21 @@ import (
 
 // info is served as .corgifs/config.json.
 type info struct {
-	Version    int         `json:"version"`
-	Source     string      `json:"source"`
-	Strategy   string      `json:"strategy"`
-	Seed       uint64      `json:"seed"`
-	BlockSize  int64       `json:"block_size"`
-	Buffer     string      `json:"buffer"`
-	BufferPart int64       `json:"buffer_bytes_per_part"` // for --parts parts
-	Capped     bool        `json:"buffer_capped_by_max_memory"`
-	MaxMemory  int64       `json:"max_memory"`
-	Epochs     int         `json:"epochs"`
-	Parts      int         `json:"parts"`
-	Dataset    datasetInfo `json:"dataset"`
+	Version    int    `json:"version"`
+	Source     string `json:"source"`
+	Strategy   string `json:"strategy"`
+	Seed       uint64 `json:"seed"`
+	BlockSize  int64  `json:"block_size"`
+	Buffer     string `json:"buffer"`
+	BufferPart int64  `json:"buffer_bytes_per_part"` // for --parts parts
+	Capped     bool   `json:"buffer_capped_by_max_memory"`
+	MaxMemory  int64  `json:"max_memory"`
+	Epochs     int    `json:"epochs"`
+	Parts      int    `json:"parts"`
+	EqualParts bool   `json:"equal_parts"`
+	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
+	Padded  int         `json:"equal_parts_padding_epoch0"`
+	Dataset datasetInfo `json:"dataset"`
 }
 
 type datasetInfo struct {
@@ -57,7 +60,7 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 	in := info{
 		Version: 1, Source: ix.Root, Strategy: p.Strategy, Seed: p.Seed, BlockSize: ix.BlockSize,
 		Buffer: p.Buffer.String(), BufferPart: target, Capped: capped, MaxMemory: p.MaxMemory,
-		Epochs: epochs, Parts: parts,
+		Epochs: epochs, Parts: parts, EqualParts: p.EqualParts,
 		Dataset: datasetInfo{
 			Files: len(ix.Files), Records: ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks),
 			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
@@ -69,6 +72,13 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 	}
 	for _, d := range ix.Damaged {
 		in.Dataset.Skipped.Bytes += d.To - d.From
+	}
+	if p.EqualParts {
+		for i := range parts {
+			if plan, err := pl.Plan(0, i, parts); err == nil {
+				in.Padded += plan.Padding
+			}
+		}
 	}
 	return in
 }
