@@ -16,15 +16,23 @@ import (
 func runOrder(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("order", "SRC", `Prints the records of one part, in the order a mount serves them, one
 'file offset length' line each (file relative to SRC, offset and length of
-the whole TFRecord frame), without mounting.`, stderr)
+the whole TFRecord frame), without mounting.
+
+With --format dali it prints the part's index for NVIDIA DALI's
+readers.tfrecord (index_path) instead: one 'offset size' line per record,
+the offset of its frame within the served part file and the frame's size.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	epoch := fset.Int("epoch", 0, "epoch")
 	part := fset.Int("part", 0, "part index i, 0 <= i < K")
 	parts := fset.Int("parts", 1, "number of parts K")
+	format := fset.String("format", "file", "output `format`: file ('file offset length' in the source) or dali\n('offset size' in the served part, DALI's TFRecord index)")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
+	}
+	if *format != "file" && *format != "dali" {
+		return fmt.Errorf("--format %q: want file or dali", *format)
 	}
 	if d.seed == "" {
 		return fmt.Errorf("--seed is required: an order is only meaningful for a given seed")
@@ -44,7 +52,13 @@ the whole TFRecord frame), without mounting.`, stderr)
 	s := shuffler.NewStream(pl, ld, plan)
 	defer s.Close()
 	w := bufio.NewWriterSize(stdout, 1<<16)
+	var at int64 // dali: offset of the next frame in the served part
 	err = s.Walk(ctx, func(r shuffler.RecordRef) error {
+		if *format == "dali" {
+			_, err := fmt.Fprintf(w, "%d %d\n", at, r.Len)
+			at += r.Len
+			return err
+		}
 		_, err := fmt.Fprintf(w, "%s %d %d\n", ix.Files[r.File].Path, r.Offset, r.Len)
 		return err
 	})
