@@ -15,6 +15,14 @@
 // files of the passthrough mount, and the source files. Finally it reads the
 // peak resident size and CPU time of each daemon from /proc and stops them.
 //
+// With --cold, --e2e, --fio and --latency (or --all) it also runs the
+// measurements of issue 4, each written into its own section, and then a
+// section that checks the issue's targets against them: a cold-cache epoch
+// against cat, the loopback and a pread per record (bench/randread), end to
+// end against a shuffled copy (bench/shufflecopy), the fio jobs of
+// bench/fio on a part file, and the first byte, epoch boundary and reader
+// waits of one corgipile mount.
+//
 // Usage, as root from the repository root:
 //
 //	go run ./bench [flags]
@@ -46,6 +54,10 @@ type options struct {
 	keep     bool
 	out      string
 	profile  bool
+
+	// Which sections to run (default only warm); --all sets them all.
+	warm, cold, e2e, fio, latency bool
+	fioRuntime                    time.Duration
 }
 
 func main() {
@@ -65,7 +77,8 @@ func main() {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{size: 2 << 30, features: 240, runs: 3, parts: []int{1, 4}, out: "BENCHMARKS.md"}
+	o := options{size: 2 << 30, features: 240, runs: 3, parts: []int{1, 4}, out: "BENCHMARKS.md", warm: true, fioRuntime: 5 * time.Second}
+	var all bool
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var((*sizeValue)(&o.size), "size", "dataset `size`, e.g. 512MiB or 2GiB (rounded to whole records)")
@@ -74,14 +87,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var((*partsValue)(&o.parts), "parts", "comma separated part `counts` K to read each corgifs epoch as")
 	fs.StringVar(&o.work, "work", "", "work `dir`ectory: binaries, dataset, index, mount points, logs\n(default a new temporary directory, removed at the end unless --keep);\na dataset already in it with the same size and features is reused")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary work directory (default false)")
-	fs.StringVar(&o.out, "out", o.out, "Markdown `file` whose warm-cache section is written (other sections are kept)")
+	fs.StringVar(&o.out, "out", o.out, "Markdown `file` whose sections are written (other sections are kept)")
 	fs.BoolVar(&o.profile, "profile", false, "mount corgifs with --cpuprofile WORK/cpu-NAME.pprof (implies --keep) (default false)")
+	fs.BoolVar(&o.warm, "warm", o.warm, "run the warm-cache epoch read (issue 2)")
+	fs.BoolVar(&o.cold, "cold", false, "run the cold-cache epoch read with the per-record baselines (issue 4; drops the page cache) (default false)")
+	fs.BoolVar(&o.e2e, "e2e", false, "run end to end against Shuffle Once (issue 4; drops the page cache) (default false)")
+	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and a source file (issue 4) (default false)")
+	fs.BoolVar(&o.latency, "latency", false, "run first byte, epoch boundary and reader waits (issue 4; drops the page cache) (default false)")
+	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
 Measures the throughput of reading one epoch through corgifs mounts against
 a go-fuse passthrough mount and the page-cached source files, and writes
-the results into --out. Run it as root from the repository root.
+the results into --out. --all adds the issue 4 sections (cold cache, end to
+end, fio, latency; about 6 minutes more). Run it as root from the repository
+root.
 
 Flags:
 `)
@@ -101,6 +123,13 @@ Flags:
 	}
 	if o.profile {
 		o.keep = true
+	}
+	if all {
+		o.warm, o.cold, o.e2e, o.fio, o.latency = true, true, true, true, true
+	}
+	if o.fioRuntime < time.Second {
+		fmt.Fprintf(stderr, "bench: --fio-runtime must be at least 1s\n")
+		return o, errors.New("usage")
 	}
 	return o, nil
 }
@@ -188,34 +217,90 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	genTime := time.Since(genStart)
 
-	b := &bench{o: o, work: work, ds: ds, stderr: stderr}
-	defer b.cleanup()
-	if err := b.mountAll(ctx, corgifs, loopback); err != nil {
-		return err
+	bins := binaries{corgifs: corgifs, loopback: loopback,
+		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
+	m := describeMachine(ctx, root)
+	env := &runEnv{o: o, work: work, ds: ds, bins: bins, machine: m, root: root, stderr: stderr, genTime: genTime, began: began}
+	if o.cold || o.e2e {
+		for _, b := range [][2]string{{bins.randread, "./bench/randread"}, {bins.shufflecopy, "./bench/shufflecopy"}} {
+			fmt.Fprintf(stderr, "go build -o %s %s\n", b[0], b[1])
+			if err := runIn(ctx, root, "go", "build", "-o", b[0], b[1]); err != nil {
+				return err
+			}
+		}
 	}
-	if err := b.warmUp(ctx); err != nil {
-		return err
-	}
-	if err := b.measure(ctx); err != nil {
-		return err
-	}
-	if err := b.finish(); err != nil {
-		return err
+	write := func(heading, section string) error {
+		if err := writeSection(o.out, heading, section); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\nwrote a section of %s\n\n", section, o.out)
+		return nil
 	}
 
-	res := b.results()
-	res.machine = describeMachine(ctx, root)
-	res.command = reproduceCommand(o)
-	res.elapsed, res.genTime = time.Since(began), genTime
-	section := res.markdown()
-	if err := writeSection(o.out, sectionHeading, section); err != nil {
-		return err
+	if o.warm {
+		start := time.Now()
+		b := &bench{o: o, work: work, ds: ds, stderr: stderr}
+		res, err := b.runWarm(ctx, corgifs, loopback)
+		if err != nil {
+			return err
+		}
+		res.machine = m
+		res.command = reproduceCommand(o)
+		res.elapsed, res.genTime = time.Since(start)+genTime, genTime
+		env.warm = res
+		if err := write(sectionHeading, res.markdown()); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(stdout, "%s\nwrote %s (took %s)\n", section, o.out, res.elapsed.Round(time.Second))
+	for _, s := range []struct {
+		on      bool
+		heading string
+		run     func(context.Context) (string, error)
+	}{
+		{o.cold, coldHeading, env.runCold},
+		{o.e2e, e2eHeading, env.runE2E},
+		{o.fio, fioHeading, env.runFio},
+		{o.latency, latencyHeading, env.runLatency},
+	} {
+		if !s.on {
+			continue
+		}
+		section, err := s.run(ctx)
+		if err != nil {
+			return err
+		}
+		if err := write(s.heading, section); err != nil {
+			return err
+		}
+	}
+	if o.cold || o.e2e || o.latency {
+		if err := write(targetsHeading, env.targetsMarkdown()); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "took %s\n", time.Since(began).Round(time.Second))
 	if o.keep {
 		fmt.Fprintf(stdout, "kept %s\n", work)
 	}
 	return nil
+}
+
+// runWarm does the warm-cache benchmark.
+func (b *bench) runWarm(ctx context.Context, corgifs, loopback string) (*results, error) {
+	defer b.cleanup()
+	if err := b.mountAll(ctx, corgifs, loopback); err != nil {
+		return nil, err
+	}
+	if err := b.warmUp(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.measure(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.finish(); err != nil {
+		return nil, err
+	}
+	return b.results(), nil
 }
 
 // moduleRoot returns the directory of the main module's go.mod.

@@ -1,0 +1,243 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+)
+
+const coldHeading = "## Cold-cache epoch read (issue 4)"
+
+// coldTarget is one command of the cold section.
+type coldTarget struct {
+	name     string
+	short    string
+	strategy string // corgifs only
+	d        *daemon
+	corgifs  bool
+	run      func(ctx context.Context, r int) (secs float64, err error)
+	mbps     []float64
+	cpu      float64 // daemon CPU seconds over the timed runs
+	waited   []float64
+	usage    daemonUsage
+}
+
+type coldResults struct {
+	targets []*coldTarget
+}
+
+func (c *coldResults) get(short string) *coldTarget {
+	for _, t := range c.targets {
+		if t.short == short {
+			return t
+		}
+	}
+	return nil
+}
+
+// runCold times one epoch with the page cache dropped before each run: cat
+// of the source files, the loopback, corgifs corgipile, none and full (K=1),
+// and randread (a pread per record, uniformly random order) on the source.
+func (e *runEnv) runCold(ctx context.Context) (string, error) {
+	start := time.Now()
+	order := filepath.Join(e.work, "order-none.txt")
+	var out bytes.Buffer
+	if _, err := timeCmd(ctx, &out, e.bins.corgifs, "order", e.ds.dir, "--strategy", "none", "--seed", "1",
+		"--cache-dir", filepath.Join(e.work, "cache")); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(order, out.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+
+	res := &coldResults{}
+	var daemons []*daemon
+	defer func() {
+		for _, d := range daemons {
+			d.kill()
+		}
+	}()
+	catFiles := func(files func(r int) []string) func(context.Context, int) (float64, error) {
+		return func(ctx context.Context, r int) (float64, error) {
+			return timeCmd(ctx, nil, append([]string{"cat"}, files(r)...)...)
+		}
+	}
+	res.targets = append(res.targets, &coldTarget{name: "`cat` of the source files", short: "cat",
+		run: catFiles(func(int) []string { return e.ds.paths() })})
+	lb, err := e.mountLoopback(ctx, "cold-loopback")
+	if err != nil {
+		return "", err
+	}
+	daemons = append(daemons, lb)
+	res.targets = append(res.targets, &coldTarget{name: "go-fuse loopback, reads served by the daemon", short: "loopback", d: lb,
+		run: catFiles(func(int) []string {
+			p := make([]string, len(e.ds.Files))
+			for i, f := range e.ds.Files {
+				p[i] = filepath.Join(lb.mnt, f)
+			}
+			return p
+		})})
+	for _, s := range []string{"corgipile", "none", "full"} {
+		d, err := e.mountCorgifs(ctx, "cold-"+s, "", "--strategy", s)
+		if err != nil {
+			return "", err
+		}
+		daemons = append(daemons, d)
+		name := fmt.Sprintf("corgifs `--strategy %s`, K=1", s)
+		if s == "full" {
+			name += " (a pread per record, in the daemon)"
+		}
+		// Run r reads epoch 2r: reading epoch e prefetches the first buffer
+		// of e+1, which no run reads.
+		res.targets = append(res.targets, &coldTarget{name: name, short: s, strategy: s, d: d, corgifs: true,
+			run: catFiles(func(r int) []string { return []string{partPath(d.mnt, 2*r, 0, 1)} })})
+	}
+	res.targets = append(res.targets, &coldTarget{name: "`randread`: a pread per record on the source files, 4 goroutines", short: "randread",
+		run: func(ctx context.Context, r int) (float64, error) {
+			var out bytes.Buffer
+			if _, err := timeCmd(ctx, &out, e.bins.randread, "--workers", "4", "--seed", fmt.Sprint(r), e.ds.dir, order); err != nil {
+				return 0, err
+			}
+			var v struct {
+				Bytes   int64   `json:"bytes"`
+				Seconds float64 `json:"seconds"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+				return 0, fmt.Errorf("randread: %w", err)
+			}
+			if v.Bytes != e.ds.Bytes {
+				return 0, fmt.Errorf("randread read %d bytes, the dataset has %d", v.Bytes, e.ds.Bytes)
+			}
+			return v.Seconds, nil
+		}})
+
+	load := [2]string{loadAverage()}
+	n := len(res.targets)
+	for r := 1; r <= e.o.runs; r++ {
+		for i := range n {
+			t := res.targets[(i+r-1)%n]
+			var cpu0 float64
+			var st0 *loaderStats
+			if t.d != nil {
+				if cpu0, err = cpuSeconds(t.d.pid()); err != nil {
+					return "", err
+				}
+			}
+			if t.corgifs {
+				if st0, err = corgifsStats(t.d.mnt); err != nil {
+					return "", err
+				}
+			}
+			if err := dropCaches(); err != nil {
+				return "", err
+			}
+			secs, err := t.run(ctx, r)
+			if err != nil {
+				return "", fmt.Errorf("cold run %d of %s: %w", r, t.name, err)
+			}
+			t.mbps = append(t.mbps, float64(e.ds.Bytes)/secs/1e6)
+			if t.d != nil {
+				cpu1, err := cpuSeconds(t.d.pid())
+				if err != nil {
+					return "", err
+				}
+				t.cpu += cpu1 - cpu0
+			}
+			if t.corgifs {
+				st1, err := corgifsStats(t.d.mnt)
+				if err != nil {
+					return "", err
+				}
+				t.waited = append(t.waited, (st1.StallSeconds-st0.StallSeconds)/secs)
+			}
+			e.logf("cold run %d/%d  %-50s %6.0f MB/s (%.2fs)", r, e.o.runs, t.short, t.mbps[len(t.mbps)-1], secs)
+		}
+	}
+	load[1] = loadAverage()
+	for _, t := range res.targets {
+		if t.d == nil {
+			continue
+		}
+		u, err := stopDaemon(t.d, t.corgifs)
+		if err != nil {
+			return "", err
+		}
+		u.cpu, u.served = t.cpu, e.ds.Bytes*int64(e.o.runs)
+		t.usage = u
+	}
+	e.cold = res
+	return e.coldMarkdown(res, load, time.Since(start)), nil
+}
+
+func (e *runEnv) coldMarkdown(res *coldResults, load [2]string, took time.Duration) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	gb := float64(e.ds.Bytes) / 1e9
+	cat, rr := summarize(res.get("cat").mbps), summarize(res.get("randread").mbps)
+
+	p("%s\n\n", coldHeading)
+	p("One epoch (%.2f GB) read with nothing of the dataset in memory: `sync; echo 3 >\n", gb)
+	p("/proc/sys/vm/drop_caches` before every run, so the source comes from the disk and every\n")
+	p("daemon starts from a cold page cache (a corgifs daemon keeps no loaded buffer of the epoch\n")
+	p("it is asked for: run r reads epoch 2r, and only the first buffer of the next epoch is ever\n")
+	p("prefetched). The commands alternate round-robin, %d runs each; `cat FILES > /dev/null` is\n", e.o.runs)
+	p("timed from start to exit. The map-style alternative, every record read with its own `pread`\n")
+	p("in a uniformly random order, is measured twice: corgifs `--strategy full` read by `cat`\n")
+	p("(the daemon issues the preads, 4 at a time), and `bench/randread` on the source files\n")
+	p("(4 goroutines like DataLoader workers, record list from `corgifs order SRC --strategy none`,\n")
+	p("timed from its first pread to its last, so parsing and shuffling the list are not counted).\n\n")
+	p("%s", reproduceIntro(took))
+	p("    %s\n\n", sectionCommand(e.o, "--cold"))
+	p("%s", machineMarkdown(e.machine, load))
+	p("### Setup\n\n%s", datasetLine(e.ds))
+	p("- corgifs: `corgifs mount SRC MNT --strategy S --seed 1` (K=1, block 8 MiB, buffer 5%%, --max-memory 1 GiB),\n")
+	p("  index built before; the loopback as in the warm section. Kernel readahead of the source: %s KiB.\n\n", readaheadKB(e.ds.dir))
+
+	p("### Throughput\n\n")
+	p("| command (one epoch, cold page cache) | median MB/s | min–max MB/s | × `cat` of source | × randread | runs in order, MB/s |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, t := range res.targets {
+		d := summarize(t.mbps)
+		p("| %s | %.0f | %.0f–%.0f | %.2f | %.2f | %s |\n", t.name, d.med, d.lo, d.hi, d.med/cat.med, d.med/rr.med, join(t.mbps, "%.0f"))
+	}
+	p("\n### Daemons\n\n")
+	p("CPU is utime+stime during the %d timed runs per GiB served. \"Waited\" is the growth of\n", e.o.runs)
+	p("`stall_seconds` in `.corgifs/stats.json` (time FUSE requests spent waiting for a buffer or a\n")
+	p("record to be read from SRC) over the epoch's wall time, median of the runs: requests in flight\n")
+	p("at once each count, so it can exceed 100%%.\n\n")
+	p("| daemon | peak RSS | --max-memory | loader peak | CPU s per GiB | read from SRC / served | waited (median, min–max) |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, t := range res.targets {
+		if t.d == nil {
+			continue
+		}
+		u := t.usage
+		if !t.corgifs {
+			p("| %s | %s | – | – | %.2f | – | – |\n", t.short, humanize.IBytes(uint64(u.rss)), u.cpuPerGiB())
+			continue
+		}
+		w := summarize(t.waited)
+		p("| corgifs %s | %s | %s | %s | %.2f | %.3f | %.1f%% (%.1f–%.1f%%) |\n", t.strategy, humanize.IBytes(uint64(u.rss)),
+			humanize.IBytes(uint64(u.config.MaxMemory)), humanize.IBytes(uint64(u.stats.MemoryPeak)), u.cpuPerGiB(),
+			float64(u.stats.BytesRead)/float64(e.ds.Bytes*int64(e.o.runs)), 100*w.med, 100*w.lo, 100*w.hi)
+	}
+	cp, none, full := summarize(res.get("corgipile").mbps), summarize(res.get("none").mbps), summarize(res.get("full").mbps)
+	lbk := summarize(res.get("loopback").mbps)
+	p("\n### Observations\n\n")
+	p("With a cold page cache corgipile read an epoch at %.0f MB/s: %.2f× `cat` of the source files (%.0f MB/s), "+
+		"%.2f× the loopback (%.0f MB/s), %.2f× `--strategy none` (%.0f MB/s). "+
+		"A pread per record in a random order ran at %.0f MB/s through corgifs (`full`) and %.0f MB/s directly on the "+
+		"source files (randread): corgipile is %.1f× and %.1f× faster.\n",
+		cp.med, cp.med/cat.med, cat.med, cp.med/lbk.med, lbk.med, cp.med/none.med, none.med,
+		full.med, rr.med, cp.med/full.med, cp.med/rr.med)
+	return b.String()
+}
