@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
 )
@@ -51,16 +52,21 @@ type Damage struct {
 type Index struct {
 	Root      string // absolute path of the source directory
 	BlockSize int64
-	Files     []File
-	Blocks    []Block
-	Damaged   []Damage
+	// FollowSymlinks is set when the files were listed following symbolic
+	// links: the loader then opens them by path, else only beneath Root.
+	FollowSymlinks bool
+	Files          []File
+	Blocks         []Block
+	Damaged        []Damage
 	// Frames holds the frame length of every indexed record, in block
 	// order, for strategies that read records one at a time.
 	Frames []uint32
 
-	recOnce  sync.Once
-	recOff   []int64 // file offset of every record, from Frames
-	blockRec []int64 // index of the first record of every block, and the total
+	recOnce   sync.Once
+	sidecar   string // path of the sidecar this index is saved in, if any
+	staleOnce sync.Once
+	recOff    []int64 // file offset of every record, from Frames
+	blockRec  []int64 // index of the first record of every block, and the total
 
 	Records int64 // intact records in all blocks
 	Bytes   int64 // bytes of all blocks: what one epoch serves
@@ -87,8 +93,11 @@ type Options struct {
 	BlockSize   int64    // target block length; a larger record is a block by itself
 	Include     []string // glob patterns matched against base names
 	SkipCorrupt bool     // leave damaged records out instead of failing
-	CacheDir    string   // where sidecars go; empty disables the cache
-	Logger      *slog.Logger
+	// FollowSymlinks follows symbolic links to files and directories when
+	// listing the source, which may then lead outside it.
+	FollowSymlinks bool
+	CacheDir       string // where sidecars go; empty disables the cache
+	Logger         *slog.Logger
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
 }
@@ -109,39 +118,50 @@ func (o *Options) fill() {
 }
 
 // listFiles returns the files under root whose base name matches include,
-// sorted by path. Symbolic links are not followed, so the listing cannot
-// escape root.
-func listFiles(root string, include []string) ([]File, error) {
+// sorted by path. Symbolic links are not followed unless follow is set, so
+// the listing cannot escape root. When follow is set, links to files and to
+// directories are followed; a directory reached a second time (a symlink
+// loop, or two links to one directory) is skipped with a log line, and so is
+// a link that leads nowhere.
+func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]File, error) {
 	for _, p := range include {
 		if _, err := filepath.Match(p, ""); err != nil {
 			return nil, fmt.Errorf("bad --include pattern %q: %w", p, err)
 		}
 	}
-	var files []File
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("list %s: %w", path, err)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		if !slices.ContainsFunc(include, func(p string) bool {
-			ok, _ := filepath.Match(p, d.Name())
+	match := func(name string) bool {
+		return slices.ContainsFunc(include, func(p string) bool {
+			ok, _ := filepath.Match(p, name)
 			return ok
-		}) {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return fmt.Errorf("stat %s: %w", path, err)
-		}
+		})
+	}
+	var files []File
+	add := func(path string, fi fs.FileInfo) error {
 		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
 		}
 		files = append(files, File{Path: filepath.ToSlash(rel), Size: fi.Size(), Mtime: fi.ModTime().UnixNano()})
 		return nil
-	})
+	}
+	var err error
+	if follow {
+		err = walkFollow(root, match, add, map[[2]uint64]bool{}, log)
+	} else {
+		err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return fmt.Errorf("list %s: %w", path, err)
+			}
+			if !d.Type().IsRegular() || !match(d.Name()) {
+				return nil
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return fmt.Errorf("stat %s: %w", path, err)
+			}
+			return add(path, fi)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -149,10 +169,68 @@ func listFiles(root string, include []string) ([]File, error) {
 	return files, nil
 }
 
+// walkFollow lists dir like filepath.WalkDir, following symbolic links.
+// seen holds the (device, inode) of every directory entered, so that each
+// is listed once and a loop ends.
+func walkFollow(dir string, match func(string) bool, add func(string, fs.FileInfo) error, seen map[[2]uint64]bool, log *slog.Logger) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
+		if seen[key] {
+			log.Warn("directory reached again through a symbolic link; skipped (a loop or a second link)", "path", dir)
+			return nil
+		}
+		seen[key] = true
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(path)
+		if err != nil {
+			if e.Type()&fs.ModeSymlink != 0 {
+				log.Warn("symbolic link leads nowhere; skipped", "path", path, "err", err)
+				continue
+			}
+			return fmt.Errorf("stat %s: %w", path, err)
+		}
+		switch {
+		case fi.IsDir():
+			if err := walkFollow(path, match, add, seen, log); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular() && match(e.Name()):
+			if err := add(path, fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// resolveRoot returns the absolute path of the source directory with its
+// symbolic links resolved: SRC itself may be a link, named by the user.
+func resolveRoot(root string) (string, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", fmt.Errorf("source: %w", err)
+	}
+	return real, nil
+}
+
 // Build scans every source file under root and cuts it into blocks.
 func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	o.fill()
-	root, err := filepath.Abs(root)
+	root, err := resolveRoot(root)
 	if err != nil {
 		return nil, err
 	}
@@ -161,14 +239,14 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("source %s is not a directory", root)
 	}
-	files, err := listFiles(root, o.Include)
+	files, err := listFiles(root, o.Include, o.FollowSymlinks, o.Logger)
 	if err != nil {
 		return nil, err
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names)", strings.Join(o.Include, " or "), root)
 	}
-	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files}
+	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks}
 	var total, done int64
 	for _, f := range files {
 		total += f.Size

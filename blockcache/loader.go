@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,11 @@ type LoaderOptions struct {
 	MaxMemory int64 // budget for all slabs, shared by every stream
 	InFlight  int   // block reads in flight at once
 	Logger    *slog.Logger
+	// OnDamage, if set, is called once, the first time a loaded block no
+	// longer matches the index although its file kept its size and
+	// modification time (damaged in place): the check of a cached index
+	// cannot see that, so the CLI marks the sidecar stale with it.
+	OnDamage func(reason string)
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -121,7 +127,10 @@ type Loader struct {
 	budget int64
 	log    *slog.Logger
 	seed   maphash.Seed
-	sem    chan struct{}
+
+	onDamage   func(string)
+	damageOnce sync.Once
+	sem        chan struct{}
 
 	mu   sync.Mutex
 	used int64
@@ -151,7 +160,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(),
+		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
 		sem:  make(chan struct{}, o.InFlight),
 		bufs: make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}
@@ -418,9 +427,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if small != nil && l.used+n <= l.budget {
 		l.evictions.Add(1)
 		l.drop(small)
-		f := l.free[len(l.free)-1]
-		l.free = l.free[:len(l.free)-1]
-		l.used -= int64(cap(f.Data))
+		l.unmapLastFree()
 	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
@@ -430,9 +437,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	}
 	for l.used+n > l.budget {
 		if len(l.free) > 0 {
-			f := l.free[len(l.free)-1]
-			l.free = l.free[:len(l.free)-1]
-			l.used -= int64(cap(f.Data))
+			l.unmapLastFree()
 			continue
 		}
 		victim := l.idleHead
@@ -447,9 +452,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		if b := l.reuse(n); b != nil {
 			return b // the victim's slab is large enough
 		}
-		f := l.free[len(l.free)-1]
-		l.free = l.free[:len(l.free)-1]
-		l.used -= int64(cap(f.Data))
+		l.unmapLastFree()
 	}
 	// Slabs as large as the largest buffer asked for so far can be
 	// recycled for any later buffer (buffers of a part differ by up to a
@@ -459,9 +462,23 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if m := l.largest; l.used+2*m <= l.budget {
 		c = m
 	}
-	l.used += c
+	mem, err := mapSlab(c)
+	if err != nil {
+		l.log.Error("out of memory for a slab", "err", err)
+		return nil
+	}
+	l.used += int64(cap(mem))
 	l.peak = max(l.peak, l.used)
-	return l.ready(&Buf{Data: make([]byte, 0, c)}, n)
+	return l.ready(&Buf{Data: mem[:0]}, n)
+}
+
+// unmapLastFree gives the last free slab back to the system. l.mu must be
+// held.
+func (l *Loader) unmapLastFree() {
+	f := l.free[len(l.free)-1]
+	l.free = l.free[:len(l.free)-1]
+	l.used -= int64(cap(f.Data))
+	unmapSlab(f.Data)
 }
 
 func isReady(b *Buf) bool {
@@ -585,14 +602,18 @@ func (l *Loader) read(b *Buf) error {
 		before := len(b.Starts)
 		starts, err := formats.Split(b.Data[offs[i]:offs[i+1]], e.off, b.Starts)
 		if err != nil {
-			return fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+			err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+			l.damaged(err)
+			return err
 		}
 		for j := before; j < len(starts); j++ {
 			starts[j] += offs[i]
 		}
 		b.Starts = starts
 		if got := len(starts) - before; got != int(e.records) {
-			return fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, got, e.records)
+			err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, got, e.records)
+			l.damaged(err)
+			return err
 		}
 	}
 	return nil
@@ -602,9 +623,17 @@ func (l *Loader) read(b *Buf) error {
 // is the file that was indexed.
 func (l *Loader) open(i int32, off int64) (*os.File, error) {
 	path := l.ix.Path(i)
-	f, err := os.Open(path)
+	var f *os.File
+	var err error
+	if l.ix.FollowSymlinks {
+		f, err = os.Open(path)
+	} else {
+		// Beneath the root only: a file replaced by a symbolic link out of
+		// the source after indexing is not followed out of it.
+		f, err = os.OpenInRoot(l.ix.Root, filepath.FromSlash(l.ix.Files[i].Path))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read at offset %d: %w (the source changed since indexing; remount to reindex)", off, err)
+		return nil, fmt.Errorf("read %s at offset %d: %w (the source changed since indexing; remount to reindex)", path, off, err)
 	}
 	want := l.ix.Files[i]
 	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
@@ -613,6 +642,13 @@ func (l *Loader) open(i int32, off int64) (*os.File, error) {
 			path, off, fi.Size(), want.Size, fi.ModTime().Format(time.RFC3339Nano), time.Unix(0, want.Mtime).Format(time.RFC3339Nano), syscall.ESTALE)
 	}
 	return f, nil
+}
+
+// damaged reports a block that no longer matches the index to OnDamage.
+func (l *Loader) damaged(err error) {
+	if l.onDamage != nil {
+		l.damageOnce.Do(func() { l.onDamage(err.Error()) })
+	}
 }
 
 // readExtent reads one extent with one pread.

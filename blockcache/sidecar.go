@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,9 @@ type sidecarHeader struct {
 	BlockSize   int64
 	Include     []string
 	SkipCorrupt bool
+	// FollowSymlinks is absent from sidecars written before it existed,
+	// which decode as false: what they were built with.
+	FollowSymlinks bool
 }
 
 // DefaultCacheDir returns $XDG_CACHE_HOME/corgifs, or ~/.cache/corgifs.
@@ -41,7 +45,11 @@ func DefaultCacheDir() string {
 }
 
 func (h sidecarHeader) path(dir string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%s\x00%v", h.Root, h.BlockSize, strings.Join(h.Include, "\x00"), h.SkipCorrupt))
+	key := fmt.Appendf(nil, "%s\x00%d\x00%s\x00%v", h.Root, h.BlockSize, strings.Join(h.Include, "\x00"), h.SkipCorrupt)
+	if h.FollowSymlinks {
+		key = append(key, "\x00follow-symlinks"...)
+	}
+	sum := sha256.Sum256(key)
 	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".index")
 }
 
@@ -50,7 +58,7 @@ func (h sidecarHeader) path(dir string) string {
 // which it saves. Why a sidecar is not used is logged.
 func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache bool, err error) {
 	o.fill()
-	root, err = filepath.Abs(root)
+	root, err = resolveRoot(root)
 	if err != nil {
 		return nil, false, err
 	}
@@ -64,13 +72,19 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 			return nil, false, fmt.Errorf("cache directory %s is inside the source %s; corgifs never writes inside the source (choose another --cache-dir)", o.CacheDir, root)
 		}
 	}
-	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt}
+	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
 	if o.CacheDir != "" {
-		ix, why := loadSidecar(h.path(o.CacheDir), h)
-		if ix != nil {
-			why = ix.changed(o.Include)
-			if why == "" {
-				return ix, true, nil
+		path := h.path(o.CacheDir)
+		var why string
+		if stale, err := os.ReadFile(path + staleSuffix); err == nil {
+			why = "a block failed its check while served, though its file kept its size and modification time: " + string(stale)
+		} else {
+			ix, why = loadSidecar(path, h)
+			if ix != nil {
+				why = ix.changed(o.Include, o.Logger)
+				if why == "" {
+					return ix, true, nil
+				}
 			}
 		}
 		if why != "" {
@@ -84,14 +98,39 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	if o.CacheDir != "" {
 		if err := saveSidecar(o.CacheDir, h, ix); err != nil {
 			o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", err)
+		} else {
+			os.Remove(h.path(o.CacheDir) + staleSuffix)
 		}
 	}
 	return ix, false, nil
 }
 
+// staleSuffix names the file, beside a sidecar, that marks it stale: the
+// loader found a block that no longer matches the index while the file's
+// size and modification time did not change (the bytes were damaged in
+// place, or rewritten with the old time restored), which the check of Open
+// cannot see. The file holds the reason; the next Open rebuilds.
+const staleSuffix = ".stale"
+
+// MarkStale makes the next Open of root with o rebuild the index, giving
+// reason. The loader's OnDamage calls it when a block no longer matches the
+// index although its file kept its size and modification time.
+func MarkStale(root string, o Options, reason string) error {
+	o.fill()
+	root, err := resolveRoot(root)
+	if err != nil || o.CacheDir == "" {
+		return err
+	}
+	if o.CacheDir, err = filepath.Abs(o.CacheDir); err != nil {
+		return err
+	}
+	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
+	return os.WriteFile(h.path(o.CacheDir)+staleSuffix, []byte(reason), 0o644)
+}
+
 // changed says why the index no longer matches the files on disk, or "".
-func (ix *Index) changed(include []string) string {
-	files, err := listFiles(ix.Root, include)
+func (ix *Index) changed(include []string, log *slog.Logger) string {
+	files, err := listFiles(ix.Root, include, ix.FollowSymlinks, log)
 	if err != nil {
 		return err.Error()
 	}
@@ -135,7 +174,7 @@ func loadSidecar(path string, want sidecarHeader) (*Index, string) {
 	if h.Version != want.Version {
 		return nil, fmt.Sprintf("index sidecar has version %d, want %d", h.Version, want.Version)
 	}
-	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") {
+	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || h.FollowSymlinks != want.FollowSymlinks || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") {
 		return nil, "index sidecar belongs to other parameters"
 	}
 	var body sidecarBody

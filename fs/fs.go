@@ -36,6 +36,13 @@ type Config struct {
 	AllowOther bool
 	Logger     *slog.Logger
 	Debug      bool
+
+	// PanicOnLookup is a test hook, never set in normal use: when it is not
+	// empty, a lookup of exactly this name in the root panics, so that the
+	// end-to-end tests can check that a panicking handler is recovered. The
+	// CLI sets it only from the environment variable
+	// CORGIFS_TEST_PANIC_LOOKUP.
+	PanicOnLookup string
 }
 
 // Server is a mounted corgifs.

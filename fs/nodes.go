@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -46,6 +49,9 @@ func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 }
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if p := r.cfg.PanicOnLookup; p != "" && name == p {
+		panic("test hook: lookup of " + name + " (CORGIFS_TEST_PANIC_LOOKUP)")
+	}
 	if name == ctlDir {
 		out.Mode = syscall.S_IFDIR | 0o555
 		setTimes(&out.Attr, r.mtime)
@@ -212,8 +218,20 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	return c.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
+// processStats are the daemon-wide counters served beside the loader's in
+// stats.json, so that leaks show from outside.
+type processStats struct {
+	blockcache.Stats
+	Goroutines int `json:"goroutines"`
+	OpenFDs    int `json:"open_fds"` // -1 where /proc/self/fd cannot be read
+}
+
 func (r *rootNode) stats() []byte {
-	b, _ := json.MarshalIndent(r.cfg.Loader.Stats(), "", "  ")
+	s := processStats{Stats: r.cfg.Loader.Stats(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
 	return append(b, '\n')
 }
 

@@ -147,8 +147,10 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 		return nil, fmt.Errorf("buffer size must be positive")
 	}
 	if m := ix.MaxBlock(); p.MaxMemory < m {
-		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least %s",
-			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), humanize.IBytes(uint64(m)))
+		// The smallest workable value in bytes: a rounded size such as
+		// "65 KiB" could be just below the block.
+		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least --max-memory %d",
+			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), m)
 	}
 	return &Planner{ix: ix, p: p, strategy: s}, nil
 }

@@ -60,6 +60,7 @@ func (l *listFlag) Set(s string) error {
 type datasetFlags struct {
 	blockSize   sizeFlag
 	include     listFlag
+	follow      bool
 	cacheDir    string
 	skipCorrupt bool
 	strategy    string
@@ -77,6 +78,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
 	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
 	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
+	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	fs.StringVar(&d.cacheDir, "cache-dir", blockcache.DefaultCacheDir(), "`dir`ectory for index sidecars (never inside SRC)")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -92,7 +94,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
 	return blockcache.Options{
-		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt,
+		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"),
 	}
 }

@@ -120,7 +120,15 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 	// The budget bounds the slabs; the soft limit keeps the Go heap (and
 	// with it the resident size) from growing far past them between GCs.
 	debug.SetMemoryLimit(int64(d.maxMemory) + 64<<20)
-	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log})
+	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log,
+		OnDamage: func(reason string) {
+			if err := blockcache.MarkStale(ix.Root, d.indexOptions(log, nil), reason); err != nil {
+				log.Warn("could not mark the index sidecar stale", "err", err)
+				return
+			}
+			log.Warn("index sidecar marked stale: the next mount rebuilds the index")
+		},
+	})
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -135,6 +143,8 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
 		Info: newInfo(ix, pl, *epochs, *parts), AllowOther: *allowOther, Logger: log,
+		// Test hook: the end-to-end tests make a lookup panic on purpose.
+		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
 	if err != nil {
 		return err
@@ -167,39 +177,56 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 // checkMountpoint refuses mount points that would surprise: inside the
 // source, not a directory, not empty, or a dead FUSE mount.
 func checkMountpoint(src, mnt string, nonempty bool) error {
-	absSrc, err := filepath.Abs(src)
+	absSrc, err := realPath(src)
 	if err != nil {
 		return err
 	}
-	absMnt, err := filepath.Abs(mnt)
+	absMnt, err := realPath(mnt)
 	if err != nil {
 		return err
 	}
 	if rel, err := filepath.Rel(absSrc, absMnt); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
 		return fmt.Errorf("mount point %s is inside the source %s; choose a mount point outside it", mnt, src)
 	}
-	fi, err := os.Stat(mnt)
-	if errors.Is(err, syscall.ENOTCONN) {
-		return fmt.Errorf("%s is a dead FUSE mount (its daemon was killed): run 'corgifs unmount %s' first", mnt, mnt)
-	}
-	if err != nil {
+	// A dead mount can still answer stat from the kernel's attribute cache:
+	// listing it is what fails.
+	check := func(err error) error {
+		if errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("%s is a dead FUSE mount (its daemon was killed): run 'corgifs unmount %s' first", mnt, mnt)
+		}
 		return fmt.Errorf("mount point: %w", err)
+	}
+	fi, err := os.Stat(mnt)
+	if err != nil {
+		return check(err)
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("mount point %s is not a directory", mnt)
 	}
-	if !nonempty {
-		f, err := os.Open(mnt)
-		if err != nil {
-			return fmt.Errorf("mount point: %w", err)
-		}
-		names, _ := f.Readdirnames(1)
-		f.Close()
-		if len(names) > 0 {
-			return fmt.Errorf("mount point %s is not empty (pass --nonempty to mount over it anyway)", mnt)
-		}
+	f, err := os.Open(mnt)
+	if err != nil {
+		return check(err)
+	}
+	names, err := f.Readdirnames(1)
+	f.Close()
+	if err != nil && err != io.EOF {
+		return check(err)
+	}
+	if len(names) > 0 && !nonempty {
+		return fmt.Errorf("mount point %s is not empty (pass --nonempty to mount over it anyway)", mnt)
 	}
 	return nil
+}
+
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r, nil
+	}
+	return abs, nil
 }
 
 func runUnmount(args []string, stdout, stderr io.Writer) error {
