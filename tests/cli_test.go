@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,27 +99,13 @@ func TestOrderPrintsTheRecordsAMountServes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("order exit %d", code)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != len(served) {
-		t.Fatalf("order printed %d records, the mount served %d", len(lines), len(served))
+	order := orderFrames(t, src, out)
+	if len(order) != len(served) {
+		t.Fatalf("order printed %d records, the mount served %d", len(order), len(served))
 	}
-	files := map[string][]byte{}
-	for i, l := range lines {
-		f := strings.Fields(l)
-		if len(f) != 3 {
-			t.Fatalf("line %q: want 'file offset length'", l)
-		}
-		if files[f[0]] == nil {
-			b, err := os.ReadFile(filepath.Join(src, f[0]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[f[0]] = b
-		}
-		off, _ := strconv.Atoi(f[1])
-		n, _ := strconv.Atoi(f[2])
-		if !bytes.Equal(files[f[0]][off+12:off+n-4], served[i]) {
-			t.Fatalf("record %d: order says %s, which is not the record the mount served", i, l)
+	for i, o := range order {
+		if !bytes.Equal(o.payload(), served[i]) {
+			t.Fatalf("record %d: order says %s, which is not the record the mount served", i, o.line)
 		}
 	}
 }

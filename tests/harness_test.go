@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -274,4 +275,41 @@ func sortedHashes(hs [][32]byte) [][32]byte {
 	hs = slices.Clone(hs)
 	slices.SortFunc(hs, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
 	return hs
+}
+
+// orderFrame is one line of `corgifs order` output with the frame it names.
+type orderFrame struct {
+	line  string // as printed: file offset length
+	file  string
+	frame []byte // the whole TFRecord frame, read from the source file
+}
+
+func (o orderFrame) payload() []byte { return o.frame[12 : len(o.frame)-4] }
+
+// orderFrames reads from the files under src the frames that out, the
+// output of `corgifs order`, names, in order.
+func orderFrames(t *testing.T, src, out string) []orderFrame {
+	t.Helper()
+	files := map[string][]byte{}
+	var frames []orderFrame
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("order line %q: want 'file offset length'", l)
+		}
+		if files[f[0]] == nil {
+			b, err := os.ReadFile(filepath.Join(src, f[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[f[0]] = b
+		}
+		off, err1 := strconv.Atoi(f[1])
+		n, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || off < 0 || n < 16 || off+n > len(files[f[0]]) {
+			t.Fatalf("order line %q does not name a frame of %s", l, f[0])
+		}
+		frames = append(frames, orderFrame{line: l, file: f[0], frame: files[f[0]][off : off+n]})
+	}
+	return frames
 }

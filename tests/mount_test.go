@@ -245,19 +245,24 @@ func TestCorgiPileMixesClusteredLabels(t *testing.T) {
 	}
 }
 
+// stats is the part of .corgifs/stats.json the tests look at.
 type stats struct {
 	MemoryInUse  int64 `json:"memory_in_use"`
 	MemoryPeak   int64 `json:"memory_peak"`
 	MemoryBudget int64 `json:"memory_budget"`
+	MemoryWaits  int64 `json:"memory_waits"`
 	BlocksRead   int64 `json:"blocks_read"`
 	PrefetchHits int64 `json:"prefetch_hits"`
+	LoadErrors   int64 `json:"load_errors"`
+	Goroutines   int   `json:"goroutines"`
+	OpenFDs      int   `json:"open_fds"`
 }
 
 func (m *mount) stats() stats {
 	m.t.Helper()
 	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
 	if err != nil {
-		m.t.Fatal(err)
+		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
 	}
 	var s stats
 	if err := json.Unmarshal(b, &s); err != nil {

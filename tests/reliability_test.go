@@ -5,7 +5,6 @@ package tests
 // test that shows it.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -26,29 +25,6 @@ import (
 	"testing"
 	"time"
 )
-
-// relStats is the part of .corgifs/stats.json these tests look at.
-type relStats struct {
-	LoadErrors   int64 `json:"load_errors"`
-	MemoryWaits  int64 `json:"memory_waits"`
-	MemoryPeak   int64 `json:"memory_peak"`
-	MemoryBudget int64 `json:"memory_budget"`
-	Goroutines   int   `json:"goroutines"`
-	OpenFDs      int   `json:"open_fds"`
-}
-
-func (m *mount) relStats() relStats {
-	m.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
-	if err != nil {
-		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
-	}
-	var s relStats
-	if err := json.Unmarshal(b, &s); err != nil {
-		m.t.Fatalf("stats.json: %v\n%s", err, b)
-	}
-	return s
-}
 
 // readUntilErr reads path from start to end in reads of 64 KiB and returns
 // what it got before the first error (nil at the end of the file).
@@ -142,24 +118,9 @@ func orderPart(t *testing.T, src string, flags []string, e, i, k int) orderedPar
 	t.Helper()
 	out := corgifs(t, append([]string{"order", src, "--epoch", fmt.Sprint(e), "--part", fmt.Sprint(i), "--parts", fmt.Sprint(k)}, flags...)...)
 	p := orderedPart{files: map[string]bool{}}
-	cache := map[string][]byte{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
-			t.Fatalf("order line %q", sc.Text())
-		}
-		if cache[f[0]] == nil {
-			b, err := os.ReadFile(filepath.Join(src, f[0]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cache[f[0]] = b
-		}
-		off, _ := strconv.Atoi(f[1])
-		n, _ := strconv.Atoi(f[2])
-		p.data = append(p.data, cache[f[0]][off:off+n]...)
-		p.files[f[0]] = true
+	for _, o := range orderFrames(t, src, out) {
+		p.data = append(p.data, o.frame...)
+		p.files[o.file] = true
 	}
 	return p
 }
@@ -296,7 +257,7 @@ func TestSourceChangedAfterIndexingGivesEIONeverWrongBytes(t *testing.T) {
 			if failed != epochs {
 				t.Fatalf("the changed file is in %d parts over %d epochs, want one per epoch", failed, epochs)
 			}
-			if s := m.relStats(); s.LoadErrors == 0 {
+			if s := m.stats(); s.LoadErrors == 0 {
 				t.Errorf("stats.json counts no load_errors")
 			}
 			if !c.check.MatchString(m.log.String()) {
@@ -528,7 +489,7 @@ func TestTenThousandSmallFilesIndexAndServeEveryRecordOnce(t *testing.T) {
 		}
 	}
 	m := startMount(t, src, "--seed", "2", "--block-size", "64KiB", "--parts", "2", "--max-memory", "8MiB")
-	base := m.relStats()
+	base := m.stats()
 	seen := map[string]bool{}
 	for i := range 2 {
 		for _, r := range frames(t, m.read(0, i, 2)) {
@@ -546,11 +507,11 @@ func TestTenThousandSmallFilesIndexAndServeEveryRecordOnce(t *testing.T) {
 // settledStats waits up to 5 s for the daemon's goroutines and descriptors
 // to come back to base (with a slack of 4 goroutines for go-fuse's request
 // readers), and returns the last stats.
-func settledStats(t *testing.T, m *mount, base relStats) relStats {
+func settledStats(t *testing.T, m *mount, base stats) stats {
 	t.Helper()
-	var s relStats
+	var s stats
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		s = m.relStats()
+		s = m.stats()
 		if s.Goroutines <= base.Goroutines+4 && s.OpenFDs <= base.OpenFDs || time.Now().After(deadline) {
 			return s
 		}
@@ -839,7 +800,7 @@ func TestLoadManyReadersAndFioServeExactBytesWithinMemoryWithoutLeaks(t *testing
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
-	base := m.relStats()
+	base := m.stats()
 
 	fioDone := make(chan struct{})
 	var fioOut []byte
@@ -899,7 +860,7 @@ func TestLoadManyReadersAndFioServeExactBytesWithinMemoryWithoutLeaks(t *testing
 	}
 	t.Logf("%d reader passes, %d bytes read by the readers, %d by fio", passes, readBytes, fio.Jobs[0].Read.IOBytes)
 
-	s := m.relStats()
+	s := m.stats()
 	if s.MemoryPeak > budget || s.MemoryBudget != budget {
 		t.Errorf("loader memory peak %d bytes, budget %d (reported %d)", s.MemoryPeak, budget, s.MemoryBudget)
 	}
@@ -983,7 +944,7 @@ func TestMemoryPressureMakesReadersWaitAndServesExactBytes(t *testing.T) {
 			t.Errorf("part %d under memory pressure differs from the same part with plenty of memory", i)
 		}
 	}
-	s := m.relStats()
+	s := m.stats()
 	if s.MemoryWaits == 0 {
 		t.Errorf("no reader waited for memory: %+v", s)
 	}

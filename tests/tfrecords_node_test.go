@@ -65,34 +65,23 @@ func TestTfrecordsJSAcceptsEveryServedRecord(t *testing.T) {
 	src := genSynthetic(t, 3000, 16, 4, 3, "clustered")
 	flags := []string{"--block-size", "16KiB", "--buffer", "10%", "--seed", "11"}
 	m := startMount(t, src, append(flags, "--parts", "3")...)
-	files := map[string][]byte{}
 	cache := t.TempDir()
 	want := sortedHashes(sourceRecords(t, src))
 	for _, ep := range []int{0, 1} {
 		var epoch [][32]byte
 		for part := range 3 {
 			got := readWithJS(t, m.part(ep, part, 3))
-			order := strings.Split(strings.TrimSpace(corgifs(t, append([]string{"order", src, "--epoch", strconv.Itoa(ep),
-				"--part", strconv.Itoa(part), "--parts", "3", "--cache-dir", cache}, flags...)...)), "\n")
+			order := orderFrames(t, src, corgifs(t, append([]string{"order", src, "--epoch", strconv.Itoa(ep),
+				"--part", strconv.Itoa(part), "--parts", "3", "--cache-dir", cache}, flags...)...))
 			if len(got) != len(order) {
 				t.Fatalf("epoch %d part %d: @roboflow/tfrecords read %d records, the part holds %d", ep, part, len(got), len(order))
 			}
-			for i, l := range order {
-				f := strings.Fields(l)
-				if files[f[0]] == nil {
-					b, err := os.ReadFile(filepath.Join(src, f[0]))
-					if err != nil {
-						t.Fatal(err)
-					}
-					files[f[0]] = b
-				}
-				off, _ := strconv.Atoi(f[1])
-				n, _ := strconv.Atoi(f[2])
-				payload := files[f[0]][off+12 : off+n-4]
+			for i, o := range order {
+				payload := o.payload()
 				h := sha256.Sum256(payload)
 				epoch = append(epoch, h)
 				if exp := sourceFields(t, payload, h); got[i] != exp {
-					t.Fatalf("epoch %d part %d record %d (%s):\n@roboflow/tfrecords read %+v\nthe source record is  %+v", ep, part, i, l, got[i], exp)
+					t.Fatalf("epoch %d part %d record %d (%s):\n@roboflow/tfrecords read %+v\nthe source record is  %+v", ep, part, i, o.line, got[i], exp)
 				}
 			}
 		}
