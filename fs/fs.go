@@ -108,7 +108,9 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	s := &Server{srv: srv, mnt: cfg.Mountpoint, log: cfg.Logger}
-	raiseReadahead(cfg.Mountpoint, cfg.Logger)
+	if err := RaiseReadahead(cfg.Mountpoint); err != nil {
+		cfg.Logger.Debug("could not raise readahead", "err", err)
+	}
 	go func() {
 		<-ctx.Done()
 		s.Unmount()
@@ -116,19 +118,20 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// raiseReadahead asks the kernel to read ahead 4 MiB on the mount (the
-// default, 128 KiB, leaves a sequential reader waiting on round trips). It
-// needs root; without it the default stays.
-func raiseReadahead(mnt string, log *slog.Logger) {
+// RaiseReadahead asks the kernel to read ahead 4 MiB on the FUSE mount at
+// mnt (the default, 128 KiB, leaves a sequential reader waiting on round
+// trips). It needs root; without it the default stays.
+func RaiseReadahead(mnt string) error {
 	var st syscall.Stat_t
 	if err := syscall.Stat(mnt, &st); err != nil {
-		return
+		return err
 	}
 	major, minor := (st.Dev>>8)&0xfff, (st.Dev&0xff)|((st.Dev>>12)&0xfff00)
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", major, minor)
 	if err := os.WriteFile(p, []byte("4096"), 0); err != nil {
-		log.Debug("could not raise readahead", "path", p, "err", err)
+		return fmt.Errorf("raise readahead: %w", err)
 	}
+	return nil
 }
 
 // Wait blocks until the file system is unmounted.

@@ -17,6 +17,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	corgifs "github.com/corgifs/corgifs/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -67,7 +68,10 @@ func run(src, mnt string, kernelPassthrough bool) error {
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
 	}
-	raiseReadahead(mnt)
+	// The same kernel readahead as corgifs sets for its own mounts.
+	if err := corgifs.RaiseReadahead(mnt); err != nil {
+		fmt.Fprintf(os.Stderr, "loopback: %v\n", err)
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -142,18 +146,4 @@ func (f *file) Flush(ctx context.Context) syscall.Errno { return f.lf.Flush(ctx)
 
 func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	return f.lf.Lseek(ctx, off, whence)
-}
-
-// raiseReadahead sets the mount's kernel readahead to 4 MiB, as corgifs does
-// for its own mounts. It needs root; without it the default stays.
-func raiseReadahead(mnt string) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(mnt, &st); err != nil {
-		return
-	}
-	major, minor := (st.Dev>>8)&0xfff, (st.Dev&0xff)|((st.Dev>>12)&0xfff00)
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", major, minor)
-	if err := os.WriteFile(p, []byte("4096"), 0); err != nil {
-		fmt.Fprintf(os.Stderr, "loopback: could not raise readahead: %v\n", err)
-	}
 }
