@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -303,15 +302,9 @@ func (t *target) time(ctx context.Context, epoch int, devNull *os.File) (sample,
 		}
 		cpu0 = c
 	}
-	cmd := exec.CommandContext(ctx, "cat", files...)
-	cmd.Stdout = devNull
-	var stderr limitedBuffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err := cmd.Run()
-	secs := time.Since(start).Seconds()
+	secs, err := timeCmd(ctx, devNull, append([]string{"cat"}, files...)...)
 	if err != nil {
-		return sample{}, fmt.Errorf("cat: %w: %s", err, stderr.b)
+		return sample{}, err
 	}
 	s := sample{secs: secs}
 	if t.d != nil {

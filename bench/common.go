@@ -217,3 +217,18 @@ func humanizeBuffer(u daemonUsage) string {
 	}
 	return fmtBytes(u.config.BufferPart)
 }
+
+// stopMeasured stops a corgifs daemon and returns its usage, with the CPU
+// seconds it spent since it had spent cpu0.
+func stopMeasured(d *daemon, cpu0 float64) (daemonUsage, error) {
+	cpu1, err := cpuSeconds(d.pid())
+	if err != nil {
+		return daemonUsage{}, err
+	}
+	u, err := stopDaemon(d, true)
+	if err != nil {
+		return daemonUsage{}, err
+	}
+	u.cpu = cpu1 - cpu0
+	return u, nil
+}

@@ -99,15 +99,11 @@ func (e *runEnv) runFio(ctx context.Context) (string, error) {
 		}
 	}
 	load[1] = loadAverage()
-	cpu1, err := cpuSeconds(d.pid())
+	u, err := stopMeasured(d, cpu0)
 	if err != nil {
 		return "", err
 	}
-	u, err := stopDaemon(d, true)
-	if err != nil {
-		return "", err
-	}
-	u.cpu, u.served = cpu1-cpu0, served
+	u.served = served
 	e.fio = res
 	return e.fioMarkdown(res, u, version, load, time.Since(start)), nil
 }

@@ -164,15 +164,10 @@ func (e *runEnv) runLatency(ctx context.Context) (string, error) {
 		}
 	}
 	load[1] = loadAverage()
-	cpu1, err := cpuSeconds(d.pid())
+	u, err := stopMeasured(d, cpu0)
 	if err != nil {
 		return "", err
 	}
-	u, err := stopDaemon(d, true)
-	if err != nil {
-		return "", err
-	}
-	u.cpu = cpu1 - cpu0
 	res.usage = u
 	res.buffer = u.config.BufferPart
 	e.lat = res

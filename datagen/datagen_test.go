@@ -18,9 +18,12 @@ import (
 )
 
 // rec is a decoded record.
+// rec is a decoded record: a synthetic one has values, a Fashion-MNIST one
+// an image.
 type rec struct {
 	label, id int
 	values    []float32
+	image     []byte
 	payload   []byte
 }
 
@@ -90,12 +93,18 @@ func decode(t *testing.T, payload []byte) rec {
 			var err error
 			r.values, err = f.AppendFloats(nil)
 			return err
+		case ImageFeature:
+			v, err := f.AppendBytes(nil)
+			if err != nil || len(v) != 1 {
+				return fmt.Errorf("%s = %d values, %v; want one bytes value", name, len(v), err)
+			}
+			r.image = v[0]
 		default:
 			return fmt.Errorf("unexpected feature %q", name)
 		}
 		return nil
 	})
-	if err != nil || n != 3 || r.label < 0 || r.id < 0 || r.values == nil {
+	if err != nil || n != 3 || r.label < 0 || r.id < 0 || (r.values == nil) == (r.image == nil) {
 		t.Fatalf("bad record (%d features, %+v): %v", n, r, err)
 	}
 	return r

@@ -16,7 +16,6 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/tfexample"
 )
 
 // idxBytes returns an idx file with the given magic number, dimensions and
@@ -79,10 +78,7 @@ func writeTinyFashion(t *testing.T, train, test tinySplit) string {
 }
 
 // fashionRec is a decoded converted record.
-type fashionRec struct {
-	label, id int
-	image     []byte
-}
+type fashionRec = rec
 
 // readFashion reads back every record of sum, in order, checking every CRC.
 func readFashion(t *testing.T, sum Summary) []fashionRec {
@@ -109,34 +105,9 @@ func readFashion(t *testing.T, sum Summary) []fashionRec {
 
 func decodeFashion(t *testing.T, payload []byte) fashionRec {
 	t.Helper()
-	r := fashionRec{label: -1, id: -1}
-	n := 0
-	err := tfexample.Features(payload, func(name []byte, f tfexample.Feature) error {
-		n++
-		switch string(name) {
-		case LabelFeature, IDFeature:
-			v, err := f.AppendInt64s(nil)
-			if err != nil || len(v) != 1 {
-				return fmt.Errorf("%s = %v, %v; want one int64", name, v, err)
-			}
-			if string(name) == LabelFeature {
-				r.label = int(v[0])
-			} else {
-				r.id = int(v[0])
-			}
-		case ImageFeature:
-			v, err := f.AppendBytes(nil)
-			if err != nil || len(v) != 1 {
-				return fmt.Errorf("%s = %d values, %v; want one bytes value", name, len(v), err)
-			}
-			r.image = v[0]
-		default:
-			return fmt.Errorf("unexpected feature %q", name)
-		}
-		return nil
-	})
-	if err != nil || n != 3 || r.label < 0 || r.id < 0 || r.image == nil {
-		t.Fatalf("bad record (%d features, %+v): %v", n, r, err)
+	r := decode(t, payload)
+	if r.image == nil {
+		t.Fatalf("record %d has no %q", r.id, ImageFeature)
 	}
 	return r
 }
