@@ -33,6 +33,7 @@ type coldTarget struct {
 
 type coldResults struct {
 	targets []*coldTarget
+	load    [2]string
 }
 
 func (c *coldResults) get(short string) *coldTarget {
@@ -47,16 +48,15 @@ func (c *coldResults) get(short string) *coldTarget {
 // runCold times one epoch with the page cache dropped before each run: cat
 // of the source files, the loopback, corgifs corgipile, none and full (K=1),
 // and randread (a pread per record, uniformly random order) on the source.
-func (e *runEnv) runCold(ctx context.Context) (string, error) {
-	start := time.Now()
+func (e *runEnv) runCold(ctx context.Context) error {
 	order := filepath.Join(e.work, "order-none.txt")
 	var out bytes.Buffer
 	if _, err := timeCmd(ctx, &out, e.bins.corgifs, "order", e.ds.dir, "--strategy", "none", "--seed", "1",
 		"--cache-dir", filepath.Join(e.work, "cache")); err != nil {
-		return "", err
+		return err
 	}
 	if err := os.WriteFile(order, out.Bytes(), 0o644); err != nil {
-		return "", err
+		return err
 	}
 
 	res := &coldResults{}
@@ -75,7 +75,7 @@ func (e *runEnv) runCold(ctx context.Context) (string, error) {
 		run: catFiles(func(int) []string { return e.ds.paths() })})
 	lb, err := e.mountLoopback(ctx, "cold-loopback")
 	if err != nil {
-		return "", err
+		return err
 	}
 	daemons = append(daemons, lb)
 	res.targets = append(res.targets, &coldTarget{name: "go-fuse loopback, reads served by the daemon", short: "loopback", d: lb,
@@ -89,7 +89,7 @@ func (e *runEnv) runCold(ctx context.Context) (string, error) {
 	for _, s := range []string{"corgipile", "none", "full"} {
 		d, err := e.mountCorgifs(ctx, "cold-"+s, "", "--strategy", s)
 		if err != nil {
-			return "", err
+			return err
 		}
 		daemons = append(daemons, d)
 		name := fmt.Sprintf("corgifs `--strategy %s`, K=1", s)
@@ -120,7 +120,7 @@ func (e *runEnv) runCold(ctx context.Context) (string, error) {
 			return v.Seconds, nil
 		}})
 
-	load := [2]string{loadAverage()}
+	res.load[0] = loadAverage()
 	n := len(res.targets)
 	for r := 1; r <= e.o.runs; r++ {
 		for i := range n {
@@ -129,87 +129,94 @@ func (e *runEnv) runCold(ctx context.Context) (string, error) {
 			var st0 *loaderStats
 			if t.d != nil {
 				if cpu0, err = cpuSeconds(t.d.pid()); err != nil {
-					return "", err
+					return err
 				}
 			}
 			if t.corgifs {
 				if st0, err = corgifsStats(t.d.mnt); err != nil {
-					return "", err
+					return err
 				}
 			}
 			if err := dropCaches(); err != nil {
-				return "", err
+				return err
 			}
 			secs, err := t.run(ctx, r)
 			if err != nil {
-				return "", fmt.Errorf("cold run %d of %s: %w", r, t.name, err)
+				return fmt.Errorf("cold run %d of %s: %w", r, t.name, err)
 			}
 			t.mbps = append(t.mbps, float64(e.ds.Bytes)/secs/1e6)
 			if t.d != nil {
 				cpu1, err := cpuSeconds(t.d.pid())
 				if err != nil {
-					return "", err
+					return err
 				}
 				t.cpu += cpu1 - cpu0
 			}
 			if t.corgifs {
 				st1, err := corgifsStats(t.d.mnt)
 				if err != nil {
-					return "", err
+					return err
 				}
 				t.waited = append(t.waited, (st1.StallSeconds-st0.StallSeconds)/secs)
 			}
 			e.logf("cold run %d/%d  %-50s %6.0f MB/s (%.2fs)", r, e.o.runs, t.short, t.mbps[len(t.mbps)-1], secs)
 		}
 	}
-	load[1] = loadAverage()
+	res.load[1] = loadAverage()
 	for _, t := range res.targets {
 		if t.d == nil {
 			continue
 		}
 		u, err := stopDaemon(t.d, t.corgifs)
 		if err != nil {
-			return "", err
+			return err
 		}
 		u.cpu, u.served = t.cpu, e.ds.Bytes*int64(e.o.runs)
 		t.usage = u
 	}
 	e.cold = res
-	return e.coldMarkdown(res, load, time.Since(start)), nil
+	return nil
 }
 
-func (e *runEnv) coldMarkdown(res *coldResults, load [2]string, took time.Duration) string {
+func (h *harness) coldMarkdown(took time.Duration) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	gb := float64(e.ds.Bytes) / 1e9
-	cat, rr := summarize(res.get("cat").mbps), summarize(res.get("randread").mbps)
-
 	p("%s\n\n", coldHeading)
-	p("One epoch (%.2f GB) read with nothing of the dataset in memory: `sync; echo 3 >\n", gb)
+	p("One epoch read with nothing of the dataset in memory: `sync; echo 3 >\n")
 	p("/proc/sys/vm/drop_caches` before every run, so the source comes from the disk and every\n")
 	p("daemon starts from a cold page cache (a corgifs daemon keeps no loaded buffer of the epoch\n")
 	p("it is asked for: run r reads epoch 2r, and only the first buffer of the next epoch is ever\n")
-	p("prefetched). The commands alternate round-robin, %d runs each; `cat FILES > /dev/null` is\n", e.o.runs)
-	p("timed from start to exit. The map-style alternative, every record read with its own `pread`\n")
-	p("in a uniformly random order, is measured twice: corgifs `--strategy full` read by `cat`\n")
-	p("(the daemon issues the preads, 4 at a time), and `bench/randread` on the source files\n")
+	p("prefetched). For each dataset in turn the commands alternate round-robin, %d runs each;\n", h.o.runs)
+	p("`cat FILES > /dev/null` is timed from start to exit. The map-style alternative, every record\n")
+	p("read with its own `pread` in a uniformly random order, is measured twice: corgifs `--strategy full`\n")
+	p("read by `cat` (the daemon issues the preads, 4 at a time), and `bench/randread` on the source files\n")
 	p("(4 goroutines like DataLoader workers, record list from `corgifs order SRC --strategy none`,\n")
 	p("timed from its first pread to its last, so parsing and shuffling the list are not counted).\n\n")
-	p("%s", reproduceIntro(took))
-	p("    %s\n\n", sectionCommand(e.o, "--cold"))
-	p("%s", machineMarkdown(e.machine, load))
-	p("### Setup\n\n%s", datasetLine(e.ds))
-	p("- corgifs: `corgifs mount SRC MNT --strategy S --seed 1` (K=1, block 8 MiB, buffer 5%%, --max-memory 1 GiB),\n")
-	p("  index built before; the loopback as in the warm section. Kernel readahead of the source: %s KiB.\n\n", readaheadKB(e.ds.dir))
+	p("%s", h.sectionRest(took, sectionCommand(h.o, "--cold"), (*runEnv).coldBody))
+	return b.String()
+}
 
-	p("### Throughput\n\n")
-	p("| command (one epoch, cold page cache) | median MB/s | min–max MB/s | × `cat` of source | × randread | runs in order, MB/s |\n")
+// coldBody is the part of the cold section about one dataset.
+func (e *runEnv) coldBody() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	res := e.cold
+	gb := float64(e.ds.Bytes) / 1e9
+	cat, rr := summarize(res.get("cat").mbps), summarize(res.get("randread").mbps)
+
+	p("#### Setup\n\n%s", datasetLine(e.ds))
+	p("- corgifs: `corgifs mount SRC MNT --strategy S --seed 1` (K=1, block 8 MiB, buffer 5%%, --max-memory 1 GiB),\n")
+	p("  index built before; the loopback as in the warm section. Kernel readahead of the source: %s KiB.\n", readaheadKB(e.ds.dir))
+	p("%s\n", loadLine(res.load))
+
+	p("#### Throughput\n\n")
+	p("| command (one epoch, %.2f GB, cold page cache) | median MB/s | min–max MB/s | × `cat` of source | × randread | runs in order, MB/s |\n", gb)
 	p("| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, t := range res.targets {
 		d := summarize(t.mbps)
 		p("| %s | %.0f | %.0f–%.0f | %.2f | %.2f | %s |\n", t.name, d.med, d.lo, d.hi, d.med/cat.med, d.med/rr.med, join(t.mbps, "%.0f"))
 	}
-	p("\n### Daemons\n\n")
+	p("\n#### Daemons\n\n")
 	p("CPU is utime+stime during the %d timed runs per GiB served. \"Waited\" is the growth of\n", e.o.runs)
 	p("`stall_seconds` in `.corgifs/stats.json` (time FUSE requests spent waiting for a buffer or a\n")
 	p("record to be read from SRC) over the epoch's wall time, median of the runs: requests in flight\n")
@@ -232,11 +239,11 @@ func (e *runEnv) coldMarkdown(res *coldResults, load [2]string, took time.Durati
 	}
 	cp, none, full := summarize(res.get("corgipile").mbps), summarize(res.get("none").mbps), summarize(res.get("full").mbps)
 	lbk := summarize(res.get("loopback").mbps)
-	p("\n### Observations\n\n")
+	p("\n#### Observations\n\n")
 	p("With a cold page cache corgipile read an epoch at %.0f MB/s: %.2f× `cat` of the source files (%.0f MB/s), "+
 		"%.2f× the loopback (%.0f MB/s), %.2f× `--strategy none` (%.0f MB/s). "+
 		"A pread per record in a random order ran at %.0f MB/s through corgifs (`full`) and %.0f MB/s directly on the "+
-		"source files (randread): corgipile is %.1f× and %.1f× faster.\n",
+		"source files (randread): corgipile read %.1f× and %.1f× as fast.\n",
 		cp.med, cp.med/cat.med, cat.med, cp.med/lbk.med, lbk.med, cp.med/none.med, none.med,
 		full.med, rr.med, cp.med/full.med, cp.med/rr.med)
 	return b.String()

@@ -20,18 +20,24 @@ import (
 // binaries are the programs the benchmark builds into its work directory.
 type binaries struct{ corgifs, loopback, randread, shufflecopy string }
 
-// runEnv is what every section of one benchmark run shares, and what the
-// issue 4 sections measured, for the targets section.
-type runEnv struct {
+// harness is what every section of one benchmark run shares.
+type harness struct {
 	o       options
-	work    string
-	ds      *dataset
 	bins    binaries
 	machine machine
 	root    string
 	stderr  io.Writer
-	genTime time.Duration
-	began   time.Time
+	genTime time.Duration // writing or checking the datasets
+	sets    []*runEnv     // one per dataset, in --record-sizes order
+}
+
+// runEnv is one dataset's share of a benchmark run: its work directory
+// (dataset, index cache, mount points, logs) and what each section measured
+// on it, for the Markdown and the targets section.
+type runEnv struct {
+	*harness
+	work string
+	ds   *dataset
 
 	warm *results
 	cold *coldResults
@@ -173,7 +179,7 @@ func stopDaemon(d *daemon, corgifs bool) (daemonUsage, error) {
 }
 
 // machineMarkdown is the Machine subsection.
-func machineMarkdown(m machine, load [2]string, extra ...string) string {
+func machineMarkdown(m machine, extra ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Machine\n\n")
 	fmt.Fprintf(&b, "- CPU: %s, %s logical CPUs\n", m.cpu, m.cpus)
@@ -184,29 +190,70 @@ func machineMarkdown(m machine, load [2]string, extra ...string) string {
 	for _, x := range extra {
 		fmt.Fprintf(&b, "- %s\n", x)
 	}
-	fmt.Fprintf(&b, "- Load average (1, 5, 15 min) before the timed runs: %s; after: %s\n\n", load[0], load[1])
+	b.WriteString("\n")
 	return b.String()
+}
+
+// loadLine is the list item of the load averages around one dataset's
+// timed runs.
+func loadLine(load [2]string) string {
+	return fmt.Sprintf("- Load average (1, 5, 15 min) before the timed runs: %s; after: %s.\n", load[0], load[1])
+}
+
+// sectionRest is what follows the introduction of an issue 4 section: how
+// to reproduce it, the machine, and body for each dataset.
+func (h *harness) sectionRest(took time.Duration, command string, body func(e *runEnv) string, machineExtra ...string) string {
+	return reproduceIntro(took) + "    " + command + "\n\n" + machineMarkdown(h.machine, machineExtra...) + h.perDataset(body)
+}
+
+// perDataset renders body for each dataset under a subheading naming it;
+// body's own subheadings are ####.
+func (h *harness) perDataset(body func(e *runEnv) string) string {
+	var b strings.Builder
+	for i, e := range h.sets {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "### %s\n\n%s\n", e.ds.label(), strings.TrimRight(body(e), "\n"))
+	}
+	return b.String()
+}
+
+// reproduceCommand is the command line that repeats the warm section.
+func reproduceCommand(o options) string {
+	return fmt.Sprintf("go run ./bench --size %s --record-sizes %s --runs %d --parts %s",
+		formatSize(o.size), (*sizesValue)(&o.recordSizes).String(), o.runs, (*partsValue)(&o.parts).String())
 }
 
 // sectionCommand is the command line that repeats one issue 4 section.
 func sectionCommand(o options, flag string) string {
-	return fmt.Sprintf("go run ./bench --warm=false %s --size %s --features %d --runs %d", flag, formatSize(o.size), o.features, o.runs)
+	return fmt.Sprintf("go run ./bench --warm=false %s --size %s --record-sizes %s --runs %d",
+		flag, formatSize(o.size), (*sizesValue)(&o.recordSizes).String(), o.runs)
 }
 
 // reproduceIntro is the paragraph before the command.
 func reproduceIntro(took time.Duration) string {
 	return fmt.Sprintf("Reproduce, as root from the repository root (run on %s, took %s; add `--work DIR --keep`\n"+
-		"to reuse the dataset; `--all` runs every section in one run):\n\n",
+		"to reuse the datasets; `--all` runs every section in one run):\n\n",
 		time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
 }
 
 // datasetLine describes the dataset in one list item.
 func datasetLine(ds *dataset) string {
 	s := ds.Synthetic
+	made := fmt.Sprintf("written by datagen in %.1f s", ds.WriteSeconds)
+	if ds.reused {
+		made = fmt.Sprintf("reused (%s by an earlier run)", made)
+	}
 	return fmt.Sprintf("- Dataset: `datagen.Synthetic`, %d records of %d float features (%d bytes per record with framing), "+
-		"%d classes sorted by label, %d files, %.2f GB (%d bytes), in WORK/src.\n",
-		s.Records, s.Features, ds.Bytes/int64(s.Records), s.Classes, s.Files, float64(ds.Bytes)/1e9, ds.Bytes)
+		"%d classes sorted by label, %d files, %.2f GB (%d bytes), in WORK/%s/src; %s.\n",
+		s.Records, s.Features, ds.Bytes/int64(s.Records), s.Classes, s.Files, float64(ds.Bytes)/1e9, ds.Bytes,
+		datasetDir(ds.RecordSize), made)
 }
+
+// datasetDir is the subdirectory of the work directory that holds the
+// dataset of records of recordSize bytes and everything made from it.
+func datasetDir(recordSize int64) string { return "records-" + formatSize(recordSize) }
 
 func fmtBytes(n int64) string { return humanize.IBytes(uint64(n)) }
 

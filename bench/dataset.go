@@ -10,9 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/corgifs/corgifs/datagen"
+	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/tfexample"
 	"github.com/dustin/go-humanize"
 )
 
@@ -24,14 +28,17 @@ const (
 	dataSeed    = 1
 )
 
-// dataset is the synthetic dataset the benchmark reads.
+// dataset is one synthetic dataset the benchmark reads.
 type dataset struct {
-	Synthetic datagen.Synthetic `json:"synthetic"`
-	Size      int64             `json:"requested_size"` // --size
-	Bytes     int64             `json:"bytes"`          // actual total size
-	Files     []string          `json:"files"`          // base names, in order
+	Synthetic    datagen.Synthetic `json:"synthetic"`
+	Size         int64             `json:"requested_size"`        // --size
+	RecordSize   int64             `json:"requested_record_size"` // one of --record-sizes
+	Bytes        int64             `json:"bytes"`                 // actual total size
+	Files        []string          `json:"files"`                 // base names, in order
+	WriteSeconds float64           `json:"write_seconds"`         // time datagen took to write it
 
-	dir string
+	dir    string // the files
+	reused bool   // found in the work directory rather than written by this run
 }
 
 // paths returns the paths of the dataset's files.
@@ -43,38 +50,84 @@ func (d *dataset) paths() []string {
 	return p
 }
 
-// ensureDataset writes the dataset into work/src, or reuses the one there if
-// work/dataset.json says it was made with the same size and features and its
-// files are intact.
-func ensureDataset(ctx context.Context, work string, size int64, features int, log io.Writer) (*dataset, error) {
-	dir := filepath.Join(work, "src")
-	meta := filepath.Join(work, "dataset.json")
-	if d, err := loadDataset(meta, dir); err == nil && d.Size == size && d.Synthetic.Features == features {
-		fmt.Fprintf(log, "reusing the dataset in %s (%s, %d records)\n", dir, humanize.IBytes(uint64(d.Bytes)), d.Synthetic.Records)
+// label names the dataset in the report by the record size asked for.
+func (d *dataset) label() string { return recordsLabel(d.RecordSize) }
+
+// recordsLabel is the label of the dataset of records of recordSize bytes:
+// "1 KiB records".
+func recordsLabel(recordSize int64) string {
+	s := formatSize(recordSize)
+	i := strings.IndexFunc(s, unicode.IsLetter)
+	return s[:i] + " " + s[i:] + " records"
+}
+
+// recordBytes is the size of a datagen.Synthetic record with features float
+// features and the given id, TFRecord framing included. datagen encodes a
+// label, the features and the id; only the varints of the label and the id
+// vary between records, and the labels (classes) all take one byte.
+func recordBytes(features, id int) int64 {
+	var b tfexample.Builder
+	b.Int64(datagen.LabelFeature, 0)
+	b.Float(datagen.ValueFeature, make([]float32, features)...)
+	b.Int64(datagen.IDFeature, int64(id))
+	return int64(len(b.AppendTo(nil)) + formats.FrameExtra)
+}
+
+// minRecordSize is the size of the smallest record datagen makes.
+func minRecordSize() int64 { return recordBytes(1, 0) }
+
+// shape returns the number of features that makes records closest to
+// recordSize bytes, and the number of such records that makes about size
+// bytes.
+func shape(size, recordSize int64) (features, records int) {
+	// A feature adds 4 bytes. The protobuf length prefixes grow by a byte
+	// at a few sizes, so the estimate's neighbours may come closer.
+	est := max(1, int((recordSize-minRecordSize())/4)+1)
+	features = est
+	for f := max(1, est-2); f <= est+2; f++ {
+		if abs(recordBytes(f, 0)-recordSize) < abs(recordBytes(features, 0)-recordSize) {
+			features = f
+		}
+	}
+	// Ids grow by a byte at powers of 128: the size of the middle one's
+	// record is the average to within a byte.
+	records = int(size / recordBytes(features, 0))
+	records = int(size / recordBytes(features, records/2))
+	return features, max(records, dataFiles)
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// ensureDataset writes the dataset of records of about recordSize bytes into
+// dir/src, or reuses the one there if dir/dataset.json says it was made with
+// the same parameters and its files are intact.
+func ensureDataset(ctx context.Context, dir string, size, recordSize int64, log io.Writer) (*dataset, error) {
+	src := filepath.Join(dir, "src")
+	meta := filepath.Join(dir, "dataset.json")
+	features, records := shape(size, recordSize)
+	s := datagen.Synthetic{Records: records, Features: features, Classes: dataClasses,
+		Clustered: true, Files: dataFiles, Seed: dataSeed}
+	if d, err := loadDataset(meta, src); err == nil && d.Synthetic == s && d.Size == size && d.RecordSize == recordSize {
+		fmt.Fprintf(log, "reusing the dataset in %s (%s, %d records of %d bytes)\n",
+			src, humanize.IBytes(uint64(d.Bytes)), s.Records, d.Bytes/int64(s.Records))
+		d.reused = true
 		return d, nil
 	}
 	if _, err := os.Stat(meta); err == nil {
-		os.RemoveAll(dir) // an older dataset of ours
-	} else if _, err := os.Stat(dir); err == nil {
-		return nil, fmt.Errorf("%s exists but is no dataset of this benchmark (no %s): choose another --work", dir, meta)
+		os.RemoveAll(src) // an older dataset of ours
+	} else if _, err := os.Stat(src); err == nil {
+		return nil, fmt.Errorf("%s exists but is no dataset of this benchmark (no %s): choose another --work", src, meta)
 	}
 
-	// A small sample gives the size of a record; records vary by a few bytes
-	// (varint ids), so the dataset comes out within a fraction of a percent.
-	sample := datagen.Synthetic{Records: 1000, Features: features, Classes: dataClasses, Clustered: true, Files: 1, Seed: dataSeed}
-	sdir := filepath.Join(work, "sample")
-	sum, err := sample.Write(ctx, sdir, nil)
-	os.RemoveAll(sdir)
-	if err != nil {
-		return nil, err
-	}
-	records := int(float64(size) * float64(sample.Records) / float64(sum.Bytes))
-	s := datagen.Synthetic{Records: max(records, dataFiles), Features: features, Classes: dataClasses,
-		Clustered: true, Files: dataFiles, Seed: dataSeed}
-
-	fmt.Fprintf(log, "writing %d records of %d features (%s) into %s\n", s.Records, features, humanize.IBytes(uint64(size)), dir)
+	fmt.Fprintf(log, "writing %d records of %d features (%d bytes each, asked %s) into %s\n",
+		s.Records, features, recordBytes(features, records/2), formatSize(recordSize), src)
 	start, last := time.Now(), time.Now()
-	sum, err = s.Write(ctx, dir, func(n int64) {
+	sum, err := s.Write(ctx, src, func(n int64) {
 		if time.Since(last) > 10*time.Second {
 			last = time.Now()
 			fmt.Fprintf(log, "  %s written\n", humanize.IBytes(uint64(n)))
@@ -83,8 +136,11 @@ func ensureDataset(ctx context.Context, work string, size int64, features int, l
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(log, "wrote %s in %s\n", humanize.IBytes(uint64(sum.Bytes)), time.Since(start).Round(time.Second))
-	d := &dataset{Synthetic: s, Size: size, Bytes: sum.Bytes, dir: dir}
+	took := time.Since(start)
+	fmt.Fprintf(log, "wrote %s (%d bytes per record) in %s\n",
+		humanize.IBytes(uint64(sum.Bytes)), sum.Bytes/int64(s.Records), took.Round(100*time.Millisecond))
+	d := &dataset{Synthetic: s, Size: size, RecordSize: recordSize, Bytes: sum.Bytes,
+		WriteSeconds: took.Seconds(), dir: src}
 	for _, f := range sum.Files {
 		d.Files = append(d.Files, filepath.Base(f))
 	}

@@ -22,6 +22,7 @@ type e2eResults struct {
 	copySecs, indexSecs []float64   // shuffle copy; mount with the index built from scratch
 	copyRead, corgi     [][]float64 // per run, the seconds of each epoch
 	usage               daemonUsage
+	load                [2]string
 }
 
 // totals returns, per run, setup plus the first E epochs.
@@ -41,8 +42,7 @@ func totals(setup []float64, epochs [][]float64, E int) []float64 {
 // runE2E compares, cold, making a shuffled copy with bench/shufflecopy and
 // reading it E times against mounting corgifs (building the index from
 // scratch) and reading E corgipile epochs.
-func (e *runEnv) runE2E(ctx context.Context) (string, error) {
-	start := time.Now()
+func (e *runEnv) runE2E(ctx context.Context) error {
 	res := &e2eResults{}
 	copyDir := filepath.Join(e.work, "shuffled-copy")
 	cacheDir := filepath.Join(e.work, "e2e-cache")
@@ -130,7 +130,7 @@ func (e *runEnv) runE2E(ctx context.Context) (string, error) {
 		return nil
 	}
 
-	load := [2]string{loadAverage()}
+	res.load[0] = loadAverage()
 	for r := 1; r <= e.o.runs; r++ {
 		steps := []func(int) error{shuffleOnce, corgi}
 		if r%2 == 0 {
@@ -138,17 +138,17 @@ func (e *runEnv) runE2E(ctx context.Context) (string, error) {
 		}
 		for _, f := range steps {
 			if err := f(r); err != nil {
-				return "", fmt.Errorf("end-to-end run %d: %w", r, err)
+				return fmt.Errorf("end-to-end run %d: %w", r, err)
 			}
 		}
 	}
-	load[1] = loadAverage()
+	res.load[1] = loadAverage()
 	res.usage.cpu, res.usage.served = cpu, served
 	e.e2e = res
-	return e.e2eMarkdown(res, load, time.Since(start)), nil
+	return nil
 }
 
-func (e *runEnv) e2eMarkdown(res *e2eResults, load [2]string, took time.Duration) string {
+func (h *harness) e2eMarkdown(took time.Duration) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n\n", e2eHeading)
@@ -159,20 +159,27 @@ func (e *runEnv) e2eMarkdown(res *e2eResults, load [2]string, took time.Duration
 	p("includes indexing (reading every byte and checking every CRC), then `cat` reads E corgipile\n")
 	p("epochs (K=1). **Cold**: the page cache is dropped before the copy, before the mount and\n")
 	p("before every epoch, as for a dataset larger than memory. E=1 is the start of the same runs\n")
-	p("as E=%d. The two pipelines alternate, %d runs each.\n\n", e2eEpochs, e.o.runs)
-	p("%s", reproduceIntro(took))
-	p("    %s\n\n", sectionCommand(e.o, "--e2e"))
-	p("%s", machineMarkdown(e.machine, load))
-	p("### Setup\n\n%s", datasetLine(e.ds))
+	p("as E=%d. For each dataset in turn the two pipelines alternate, %d runs each.\n\n", e2eEpochs, h.o.runs)
+	p("%s", h.sectionRest(took, sectionCommand(h.o, "--e2e"), (*runEnv).e2eBody))
+	return b.String()
+}
+
+// e2eBody is the part of the end-to-end section about one dataset.
+func (e *runEnv) e2eBody() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	res := e.e2e
+	p("#### Setup\n\n%s", datasetLine(e.ds))
 	p("- corgifs: `corgifs mount SRC MNT --strategy corgipile --seed 1 --cache-dir EMPTY` (K=1, block 8 MiB,\n")
 	p("  buffer 5%%, --max-memory 1 GiB); mount time is measured from start until `.corgifs/config.json`\n")
-	p("  is visible (polled every 50 ms).\n\n")
+	p("  is visible (polled every 50 ms).\n")
+	p("%s\n", loadLine(res.load))
 
 	copyE := func(E int) dist { return summarize(totals(res.copySecs, res.copyRead, E)) }
 	corgiE := func(E int) dist { return summarize(totals(res.indexSecs, res.corgi, E)) }
 	warmIx := func(E int) dist { return summarize(totals(nil, res.corgi, E)) }
 
-	p("### Time to train E epochs\n\n")
+	p("#### Time to train E epochs\n\n")
 	p("| pipeline | E=1 median s | E=1 min–max | E=3 median s | E=3 min–max | Shuffle Once ÷ this, E=1 | E=3 |\n")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	c1, c3 := copyE(1), copyE(e2eEpochs)
@@ -187,7 +194,7 @@ func (e *runEnv) e2eMarkdown(res *e2eResults, load [2]string, took time.Duration
 		d1, d3 := row.f(1), row.f(e2eEpochs)
 		p("| %s | %.2f | %.2f–%.2f | %.2f | %.2f–%.2f | %.2f | %.2f |\n", row.name, d1.med, d1.lo, d1.hi, d3.med, d3.lo, d3.hi, c1.med/d1.med, c3.med/d3.med)
 	}
-	p("\n### Steps\n\n")
+	p("\n#### Steps\n\n")
 	p("| step | median s | min–max s | runs, s |\n| --- | ---: | ---: | ---: |\n")
 	step := func(name string, v []float64) {
 		d := summarize(v)
@@ -207,7 +214,7 @@ func (e *runEnv) e2eMarkdown(res *e2eResults, load [2]string, took time.Duration
 	u := res.usage
 	p("\nThe corgifs daemon used %.2f CPU seconds per GiB served over the epochs and peaked at %s resident\n", u.cpuPerGiB(), humanize.IBytes(uint64(u.rss)))
 	p("(--max-memory %s, loader peak %s).\n\n", humanize.IBytes(uint64(u.config.MaxMemory)), humanize.IBytes(uint64(u.stats.MemoryPeak)))
-	p("### Observations\n\n")
+	p("#### Observations\n\n")
 	p("For one epoch corgifs (indexing included) took %.2f s against %.2f s for Shuffle Once (%.2f× faster); "+
 		"for %d epochs %.2f s against %.2f s (%.2f×).\n", corgiE(1).med, c1.med, c1.med/corgiE(1).med, e2eEpochs, corgiE(e2eEpochs).med, c3.med, c3.med/corgiE(e2eEpochs).med)
 	return b.String()

@@ -26,16 +26,18 @@ type fioRun struct {
 }
 
 type fioResults struct {
-	runs map[string]map[string][]fioRun // job -> target -> runs
+	runs    map[string]map[string][]fioRun // job -> target -> runs
+	usage   daemonUsage
+	version string // fio --version
+	load    [2]string
 }
 
 // runFio runs each job of bench/fio against a corgipile part (K=1, a fresh
 // epoch each run) and against the source files, with the source in the
 // page cache.
-func (e *runEnv) runFio(ctx context.Context) (string, error) {
-	start := time.Now()
+func (e *runEnv) runFio(ctx context.Context) error {
 	if _, err := exec.LookPath("fio"); err != nil {
-		return "", fmt.Errorf("fio is not installed (Debian: apt-get install fio): %w", err)
+		return fmt.Errorf("fio is not installed (Debian: apt-get install fio): %w", err)
 	}
 	version := "?"
 	if out, err := exec.CommandContext(ctx, "fio", "--version").Output(); err == nil {
@@ -43,22 +45,22 @@ func (e *runEnv) runFio(ctx context.Context) (string, error) {
 	}
 	d, err := e.mountCorgifs(ctx, "fio-corgipile", "", "--strategy", "corgipile")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer d.kill()
 	// The source in the page cache.
 	if _, err := timeCmd(ctx, nil, append([]string{"cat"}, e.ds.paths()...)...); err != nil {
-		return "", err
+		return err
 	}
-	res := &fioResults{runs: map[string]map[string][]fioRun{}}
+	res := &fioResults{runs: map[string]map[string][]fioRun{}, version: version}
 	targets := []string{"part", "source"}
 	outFile := filepath.Join(e.work, "fio.json")
 	cpu0, err := cpuSeconds(d.pid())
 	if err != nil {
-		return "", err
+		return err
 	}
 	var served int64
-	load := [2]string{loadAverage()}
+	res.load[0] = loadAverage()
 	for r := 1; r <= e.o.runs; r++ {
 		for j, job := range fioJobs {
 			if res.runs[job] == nil {
@@ -73,21 +75,21 @@ func (e *runEnv) runFio(ctx context.Context) (string, error) {
 				}
 				st0, err := corgifsStats(d.mnt)
 				if err != nil {
-					return "", err
+					return err
 				}
 				cmd := exec.CommandContext(ctx, "fio", "--output-format=json", "--output="+outFile, filepath.Join(e.root, "bench", "fio", job+".fio"))
 				cmd.Env = append(os.Environ(), "FIO_FILE="+files, fmt.Sprintf("FIO_RUNTIME=%d", int(e.o.fioRuntime.Seconds())))
 				if out, err := cmd.CombinedOutput(); err != nil {
-					return "", fmt.Errorf("fio %s on %s: %w\n%s", job, target, err, out)
+					return fmt.Errorf("fio %s on %s: %w\n%s", job, target, err, out)
 				}
 				fr, err := parseFio(outFile)
 				if err != nil {
-					return "", err
+					return err
 				}
 				if target == "part" {
 					st1, err := corgifsStats(d.mnt)
 					if err != nil {
-						return "", err
+						return err
 					}
 					fr.amplification = float64(st1.BytesRead-st0.BytesRead) / float64(fr.ioBytes)
 					served += fr.ioBytes
@@ -98,14 +100,15 @@ func (e *runEnv) runFio(ctx context.Context) (string, error) {
 			}
 		}
 	}
-	load[1] = loadAverage()
+	res.load[1] = loadAverage()
 	u, err := stopMeasured(d, cpu0)
 	if err != nil {
-		return "", err
+		return err
 	}
 	u.served = served
+	res.usage = u
 	e.fio = res
-	return e.fioMarkdown(res, u, version, load, time.Since(start)), nil
+	return nil
 }
 
 func parseFio(path string) (fioRun, error) {
@@ -140,22 +143,30 @@ func parseFio(path string) (fioRun, error) {
 		lat99Us: r.Clat.Percentile["99.000000"] / 1e3, ioBytes: r.IOBytes}, nil
 }
 
-func (e *runEnv) fioMarkdown(res *fioResults, u daemonUsage, version string, load [2]string, took time.Duration) string {
+func (h *harness) fioMarkdown(took time.Duration) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n\n", fioHeading)
 	p("The job files in `bench/fio/` (psync, one thread, direct=0: through the page cache), run by\n")
-	p("fio against part 0 of 1 of a fresh corgipile epoch of a corgifs mount (%.2f GB, its cached\n", float64(e.ds.Bytes)/1e9)
-	p("pages dropped after each run) and against the %d source files, which are in the page cache\n", dataFiles)
-	p("(**warm**). The random jobs are time-based, %s each; the sequential job makes one pass\n", e.o.fioRuntime)
-	p("(stopped at %s). Targets and jobs alternate, %d runs each.\n\n", e.o.fioRuntime, e.o.runs)
-	p("%s", reproduceIntro(took))
-	p("    %s --fio-runtime %s\n\n", sectionCommand(e.o, "--fio"), e.o.fioRuntime)
-	p("%s", machineMarkdown(e.machine, load, "fio: "+version))
-	p("### Setup\n\n%s", datasetLine(e.ds))
+	p("fio against part 0 of 1 of a fresh corgipile epoch of a corgifs mount (its cached pages\n")
+	p("dropped after each run) and against the %d source files, which are in the page cache\n", dataFiles)
+	p("(**warm**). The random jobs are time-based, %s each; the sequential job makes one pass\n", h.o.fioRuntime)
+	p("(stopped at %s). For each dataset in turn targets and jobs alternate, %d runs each.\n\n", h.o.fioRuntime, h.o.runs)
+	command := sectionCommand(h.o, "--fio") + " --fio-runtime " + h.o.fioRuntime.String()
+	p("%s", h.sectionRest(took, command, (*runEnv).fioBody, "fio: "+h.sets[0].fio.version))
+	return b.String()
+}
+
+// fioBody is the part of the fio section about one dataset.
+func (e *runEnv) fioBody() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	res, u := e.fio, e.fio.usage
+	p("#### Setup\n\n%s", datasetLine(e.ds))
 	p("- corgifs: `corgifs mount SRC MNT --strategy corgipile --seed 1` (K=1, block 8 MiB, buffer 5%%\n")
-	p("  = %s, --max-memory 1 GiB).\n\n", humanizeBuffer(u))
-	p("### Results\n\n")
+	p("  = %s, --max-memory 1 GiB); a part holds the whole epoch, %.2f GB.\n", humanizeBuffer(u), float64(e.ds.Bytes)/1e9)
+	p("%s\n", loadLine(res.load))
+	p("#### Results\n\n")
 	p("| job | target | median MB/s | min–max MB/s | median IOPS | × source | mean latency µs | p99 latency µs | read from SRC / served |\n")
 	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, job := range fioJobs {
@@ -181,7 +192,7 @@ func (e *runEnv) fioMarkdown(res *fioResults, u daemonUsage, version string, loa
 		}
 	}
 	p("\nThe corgifs daemon used %.2f CPU seconds per GiB served and peaked at %s resident.\n\n", u.cpuPerGiB(), fmtBytes(u.rss))
-	p("### Observations\n\n")
+	p("#### Observations\n\n")
 	p("A corgifs part is a stream: a sequential reader gets the disk's (here the page cache's) speed less the\n")
 	p("FUSE cost, but a random read lands in a buffer that is usually not loaded, and the daemon\n")
 	p("loads the whole buffer (%s) to serve it; \"read from SRC / served\" is that amplification.\n", humanizeBuffer(u))

@@ -32,6 +32,7 @@ type latResults struct {
 	cold, warm           []boundaryRun
 	usage                daemonUsage
 	buffer               int64
+	load                 [2]string
 }
 
 // timeFirstByte opens path and reads its first 4 KiB, returning the time
@@ -109,30 +110,29 @@ func readBoundary(mnt string, e int) (boundaryRun, error) {
 // byte of an epoch never read before, cold and warm, and a reader going
 // straight from epoch e to e+1: the stall at the boundary and the time it
 // waited inside epoch e after its first buffer.
-func (e *runEnv) runLatency(ctx context.Context) (string, error) {
-	start := time.Now()
+func (e *runEnv) runLatency(ctx context.Context) error {
 	d, err := e.mountCorgifs(ctx, "latency-corgipile", "", "--strategy", "corgipile")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer d.kill()
 	res := &latResults{}
 	cpu0, err := cpuSeconds(d.pid())
 	if err != nil {
-		return "", err
+		return err
 	}
-	load := [2]string{loadAverage()}
+	res.load[0] = loadAverage()
 	for r := 1; r <= e.o.runs; r++ {
 		for _, cold := range []bool{r%2 == 1, r%2 == 0} {
 			if err := ctx.Err(); err != nil {
-				return "", err
+				return err
 			}
 			if cold {
 				if err := dropCaches(); err != nil {
-					return "", err
+					return err
 				}
 			} else if _, err := timeCmd(ctx, nil, append([]string{"cat"}, e.ds.paths()...)...); err != nil {
-				return "", err
+				return err
 			}
 			// Epochs far apart: nothing of them is loaded or prefetched.
 			base := 1000 + 100*r
@@ -141,17 +141,17 @@ func (e *runEnv) runLatency(ctx context.Context) (string, error) {
 			}
 			fb, err := timeFirstByte(partPath(d.mnt, base, 0, 1))
 			if err != nil {
-				return "", err
+				return err
 			}
 			dropPages([]string{partPath(d.mnt, base, 0, 1)})
 			if cold {
 				if err := dropCaches(); err != nil {
-					return "", err
+					return err
 				}
 			}
 			br, err := readBoundary(d.mnt, base+10)
 			if err != nil {
-				return "", err
+				return err
 			}
 			mode := "warm"
 			if cold {
@@ -163,22 +163,22 @@ func (e *runEnv) runLatency(ctx context.Context) (string, error) {
 				r, e.o.runs, mode, fb, br.epoch, br.first, br.stallAfterFirst, br.slowAfterFirst, br.boundary)
 		}
 	}
-	load[1] = loadAverage()
+	res.load[1] = loadAverage()
 	u, err := stopMeasured(d, cpu0)
 	if err != nil {
-		return "", err
+		return err
 	}
 	res.usage = u
 	res.buffer = u.config.BufferPart
 	e.lat = res
-	return e.latencyMarkdown(res, load, time.Since(start)), nil
+	return nil
 }
 
-func (e *runEnv) latencyMarkdown(res *latResults, load [2]string, took time.Duration) string {
+func (h *harness) latencyMarkdown(took time.Duration) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n\n", latencyHeading)
-	p("One corgifs mount, `--strategy corgipile` (K=1, buffer %s, block 8 MiB, --max-memory 1 GiB).\n", fmtBytes(res.buffer))
+	p("One corgifs mount per dataset, `--strategy corgipile` (K=1, block 8 MiB, --max-memory 1 GiB).\n")
 	p("The reader is the benchmark process (not the daemon). **First byte**: open part 0 of an epoch\n")
 	p("nobody read or prefetched and read 4 KiB — the daemon loads the whole first buffer first, so\n")
 	p("this is also the time to load one buffer. **Boundary**: one reader reads epoch e to its end\n")
@@ -187,12 +187,20 @@ func (e *runEnv) latencyMarkdown(res *latResults, load [2]string, took time.Dura
 	p("`stall_seconds` (stats.json) over the epoch's time after the first read (requests waiting at\n")
 	p("the same time each count), and the reader's own time in reads slower than %s.\n", slowRead)
 	p("**Cold**: the page cache dropped before the first-byte read and before epoch e; **warm**: the\n")
-	p("source files read just before. Cold and warm alternate, %d runs each.\n\n", e.o.runs)
-	p("%s", reproduceIntro(took))
-	p("    %s\n\n", sectionCommand(e.o, "--latency"))
-	p("%s", machineMarkdown(e.machine, load))
-	p("### Setup\n\n%s\n", datasetLine(e.ds))
-	p("### Results\n\n")
+	p("source files read just before. Cold and warm alternate, %d runs each.\n\n", h.o.runs)
+	p("%s", h.sectionRest(took, sectionCommand(h.o, "--latency"), (*runEnv).latencyBody))
+	return b.String()
+}
+
+// latencyBody is the part of the latency section about one dataset.
+func (e *runEnv) latencyBody() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	res := e.lat
+	p("#### Setup\n\n%s", datasetLine(e.ds))
+	p("- corgifs: a corgipile buffer holds %s.\n", fmtBytes(res.buffer))
+	p("%s\n", loadLine(res.load))
+	p("#### Results\n\n")
 	p("| measure | cold median | cold min–max | warm median | warm min–max |\n| --- | ---: | ---: | ---: | ---: |\n")
 	row := func(name, unit string, scale float64, c, w []float64) {
 		dc, dw := summarize(c), summarize(w)
@@ -227,7 +235,7 @@ func (e *runEnv) latencyMarkdown(res *latResults, load [2]string, took time.Dura
 	bc := summarize(pick(res.cold, func(r boundaryRun) float64 { return r.boundary }))
 	fc := summarize(res.firstCold)
 	wc := summarize(pick(res.cold, func(r boundaryRun) float64 { return r.stallAfterFirst / r.after() }))
-	p("### Observations\n\n")
+	p("#### Observations\n\n")
 	p("Cold, a new epoch's first byte came after %.0f ms (one buffer's load); at the boundary from an epoch\n", 1e3*fc.med)
 	p("just read the first MiB of the next came after %.1f ms, since its first buffer was prefetched\n", 1e3*bc.med)
 	p("during the last buffer of the previous epoch. After its first buffer the reader waited %.2f%% of\n", 100*wc.med)

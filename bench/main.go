@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,14 +47,14 @@ import (
 
 // options are the command line flags.
 type options struct {
-	size     int64
-	features int
-	runs     int
-	parts    []int
-	work     string
-	keep     bool
-	out      string
-	profile  bool
+	size        int64   // of each dataset
+	recordSizes []int64 // one dataset per record size
+	runs        int
+	parts       []int
+	work        string
+	keep        bool
+	out         string
+	profile     bool
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency bool
@@ -77,33 +78,38 @@ func main() {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{size: 2 << 30, features: 240, runs: 3, parts: []int{1, 4}, out: "BENCHMARKS.md", warm: true, fioRuntime: 5 * time.Second}
+	o := options{size: 4 << 30, recordSizes: []int64{1 << 10, 100 << 10}, runs: 3, parts: []int{1, 4},
+		out: "BENCHMARKS.md", warm: true, fioRuntime: 5 * time.Second}
 	var all bool
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var((*sizeValue)(&o.size), "size", "dataset `size`, e.g. 512MiB or 2GiB (rounded to whole records)")
-	fs.IntVar(&o.features, "features", o.features, "float features per record: 240 makes records of about 1 KiB")
+	fs.Var((*sizeValue)(&o.size), "size", "`size` of each dataset, e.g. 512MiB or 4GiB (rounded to whole records)")
+	fs.Var((*sizesValue)(&o.recordSizes), "record-sizes", "comma separated record `sizes`, one dataset each, e.g. 1KiB,100KiB;\n"+
+		"a record holds as many float features as come closest to its size")
 	fs.IntVar(&o.runs, "runs", o.runs, "timed reads of each command")
-	fs.Var((*partsValue)(&o.parts), "parts", "comma separated part `counts` K to read each corgifs epoch as")
-	fs.StringVar(&o.work, "work", "", "work `dir`ectory: binaries, dataset, index, mount points, logs\n(default a new temporary directory, removed at the end unless --keep);\na dataset already in it with the same size and features is reused")
+	fs.Var((*partsValue)(&o.parts), "parts", "comma separated part `counts` K to read each corgifs epoch as (warm section)")
+	fs.StringVar(&o.work, "work", "", "work `dir`ectory: binaries, and per dataset in records-SIZE/ the dataset, index,\n"+
+		"mount points and logs (default a new temporary directory, removed at the end\n"+
+		"unless --keep); a dataset already in it with the same parameters is reused")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary work directory (default false)")
 	fs.StringVar(&o.out, "out", o.out, "Markdown `file` whose sections are written (other sections are kept)")
-	fs.BoolVar(&o.profile, "profile", false, "mount corgifs with --cpuprofile WORK/cpu-NAME.pprof (implies --keep) (default false)")
+	fs.BoolVar(&o.profile, "profile", false, "mount corgifs with --cpuprofile WORK/records-SIZE/cpu-NAME.pprof (implies --keep) (default false)")
 	fs.BoolVar(&o.warm, "warm", o.warm, "run the warm-cache epoch read (issue 2)")
 	fs.BoolVar(&o.cold, "cold", false, "run the cold-cache epoch read with the per-record baselines (issue 4; drops the page cache) (default false)")
 	fs.BoolVar(&o.e2e, "e2e", false, "run end to end against Shuffle Once (issue 4; drops the page cache) (default false)")
-	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and a source file (issue 4) (default false)")
+	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and the source files (issue 4) (default false)")
 	fs.BoolVar(&o.latency, "latency", false, "run first byte, epoch boundary and reader waits (issue 4; drops the page cache) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
-Measures the throughput of reading one epoch through corgifs mounts against
-a go-fuse passthrough mount and the page-cached source files, and writes
+Writes one synthetic dataset per --record-sizes, each of --size bytes, and
+measures on each the throughput of reading one epoch through corgifs mounts
+against a go-fuse passthrough mount and the page-cached source files; writes
 the results into --out. --all adds the issue 4 sections (cold cache, end to
-end, fio, latency; about 6 minutes more). Run it as root from the repository
-root.
+end, fio, latency) and checks the issue's targets; with the default datasets
+that takes about half an hour. Run it as root from the repository root.
 
 Flags:
 `)
@@ -117,9 +123,21 @@ Flags:
 		fs.Usage()
 		return o, errors.New("usage")
 	}
-	if o.features < 1 || o.runs < 1 || len(o.parts) == 0 {
-		fmt.Fprintf(stderr, "bench: --features and --runs must be positive and --parts not empty\n")
+	if o.runs < 1 || len(o.parts) == 0 || len(o.recordSizes) == 0 {
+		fmt.Fprintf(stderr, "bench: --runs must be positive and --parts and --record-sizes not empty\n")
 		return o, errors.New("usage")
+	}
+	for i, rs := range o.recordSizes {
+		if rs < minRecordSize() || rs > o.size/dataFiles {
+			fmt.Fprintf(stderr, "bench: a record size must be from %d bytes (one feature) to --size/%d (%d bytes), got %d\n",
+				minRecordSize(), dataFiles, o.size/dataFiles, rs)
+			return o, errors.New("usage")
+		}
+		// The datasets' directories are named after their record sizes.
+		if slices.Contains(o.recordSizes[:i], rs) {
+			fmt.Fprintf(stderr, "bench: --record-sizes names %s twice\n", formatSize(rs))
+			return o, errors.New("usage")
+		}
 	}
 	if o.profile {
 		o.keep = true
@@ -145,6 +163,30 @@ func (s *sizeValue) Set(v string) error {
 		return err
 	}
 	*s = sizeValue(n)
+	return nil
+}
+
+// sizesValue is a comma separated list of byte sizes.
+type sizesValue []int64
+
+func (s *sizesValue) String() string {
+	f := make([]string, len(*s))
+	for i, n := range *s {
+		f[i] = formatSize(n)
+	}
+	return strings.Join(f, ",")
+}
+
+func (s *sizesValue) Set(v string) error {
+	var ns []int64
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := parseSize(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("want sizes such as 1KiB,100KiB")
+		}
+		ns = append(ns, n)
+	}
+	*s = ns
 	return nil
 }
 
@@ -201,34 +243,32 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	corgifs := filepath.Join(work, "corgifs")
-	loopback := filepath.Join(work, "loopback")
-	for _, b := range [][2]string{{corgifs, "./cmd/corgifs"}, {loopback, "./bench/loopback"}} {
+	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
+		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
+	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}, {bins.loopback, "./bench/loopback"}}
+	if o.cold || o.e2e {
+		builds = append(builds, [2]string{bins.randread, "./bench/randread"}, [2]string{bins.shufflecopy, "./bench/shufflecopy"})
+	}
+	for _, b := range builds {
 		fmt.Fprintf(stderr, "go build -o %s %s\n", b[0], b[1])
 		if err := runIn(ctx, root, "go", "build", "-o", b[0], b[1]); err != nil {
 			return err
 		}
 	}
 
+	h := &harness{o: o, bins: bins, root: root, stderr: stderr}
 	genStart := time.Now()
-	ds, err := ensureDataset(ctx, work, o.size, o.features, stderr)
-	if err != nil {
-		return err
-	}
-	genTime := time.Since(genStart)
-
-	bins := binaries{corgifs: corgifs, loopback: loopback,
-		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
-	m := describeMachine(ctx, root)
-	env := &runEnv{o: o, work: work, ds: ds, bins: bins, machine: m, root: root, stderr: stderr, genTime: genTime, began: began}
-	if o.cold || o.e2e {
-		for _, b := range [][2]string{{bins.randread, "./bench/randread"}, {bins.shufflecopy, "./bench/shufflecopy"}} {
-			fmt.Fprintf(stderr, "go build -o %s %s\n", b[0], b[1])
-			if err := runIn(ctx, root, "go", "build", "-o", b[0], b[1]); err != nil {
-				return err
-			}
+	for _, rs := range o.recordSizes {
+		dir := filepath.Join(work, datasetDir(rs))
+		ds, err := ensureDataset(ctx, dir, o.size, rs, stderr)
+		if err != nil {
+			return err
 		}
+		h.sets = append(h.sets, &runEnv{harness: h, work: dir, ds: ds})
 	}
+	h.genTime = time.Since(genStart)
+	h.machine = describeMachine(ctx, root)
+
 	write := func(heading, section string) error {
 		if err := writeSection(o.out, heading, section); err != nil {
 			return err
@@ -236,49 +276,41 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s\nwrote a section of %s\n\n", section, o.out)
 		return nil
 	}
-
-	if o.warm {
-		start := time.Now()
-		b := &bench{o: o, work: work, ds: ds, stderr: stderr}
-		res, err := b.runWarm(ctx, corgifs, loopback)
-		if err != nil {
-			return err
-		}
-		res.machine = m
-		res.command = reproduceCommand(o)
-		res.elapsed, res.genTime = time.Since(start)+genTime, genTime
-		env.warm = res
-		if err := write(sectionHeading, res.markdown()); err != nil {
-			return err
-		}
-	}
+	// Section by section, each on every dataset, so that a section is
+	// written as soon as it is complete.
 	for _, s := range []struct {
-		on      bool
-		heading string
-		run     func(context.Context) (string, error)
+		on       bool
+		heading  string
+		run      func(*runEnv, context.Context) error
+		markdown func(*harness, time.Duration) string
 	}{
-		{o.cold, coldHeading, env.runCold},
-		{o.e2e, e2eHeading, env.runE2E},
-		{o.fio, fioHeading, env.runFio},
-		{o.latency, latencyHeading, env.runLatency},
+		{o.warm, sectionHeading, (*runEnv).runWarm, (*harness).warmMarkdown},
+		{o.cold, coldHeading, (*runEnv).runCold, (*harness).coldMarkdown},
+		{o.e2e, e2eHeading, (*runEnv).runE2E, (*harness).e2eMarkdown},
+		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
+		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
 	} {
 		if !s.on {
 			continue
 		}
-		section, err := s.run(ctx)
-		if err != nil {
-			return err
+		start := time.Now()
+		for _, e := range h.sets {
+			e.logf("%s: %s", strings.TrimPrefix(s.heading, "## "), e.ds.label())
+			if err := s.run(e, ctx); err != nil {
+				return fmt.Errorf("%s: %w", e.ds.label(), err)
+			}
 		}
-		if err := write(s.heading, section); err != nil {
+		if err := write(s.heading, s.markdown(h, time.Since(start))); err != nil {
 			return err
 		}
 	}
 	if o.cold || o.e2e || o.latency {
-		if err := write(targetsHeading, env.targetsMarkdown()); err != nil {
+		if err := write(targetsHeading, h.targetsMarkdown()); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "took %s\n", time.Since(began).Round(time.Second))
+	fmt.Fprintf(stdout, "took %s, of which %s writing or checking the datasets\n",
+		time.Since(began).Round(time.Second), h.genTime.Round(time.Second))
 	if o.keep {
 		fmt.Fprintf(stdout, "kept %s\n", work)
 	}
@@ -286,21 +318,23 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 }
 
 // runWarm does the warm-cache benchmark.
-func (b *bench) runWarm(ctx context.Context, corgifs, loopback string) (*results, error) {
+func (e *runEnv) runWarm(ctx context.Context) error {
+	b := &bench{o: e.o, work: e.work, ds: e.ds, stderr: e.stderr}
 	defer b.cleanup()
-	if err := b.mountAll(ctx, corgifs, loopback); err != nil {
-		return nil, err
+	if err := b.mountAll(ctx, e.bins.corgifs, e.bins.loopback); err != nil {
+		return err
 	}
 	if err := b.warmUp(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.measure(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.finish(); err != nil {
-		return nil, err
+		return err
 	}
-	return b.results(), nil
+	e.warm = b.results()
+	return nil
 }
 
 // moduleRoot returns the directory of the main module's go.mod.
@@ -325,10 +359,4 @@ func runIn(ctx context.Context, dir, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return nil
-}
-
-// reproduceCommand is the command line that repeats this measurement.
-func reproduceCommand(o options) string {
-	return fmt.Sprintf("go run ./bench --size %s --features %d --runs %d --parts %s",
-		formatSize(o.size), o.features, o.runs, (*partsValue)(&o.parts).String())
 }

@@ -29,18 +29,14 @@ from a shared, noisy machine: compare medians only where the min–max ranges do
 not overlap.
 `
 
-// results is what the report shows.
+// results is what the warm section shows of one dataset.
 type results struct {
 	o       options
 	ds      *dataset
 	targets []*target
 	srcRA   string // kernel readahead (KiB) of the source's file system
 	load    [2]string
-	machine machine
-	command string
-	elapsed time.Duration
-	genTime time.Duration
-	date    time.Time
+	cpus    string // logical CPUs of the machine
 }
 
 // machine describes where the benchmark ran.
@@ -50,7 +46,7 @@ type machine struct {
 
 func (b *bench) results() *results {
 	return &results{o: b.o, ds: b.ds, targets: b.targets, srcRA: readaheadKB(b.ds.dir),
-		load: [2]string{b.loadBefore, b.loadAfter}, date: time.Now().UTC()}
+		load: [2]string{b.loadBefore, b.loadAfter}, cpus: fmt.Sprint(runtime.NumCPU())}
 }
 
 // throughput returns the median, minimum and maximum MB/s of t's samples.
@@ -98,7 +94,30 @@ func (r *results) loopback() *target  { return r.ofKind(kindLoopback)[0] }
 func (r *results) kernel() *target    { return r.ofKind(kindKernel)[0] }
 func (r *results) corgifs() []*target { return r.ofKind(kindCorgifs) }
 
-// markdown renders the section.
+// warmMarkdown renders the section; took is the time of its measurements.
+func (h *harness) warmMarkdown(took time.Duration) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("%s\n\n", sectionHeading)
+	p("How fast a whole epoch is served when the source files are in the page cache: what is\n")
+	p("measured is the cost of corgifs itself (FUSE round trips, copies, CRC checks, the\n")
+	p("shuffle), not the disk's. Every command is `cat FILES > /dev/null` in its own process,\n")
+	p("timed from start to exit; throughput is the bytes of one epoch over that wall time, in\n")
+	p("MB/s (10^6 bytes/s). For each dataset in turn, after one untimed read of everything, the\n")
+	p("commands alternate round-robin, %d timed runs each. Each corgifs run reads an epoch that no\n", h.o.runs)
+	p("earlier read touched, and its pages are dropped from the kernel cache afterwards\n")
+	p("(POSIX_FADV_DONTNEED), so neither helps another run.\n\n")
+
+	p("Reproduce, as root from the repository root (run on %s, took %s, of which %s\n",
+		time.Now().UTC().Format("2006-01-02"), (took + h.genTime).Round(time.Second), h.genTime.Round(time.Second))
+	p("writing or checking the datasets; add `--work DIR --keep` to reuse the datasets):\n\n")
+	p("    %s\n\n", reproduceCommand(h.o))
+	p("%s", machineMarkdown(h.machine, "cat: "+h.machine.cat))
+	p("%s", h.perDataset(func(e *runEnv) string { return e.warm.markdown() }))
+	return b.String()
+}
+
+// markdown renders the part of the section about one dataset.
 func (r *results) markdown() string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -107,37 +126,8 @@ func (r *results) markdown() string {
 	ptMed, _, _ := pt.throughput()
 	gb := float64(r.ds.Bytes) / 1e9
 
-	p("%s\n\n", sectionHeading)
-	p("How fast a whole epoch is served when the source files are in the page cache: what is\n")
-	p("measured is the cost of corgifs itself (FUSE round trips, copies, CRC checks, the\n")
-	p("shuffle), not the disk's. Every command is `cat FILES > /dev/null` in its own process,\n")
-	p("timed from start to exit; throughput is the bytes of one epoch (%.2f GB) over that\n", gb)
-	p("wall time, in MB/s (10^6 bytes/s). After one untimed read of everything, the commands\n")
-	p("alternate round-robin, %d timed runs each. Each corgifs run reads an epoch that no\n", r.o.runs)
-	p("earlier read touched, and its pages are dropped from the kernel cache afterwards\n")
-	p("(POSIX_FADV_DONTNEED), so neither helps another run.\n\n")
-
-	p("Reproduce, as root from the repository root (run on %s, took %s, of which %s\n",
-		r.date.Format("2006-01-02"), r.elapsed.Round(time.Second), r.genTime.Round(time.Second))
-	p("writing or checking the dataset; add `--work DIR --keep` to reuse the dataset):\n\n")
-	p("    %s\n\n", r.command)
-
-	m := r.machine
-	p("### Machine\n\n")
-	p("- CPU: %s, %s logical CPUs\n", m.cpu, m.cpus)
-	p("- Memory: %s\n", m.memory)
-	p("- Kernel: %s (`uname -r`)\n", m.kernel)
-	p("- Go: %s\n", m.goVersion)
-	p("- corgifs: %s (`git describe --always --dirty`)\n", m.commit)
-	p("- cat: %s\n", m.cat)
-	p("- Load average (1, 5, 15 min) before the timed runs: %s; after: %s\n\n", r.load[0], r.load[1])
-
-	p("### Setup\n\n")
-	s := r.ds.Synthetic
-	p("- Dataset: `datagen.Synthetic` with %d records of %d float features (%d bytes per record\n",
-		s.Records, s.Features, r.ds.Bytes/int64(s.Records))
-	p("  with framing), %d classes sorted by label (clustered), %d files, %s (%d bytes).\n",
-		s.Classes, s.Files, humanize.IBytes(uint64(r.ds.Bytes)), r.ds.Bytes)
+	p("#### Setup\n\n")
+	p("%s", datasetLine(r.ds))
 	if c := r.corgifs(); len(c) > 0 && c[0].config != nil {
 		cfg := c[0].config
 		p("- corgifs: one mount (one daemon) per row, `corgifs mount SRC MNT --strategy S --parts K --seed 1`\n")
@@ -166,9 +156,9 @@ func (r *results) markdown() string {
 	for _, t := range r.corgifs() {
 		p(", corgifs %s K=%d %s", t.strategy, t.parts, t.readahead)
 	}
-	p(".\n\n")
+	p(".\n%s\n", loadLine(r.load))
 
-	p("### Throughput\n\n")
+	p("#### Throughput\n\n")
 	p("| command (one epoch, %.2f GB) | median MB/s | min–max MB/s | × `cat` of source | × loopback | runs in order, MB/s |\n", gb)
 	p("| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, t := range r.targets {
@@ -181,7 +171,7 @@ func (r *results) markdown() string {
 	}
 	p("\n")
 
-	p("### Daemons\n\n")
+	p("#### Daemons\n\n")
 	p("Peak RSS is VmHWM of the daemon read just before SIGTERM (its whole life: indexing or\n")
 	p("loading the index, warm-up and %d timed epochs). CPU is utime+stime spent during the\n", r.o.runs)
 	p("timed runs per GiB they served. \"Read from SRC\" is the loader's bytes read over\n")
@@ -202,7 +192,7 @@ func (r *results) markdown() string {
 	}
 	p("\n")
 
-	p("### Observations\n\n")
+	p("#### Observations\n\n")
 	p("%s\n", r.observations(srcMed, ptMed))
 	return b.String()
 }
@@ -268,8 +258,10 @@ func (r *results) observations(srcMed, ptMed float64) string {
 			worst, name = spread, t.name
 		}
 	}
-	s = append(s, fmt.Sprintf("The widest min–max range was %.0f%% of its median (%s), on a shared machine with %s logical CPUs.",
-		100*worst, name, r.machine.cpus))
+	if name != "" { // none with a single run
+		s = append(s, fmt.Sprintf("The widest min–max range was %.0f%% of its median (%s), on a shared machine with %s logical CPUs.",
+			100*worst, name, r.cpus))
+	}
 	return strings.Join(s, " ")
 }
 

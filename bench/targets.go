@@ -9,16 +9,47 @@ import (
 
 const targetsHeading = "## Issue 4 targets"
 
+// perRecordMax is the largest record size the per-record pread target is
+// checked on: issue 4 states it for 1 KiB records, and larger records make
+// a pread per record cheaper per byte, so on them the row is information.
+const perRecordMax = 1 << 10
+
+// targetRow is one row of the targets table.
+type targetRow struct {
+	target, dataset, measured, met, where string
+}
+
 // targetsMarkdown checks the targets of issue 4 against what this run
-// measured; targets whose section did not run are left out.
-func (e *runEnv) targetsMarkdown() string {
-	type row struct {
-		target, measured, where string
-		met                     bool
+// measured on each dataset; targets whose section did not run are left out.
+func (h *harness) targetsMarkdown() string {
+	var rows []targetRow
+	for _, e := range h.sets {
+		rows = append(rows, e.targetRows()...)
 	}
-	var rows []row
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("%s\n\n", targetsHeading)
+	p("The targets of issue 4, checked by `go run ./bench --all` against the numbers of the sections\n")
+	p("above from the same run (medians unless a maximum is named; the sections give the ranges),\n")
+	p("on each dataset. The issue states the per-record pread target for 1 KiB records: on larger\n")
+	p("records its rows are shown but are not a target. Written by the harness; what limits the\n")
+	p("misses is in the next section.\n\n")
+	p("| target | dataset | measured | met | section |\n| --- | --- | --- | :---: | --- |\n")
+	for _, r := range rows {
+		p("| %s | %s | %s | %s | %s |\n", r.target, r.dataset, r.measured, r.met, r.where)
+	}
+	return b.String()
+}
+
+// targetRows checks the targets on the dataset of e.
+func (e *runEnv) targetRows() []targetRow {
+	var rows []targetRow
 	add := func(target, measured, where string, met bool) {
-		rows = append(rows, row{target, measured, where, met})
+		m := "no"
+		if met {
+			m = "yes"
+		}
+		rows = append(rows, targetRow{target, e.ds.label(), measured, m, where})
 	}
 	const mib = 1 << 20
 	var rss []string
@@ -59,8 +90,15 @@ func (e *runEnv) targetsMarkdown() string {
 		rr := summarize(c.get("randread").mbps).med
 		full := summarize(c.get("full").mbps).med
 		add("cold: corgipile ≥ 0.90 × `cat` of the source", fmt.Sprintf("%.2f× (%.0f / %.0f MB/s)", cp/cat, cp, cat), "cold", cp >= 0.9*cat)
-		add("cold: corgipile ≥ 10 × a pread per record (randread, 4 goroutines)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/rr, cp, rr), "cold", cp >= 10*rr)
-		add("cold: corgipile ≥ 10 × a pread per record (corgifs `full`)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/full, cp, full), "cold", cp >= 10*full)
+		perRecord := func(target, measured string, met bool) {
+			if e.ds.RecordSize <= perRecordMax {
+				add(target, measured, "cold", met)
+				return
+			}
+			rows = append(rows, targetRow{target, e.ds.label(), measured, "not a target", "cold"})
+		}
+		perRecord("cold: corgipile ≥ 10 × a pread per record (randread, 4 goroutines)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/rr, cp, rr), cp >= 10*rr)
+		perRecord("cold: corgipile ≥ 10 × a pread per record (corgifs `full`)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/full, cp, full), cp >= 10*full)
 		for _, t := range c.targets {
 			if t.corgifs {
 				checkRSS("cold "+t.strategy, t.usage)
@@ -93,22 +131,8 @@ func (e *runEnv) targetsMarkdown() string {
 		checkRSS("latency", l.usage)
 	}
 	if len(rss) > 0 {
-		add("peak RSS ≤ --max-memory (1 GiB) + 64 MiB, every corgifs daemon of the run", strings.Join(rss, ", "), "all", rssMet)
+		add("peak RSS ≤ --max-memory (1 GiB) + 64 MiB, every corgifs daemon on the dataset", strings.Join(rss, ", "), "all", rssMet)
 	}
 
-	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	p("%s\n\n", targetsHeading)
-	p("The targets of issue 4, checked by `go run ./bench --all` against the numbers of the sections\n")
-	p("above from the same run (medians unless a maximum is named; the sections give the ranges).\n")
-	p("Written by the harness; what limits the misses is in the next section.\n\n")
-	p("| target | measured | met | section |\n| --- | --- | :---: | --- |\n")
-	for _, r := range rows {
-		met := "no"
-		if r.met {
-			met = "yes"
-		}
-		p("| %s | %s | %s | %s |\n", r.target, r.measured, met, r.where)
-	}
-	return b.String()
+	return rows
 }

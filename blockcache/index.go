@@ -97,6 +97,9 @@ type Options struct {
 	// listing the source, which may then lead outside it.
 	FollowSymlinks bool
 	CacheDir       string // where sidecars go; empty disables the cache
+	// Buffered reads the files through the page cache. By default they
+	// are read with O_DIRECT where the file system allows it.
+	Buffered bool
 	Logger         *slog.Logger
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
@@ -247,6 +250,8 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		return nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names)", strings.Join(o.Include, " or "), root)
 	}
 	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks}
+	var rd aheadReader
+	defer rd.free()
 	var total, done int64
 	for _, f := range files {
 		total += f.Size
@@ -255,7 +260,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		err = ix.scanFile(int32(i), o, func(n int64) {
+		err = ix.scanFile(int32(i), o, &rd, func(n int64) {
 			if o.Progress != nil {
 				o.Progress(done+n, total)
 			}
@@ -278,8 +283,9 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	return ix, nil
 }
 
-// scanFile appends the blocks of file fi to the index.
-func (ix *Index) scanFile(fi int32, o Options, progress func(int64)) error {
+// scanFile appends the blocks of file fi to the index, reading it through
+// rd.
+func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(int64)) error {
 	f := &ix.Files[fi]
 	path := ix.Path(fi)
 	r, err := os.Open(path)
@@ -300,7 +306,19 @@ func (ix *Index) scanFile(fi int32, o Options, progress func(int64)) error {
 		}
 		cur = Block{File: fi, Offset: -1}
 	}
-	sc := formats.NewScanner(r, 0, f.Size)
+	var dio *os.File
+	if !o.Buffered {
+		// Without it the chunks are read through the page cache, still
+		// one ahead.
+		if dio, err = openDirect(r); err == nil {
+			defer dio.Close()
+		} else {
+			dio = nil
+		}
+	}
+	rd.reset(r, dio, f.Size)
+	defer rd.wait()
+	sc := formats.NewScanner(rd, 0, f.Size)
 	var last int64
 	for {
 		for sc.Next() {

@@ -1,6 +1,7 @@
 package blockcache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,29 +41,58 @@ func (u Unit) clone() Unit {
 	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records)}
 }
 
-// extent is one pread: a byte range of a file holding whole records.
+// extent is one pread: a byte range of a file holding whole records, and
+// where its first byte lands in the slab.
 type extent struct {
 	file    int32
 	records int32
 	off, n  int64
+	at      int64
 }
 
-func (l *Loader) extent(u Unit, i int) extent {
+// extents appends the extents of u to exts, placed in the slab as Buf
+// describes, and returns them with the slab size they need.
+func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
+	var at int64
 	if u.Records != nil {
-		f, off, n := l.ix.Record(u.Records[i])
-		return extent{file: f, records: 1, off: off, n: n}
+		for _, r := range u.Records {
+			f, off, n := l.ix.Record(r)
+			exts = append(exts, extent{file: f, records: 1, off: off, n: n, at: at})
+			at += n
+		}
+		return exts, at
 	}
-	blk := l.ix.Blocks[u.Blocks[i]]
-	return extent{file: blk.File, records: blk.Records, off: blk.Offset, n: blk.Len}
+	for _, id := range u.Blocks {
+		blk := l.ix.Blocks[id]
+		lead, span := l.placeBlock(blk)
+		exts = append(exts, extent{file: blk.File, records: blk.Records, off: blk.Offset, n: blk.Len, at: at + lead})
+		at += span
+	}
+	return exts, at
 }
 
-// Buf holds the extents of one unit read back to back into one slab, and
-// where each record starts in it. A Buf is shared: every Get must be paired
-// with a Release.
+// placeBlock returns where blk starts in its share of a slab, and the size
+// of that share. Blocks that may be read directly get whole pages of their
+// own; small blocks, where those pages would cost much memory, are packed.
+func (l *Loader) placeBlock(blk Block) (lead, span int64) {
+	if !l.direct {
+		return 0, blk.Len
+	}
+	lead = blk.Offset - alignDown(blk.Offset)
+	return lead, alignUp(lead + blk.Len)
+}
+
+// Buf holds the extents of one unit read into one slab, and where each
+// record starts in it. Single records are packed back to back; blocks are
+// placed so that each can be read with O_DIRECT: a block starts at the same
+// offset within a page as in its file, and a block's pages are its own, so
+// the bytes between blocks belong to no record. A Buf is shared: every Get
+// must be paired with a Release.
 type Buf struct {
 	Data   []byte
 	Starts []int64 // offset in Data of every record, in unit order
 
+	exts  []extent
 	unit  Unit
 	hash  uint64
 	refs  int
@@ -78,12 +108,21 @@ type Buf struct {
 	dropped    bool // evicted: Data may belong to another Buf now
 }
 
-// RecordLen returns the frame length of record i.
+// RecordLen returns the frame length of record i, from its header, which
+// the load checked.
 func (b *Buf) RecordLen(i int) int64 {
-	if i+1 < len(b.Starts) {
-		return b.Starts[i+1] - b.Starts[i]
+	return formats.FrameLen(b.Data[b.Starts[i]:])
+}
+
+// Locate returns the source file and offset of the byte at offset at of
+// Data, which must lie in a record.
+func (b *Buf) Locate(at int64) (file int32, off int64) {
+	i, found := slices.BinarySearchFunc(b.exts, at, func(e extent, at int64) int { return cmp.Compare(e.at, at) })
+	if !found {
+		i--
 	}
-	return int64(len(b.Data)) - b.Starts[i]
+	e := b.exts[i]
+	return e.file, e.off + at - e.at
 }
 
 // Stats are the loader's counters.
@@ -91,6 +130,7 @@ type Stats struct {
 	BlocksRead      int64   `json:"blocks_read"`
 	RecordsRead     int64   `json:"records_read"` // by strategies that read records one at a time
 	BytesRead       int64   `json:"bytes_read"`
+	DirectBytesRead int64   `json:"direct_bytes_read"` // with O_DIRECT, bypassing the page cache
 	BuffersLoaded   int64   `json:"buffers_loaded"`
 	PrefetchIssued  int64   `json:"prefetch_issued"`
 	PrefetchHits    int64   `json:"prefetch_hits"`
@@ -111,6 +151,10 @@ type LoaderOptions struct {
 	MaxMemory int64 // budget for all slabs, shared by every stream
 	InFlight  int   // block reads in flight at once
 	Logger    *slog.Logger
+	// Buffered reads everything through the page cache. By default, with
+	// blocks of at least MinDirectBlock, the parts of blocks that are not
+	// cached are read with O_DIRECT.
+	Buffered bool
 	// OnDamage, if set, is called once, the first time a loaded block no
 	// longer matches the index although its file kept its size and
 	// modification time (damaged in place): the check of a cached index
@@ -148,7 +192,9 @@ type Loader struct {
 	bytesRead, buffersLoaded                   atomic.Int64
 	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
 	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
-	evictions, loadErrors                      atomic.Int64
+	evictions, loadErrors, directBytes         atomic.Int64
+	direct                                     bool        // read blocks directly when not cached
+	noDirect                                   atomic.Bool // the file system refused a direct read
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -161,8 +207,9 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	}
 	return &Loader{
 		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
-		sem:  make(chan struct{}, o.InFlight),
-		bufs: make(map[uint64][]*Buf), changed: make(chan struct{}),
+		direct: !o.Buffered && ix.BlockSize >= MinDirectBlock,
+		sem:    make(chan struct{}, o.InFlight),
+		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}
 }
 
@@ -172,7 +219,7 @@ func (l *Loader) Stats() Stats {
 	used, peak := l.used, l.peak
 	l.mu.Unlock()
 	return Stats{
-		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), BuffersLoaded: l.buffersLoaded.Load(),
+		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), DirectBytesRead: l.directBytes.Load(), BuffersLoaded: l.buffersLoaded.Load(),
 		PrefetchIssued: l.prefetchIssued.Load(), PrefetchHits: l.prefetchHits.Load(), PrefetchSkipped: l.prefetchSkip.Load(),
 		CacheHits: l.cacheHits.Load(), Stalls: l.stalls.Load(), StallSeconds: time.Duration(l.stallNanos.Load()).Seconds(),
 		MemoryWaits: l.memoryWaits.Load(), Evictions: l.evictions.Load(), LoadErrors: l.loadErrors.Load(),
@@ -180,6 +227,7 @@ func (l *Loader) Stats() Stats {
 	}
 }
 
+// size returns the slab size u needs.
 func (l *Loader) size(u Unit) int64 {
 	var n int64
 	if u.Records != nil {
@@ -188,8 +236,9 @@ func (l *Loader) size(u Unit) int64 {
 		}
 		return n
 	}
-	for _, b := range u.Blocks {
-		n += l.ix.Blocks[b].Len
+	for _, id := range u.Blocks {
+		_, span := l.placeBlock(l.ix.Blocks[id])
+		n += span
 	}
 	return n
 }
@@ -394,7 +443,7 @@ func (l *Loader) drop(b *Buf) {
 	}
 	l.removeIdle(b)
 	b.dropped = true
-	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0]})
+	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0], exts: b.exts[:0]})
 }
 
 // reserve returns a new Buf with room for n bytes, reusing a free slab when
@@ -558,25 +607,21 @@ func (l *Loader) load(b *Buf) {
 }
 
 func (l *Loader) read(b *Buf) error {
-	ids := b.unit.ids()
-	exts := make([]extent, len(ids))
-	offs := make([]int64, len(ids)+1)
-	files := map[int32]*os.File{}
+	b.exts, _ = l.extents(b.unit, b.exts[:0])
+	exts := b.exts
+	files := map[int32]*source{}
 	defer func() {
 		for _, f := range files {
-			f.Close()
+			f.close()
 		}
 	}()
-	for i := range ids {
-		e := l.extent(b.unit, i)
-		exts[i] = e
-		offs[i+1] = offs[i] + e.n
+	for _, e := range exts {
 		if files[e.file] == nil {
 			f, err := l.open(e.file, e.off)
 			if err != nil {
 				return err
 			}
-			files[e.file] = f
+			files[e.file] = &source{File: f, direct: b.unit.Records == nil && l.direct}
 		}
 	}
 	// A few workers, each issuing one pread at a time under the loader-wide
@@ -588,7 +633,7 @@ func (l *Loader) read(b *Buf) error {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
 				l.sem <- struct{}{}
-				errs[i] = l.readExtent(files[exts[i].file], exts[i], b.Data[offs[i]:offs[i+1]], b.unit.Records != nil)
+				errs[i] = l.readExtent(files[exts[i].file], exts[i], b.Data, b.unit.Records != nil)
 				<-l.sem
 			}
 		})
@@ -600,14 +645,14 @@ func (l *Loader) read(b *Buf) error {
 			return errs[i]
 		}
 		before := len(b.Starts)
-		starts, err := formats.Split(b.Data[offs[i]:offs[i+1]], e.off, b.Starts)
+		starts, err := formats.Split(b.Data[e.at:e.at+e.n], e.off, b.Starts)
 		if err != nil {
 			err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
 			l.damaged(err)
 			return err
 		}
 		for j := before; j < len(starts); j++ {
-			starts[j] += offs[i]
+			starts[j] += e.at
 		}
 		b.Starts = starts
 		if got := len(starts) - before; got != int(e.records) {
@@ -617,6 +662,34 @@ func (l *Loader) read(b *Buf) error {
 		}
 	}
 	return nil
+}
+
+// source is an open source file, with a second descriptor for direct reads
+// opened on first use.
+type source struct {
+	*os.File
+	direct bool // try direct reads
+
+	once sync.Once
+	dio  *os.File
+	err  error
+}
+
+// directFile returns the O_DIRECT descriptor of s, or nil if direct reads
+// are off or cannot be had.
+func (s *source) directFile() *os.File {
+	if !s.direct {
+		return nil
+	}
+	s.once.Do(func() { s.dio, s.err = openDirect(s.File) })
+	return s.dio
+}
+
+func (s *source) close() {
+	s.File.Close()
+	if s.dio != nil {
+		s.dio.Close()
+	}
 }
 
 // open opens source file i, to read at off first, after checking that it
@@ -651,17 +724,41 @@ func (l *Loader) damaged(err error) {
 	}
 }
 
-// readExtent reads one extent with one pread.
-func (l *Loader) readExtent(f *os.File, e extent, dst []byte, record bool) error {
-	n, err := f.ReadAt(dst, e.off)
-	if n < len(dst) {
-		return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, n, len(dst), errors.Join(err, syscall.EIO))
+// readExtent reads extent e into its place in slab: directly from the disk
+// if most of it is not in the page cache and the file allows it, through
+// the page cache if not.
+func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool) error {
+	dst := slab[e.at : e.at+e.n]
+	got := 0
+	if dio := f.directFile(); dio != nil && !l.noDirect.Load() && uncached(f.File, e.off, e.n) {
+		// Whole pages: the extent's first page sits at a page boundary of
+		// the slab, and its pages are its own.
+		from := alignDown(e.off)
+		win := slab[e.at-(e.off-from) : e.at-(e.off-from)+alignUp(e.off+e.n)-from]
+		n, err := readDirect(dio, win, from)
+		switch {
+		case errors.Is(err, errNoDirect):
+			l.noDirect.Store(true)
+			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name())
+		case err != nil:
+			return fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
+		default:
+			l.directBytes.Add(int64(n))
+			got = int(min(e.n, max(0, from+int64(n)-e.off)))
+		}
+	}
+	if got < len(dst) {
+		n, err := f.ReadAt(dst[got:], e.off+int64(got))
+		got += n
+		if got < len(dst) {
+			return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, got, len(dst), errors.Join(err, syscall.EIO))
+		}
 	}
 	if record {
 		l.recordsRead.Add(1)
 	} else {
 		l.blocksRead.Add(1)
 	}
-	l.bytesRead.Add(int64(n))
+	l.bytesRead.Add(e.n)
 	return nil
 }

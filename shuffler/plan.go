@@ -306,7 +306,11 @@ func (pl *Planner) target(partBytes int64) (int64, bool) {
 	if t <= 0 {
 		t = int64(float64(partBytes) * pl.p.Buffer.Percent / 100)
 	}
-	if lim := pl.p.MaxMemory / 2; t > lim {
+	// Slabs of blocks read directly round every block out to whole pages:
+	// 1/128 of the memory is left for that (blockcache.MinDirectBlock).
+	lim := pl.p.MaxMemory / 2
+	lim -= lim / 128
+	if t > lim {
 		return lim, true
 	}
 	return max(t, 1), false

@@ -168,33 +168,14 @@ func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.unpin()
-	ix := s.pl.Index()
 	for g := range s.plan.Buffers {
 		if err := s.enter(ctx, g); err != nil {
 			return err
 		}
-		if recs := s.plan.Buffers[g].Records; recs != nil {
-			for _, r := range recs {
-				f, off, n := ix.Record(r)
-				if err := fn(RecordRef{f, off, n}); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		// Slab offsets map back to files through the blocks laid out in order.
-		blocks := s.plan.Buffers[g].Blocks
 		for k := range s.src {
-			at := s.src[k]
-			for _, id := range blocks {
-				blk := ix.Blocks[id]
-				if at < blk.Len {
-					if err := fn(RecordRef{blk.File, blk.Offset + at, s.out[k+1] - s.out[k]}); err != nil {
-						return err
-					}
-					break
-				}
-				at -= blk.Len
+			f, off := s.buf.Locate(s.src[k])
+			if err := fn(RecordRef{f, off, s.out[k+1] - s.out[k]}); err != nil {
+				return err
 			}
 		}
 	}

@@ -63,6 +63,7 @@ type datasetFlags struct {
 	follow      bool
 	cacheDir    string
 	skipCorrupt bool
+	directIO    bool
 	strategy    string
 	buffer      bufferFlag
 	seed        string
@@ -81,6 +82,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	fs.StringVar(&d.cacheDir, "cache-dir", blockcache.DefaultCacheDir(), "`dir`ectory for index sidecars (never inside SRC)")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
+	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
 	if !order {
 		return
@@ -95,8 +97,13 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
 	return blockcache.Options{
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
-		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"),
+		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
 	}
+}
+
+// loaderOptions are the options of a loader for the dataset.
+func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
+	return blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log, Buffered: !d.directIO}
 }
 
 // parseSeed returns the seed, choosing one when none was given.

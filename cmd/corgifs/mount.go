@@ -120,15 +120,15 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 	// The budget bounds the slabs; the soft limit keeps the Go heap (and
 	// with it the resident size) from growing far past them between GCs.
 	debug.SetMemoryLimit(int64(d.maxMemory) + 64<<20)
-	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log,
-		OnDamage: func(reason string) {
-			if err := blockcache.MarkStale(ix.Root, d.indexOptions(log, nil), reason); err != nil {
-				log.Warn("could not mark the index sidecar stale", "err", err)
-				return
-			}
-			log.Warn("index sidecar marked stale: the next mount rebuilds the index")
-		},
-	})
+	lo := d.loaderOptions(log)
+	lo.OnDamage = func(reason string) {
+		if err := blockcache.MarkStale(ix.Root, d.indexOptions(log, nil), reason); err != nil {
+			log.Warn("could not mark the index sidecar stale", "err", err)
+			return
+		}
+		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
+	}
+	ld := blockcache.NewLoader(ix, lo)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

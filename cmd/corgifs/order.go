@@ -48,7 +48,7 @@ the offset of its frame within the served part file and the frame's size.`, stde
 	if err != nil {
 		return err
 	}
-	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log})
+	ld := blockcache.NewLoader(ix, d.loaderOptions(log))
 	s := shuffler.NewStream(pl, ld, plan)
 	defer s.Close()
 	w := bufio.NewWriterSize(stdout, 1<<16)

@@ -183,7 +183,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	if err != nil {
 		return nil, nil, err
 	}
-	ld := blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory)})
+	ld := blockcache.NewLoader(ix, d.loaderOptions(nil))
 	open := func(e int) (io.ReadCloser, error) {
 		plan, err := pl.Plan(e, 0, 1)
 		if err != nil {
