@@ -147,12 +147,6 @@ func AppendFrame(dst, data []byte) []byte {
 	return binary.LittleEndian.AppendUint32(dst, MaskedCRC(data))
 }
 
-// FrameLen returns the length of the frame that starts frame, from its
-// header, which must have been checked.
-func FrameLen(frame []byte) int64 {
-	return int64(binary.LittleEndian.Uint64(frame[:8])) + FrameExtra
-}
-
 // Payload returns the data of the frame at the start of frame, without
 // checking it. frame must hold a whole frame (as served or as split).
 func Payload(frame []byte) []byte {
