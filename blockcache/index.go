@@ -100,7 +100,7 @@ type Options struct {
 	// Buffered reads the files through the page cache. By default they
 	// are read with O_DIRECT where the file system allows it.
 	Buffered bool
-	Logger         *slog.Logger
+	Logger   *slog.Logger
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
 }
