@@ -285,8 +285,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 			l.mu.Unlock()
 			start := time.Now()
 			l.load(b)
-			l.stalls.Add(1)
-			l.stallNanos.Add(int64(time.Since(start)))
+			l.stalled(b, time.Since(start), "not prefetched")
 			return l.wait(ctx, b)
 		}
 		l.memoryWaits.Add(1)
@@ -345,8 +344,7 @@ func (l *Loader) wait(ctx context.Context, b *Buf) (*Buf, error) {
 			l.Release(b)
 			return nil, ctx.Err()
 		}
-		l.stalls.Add(1)
-		l.stallNanos.Add(int64(time.Since(start)))
+		l.stalled(b, time.Since(start), "still loading")
 	}
 	if b.err != nil {
 		err := b.err
@@ -356,26 +354,85 @@ func (l *Loader) wait(ctx context.Context, b *Buf) (*Buf, error) {
 	return b, nil
 }
 
-// Prefetch starts loading u in the background if it is not loaded and
-// memory is free without waiting or evicting another prefetch.
-func (l *Loader) Prefetch(u Unit) {
+// stalled counts a reader's wait for b.
+func (l *Loader) stalled(b *Buf, d time.Duration, why string) {
+	l.stalls.Add(1)
+	l.stallNanos.Add(int64(d))
+	l.log.Debug("a reader waited for a buffer", "why", why, "bytes", len(b.Data), "waited", d)
+}
+
+// Prefetch loads units in the background, one after the other, each only
+// once the one before is loaded: the nearest is wanted first, and loads
+// that share the disk would all finish late. A unit already loaded or
+// loading is passed over; the rest are skipped as soon as one finds no
+// memory free without waiting or evicting another prefetch, or once ctx is
+// done. The first unit is in the table when Prefetch returns, so a Get right
+// after finds it.
+func (l *Loader) Prefetch(ctx context.Context, units ...Unit) {
+	if len(units) == 0 {
+		return
+	}
+	b, ready := l.startPrefetch(units[0])
+	if ready == nil {
+		return
+	}
+	go func() {
+		for _, u := range units[1:] {
+			if b != nil {
+				l.load(b)
+			} else {
+				<-ready
+			}
+			if ctx.Err() != nil {
+				return // nobody wants the rest any more
+			}
+			if b, ready = l.startPrefetch(u); ready == nil {
+				return
+			}
+		}
+		if b != nil {
+			l.load(b)
+		}
+	}()
+}
+
+// startPrefetch enters u in the table for the caller to load, and returns
+// it with the channel closed when it is loaded. If u is in the table
+// already, the Buf is nil and the channel that of the Buf there; if there
+// is no memory for it, both are nil.
+func (l *Loader) startPrefetch(u Unit) (*Buf, <-chan struct{}) {
 	h := l.hash(u)
 	n := l.size(u)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lookup(h, u) != nil {
-		return
+	if b := l.lookup(h, u); b != nil {
+		return nil, b.ready
 	}
 	b := l.reserve(n, false)
 	if b == nil {
 		l.prefetchSkip.Add(1)
-		return
+		return nil, nil
 	}
 	b.unit, b.hash, b.prefetched = u.clone(), h, true
 	l.bufs[h] = append(l.bufs[h], b)
 	l.pushIdle(b) // evictable, but only after older idle Bufs
 	l.prefetchIssued.Add(1)
-	go l.load(b)
+	return b, b.ready
+}
+
+// Forget tells the loader that the prefetched units nobody has taken yet
+// are no longer wanted, as when a reader closes its file midway: they stay
+// cached, but as the least of the idle Bufs, and a later prefetch may take
+// their memory. Without it they would hold memory no prefetch may claim.
+func (l *Loader) Forget(units ...Unit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, u := range units {
+		if b := l.lookup(l.hash(u), u); b != nil && b.refs == 0 && b.prefetched {
+			b.prefetched = false
+		}
+	}
+	l.signal()
 }
 
 // Release drops a reference taken by Get.
@@ -598,6 +655,7 @@ func (l *Loader) load(b *Buf) {
 		l.signal()
 		l.mu.Unlock()
 	}()
+	start := time.Now()
 	if err := l.read(b); err != nil {
 		b.err = err
 		l.loadErrors.Add(1)
@@ -605,28 +663,47 @@ func (l *Loader) load(b *Buf) {
 		return
 	}
 	l.buffersLoaded.Add(1)
+	l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start), "prefetched", b.prefetched)
 }
 
 func (l *Loader) read(b *Buf) error {
 	b.exts, _ = l.extents(b.unit, b.exts[:0])
 	exts := b.exts
-	files := map[int32]*source{}
+	// The files of the extents, and for each extent its file's index in
+	// srcs: a unit spans few files, and slices cost fewer allocations
+	// than a map.
+	srcs := make([]source, 0, min(len(exts), len(l.ix.Files)))
+	which := make([]int, len(exts))
 	defer func() {
-		for _, f := range files {
-			f.close()
+		for i := range srcs {
+			srcs[i].close()
 		}
 	}()
-	for _, e := range exts {
-		if files[e.file] == nil {
+	for i, e := range exts {
+		j := 0
+		for j < len(srcs) && srcs[j].file != e.file {
+			j++
+		}
+		if j == len(srcs) {
 			f, err := l.open(e.file, e.off)
 			if err != nil {
 				return err
 			}
-			files[e.file] = &source{File: f, direct: b.unit.Records == nil && l.direct}
+			srcs = append(srcs, source{File: f, file: e.file, direct: b.unit.Records == nil && l.direct})
 		}
+		which[i] = j
 	}
+	// Every extent's records have their place in Starts, from the index's
+	// counts, so that each can be split as soon as it is read.
+	pos := make([]int, len(exts)+1)
+	for i, e := range exts {
+		pos[i+1] = pos[i] + int(e.records)
+	}
+	b.Starts = slices.Grow(b.Starts[:0], pos[len(exts)])[:pos[len(exts)]]
+	b.lens = slices.Grow(b.lens[:0], pos[len(exts)])[:pos[len(exts)]]
 	// A few workers, each issuing one pread at a time under the loader-wide
-	// limit, keep the disk busy without a goroutine per record.
+	// limit, keep the disk busy without a goroutine per record. A worker
+	// checks what it read outside the limit, while the others read on.
 	errs := make([]error, len(exts))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -634,40 +711,45 @@ func (l *Loader) read(b *Buf) error {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
 				l.sem <- struct{}{}
-				errs[i] = l.readExtent(files[exts[i].file], exts[i], b.Data, b.unit.Records != nil)
+				err := l.readExtent(&srcs[which[i]], exts[i], b.Data, b.unit.Records != nil)
 				<-l.sem
+				if err == nil {
+					err = l.split(b, exts[i], pos[i], pos[i+1])
+				}
+				errs[i] = err
 			}
 		})
 	}
 	wg.Wait()
-	b.Starts, b.lens = b.Starts[:0], b.lens[:0]
-	for i, e := range exts {
-		if errs[i] != nil {
-			return errs[i]
-		}
-		before := len(b.Starts)
-		starts, err := formats.Split(b.Data[e.at:e.at+e.n], e.off, b.Starts)
+	for _, err := range errs {
 		if err != nil {
-			err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
-			l.damaged(err)
 			return err
 		}
-		for j := before; j < len(starts); j++ {
-			starts[j] += e.at
-		}
-		for j := before; j < len(starts); j++ {
-			end := e.at + e.n
-			if j+1 < len(starts) {
-				end = starts[j+1]
-			}
-			b.lens = append(b.lens, uint32(end-starts[j]))
-		}
-		b.Starts = starts
-		if got := len(starts) - before; got != int(e.records) {
-			err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, got, e.records)
-			l.damaged(err)
-			return err
-		}
+	}
+	return nil
+}
+
+// split finds the records of extent e, loaded into b, and fills their
+// entries lo to hi of b.Starts and b.lens, checking every CRC on the way.
+func (l *Loader) split(b *Buf, e extent, lo, hi int) error {
+	// Capped at hi: more records than the index says cannot spill into
+	// the next extent's entries.
+	starts, err := formats.Split(b.Data[e.at:e.at+e.n], e.off, b.Starts[lo:lo:hi])
+	if err != nil {
+		err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+		l.damaged(err)
+		return err
+	}
+	if len(starts) != hi-lo {
+		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, len(starts), hi-lo)
+		l.damaged(err)
+		return err
+	}
+	end := e.at + e.n
+	for j := hi - 1; j >= lo; j-- {
+		b.Starts[j] += e.at
+		b.lens[j] = uint32(end - b.Starts[j])
+		end = b.Starts[j]
 	}
 	return nil
 }
@@ -676,6 +758,7 @@ func (l *Loader) read(b *Buf) error {
 // opened on first use.
 type source struct {
 	*os.File
+	file   int32
 	direct bool // try direct reads
 
 	once sync.Once

@@ -233,7 +233,7 @@ func TestLoaderMemoryNeverExceedsBudgetUnderConcurrentUse(t *testing.T) {
 			for range 40 {
 				blocks := pick()
 				if r.IntN(3) == 0 {
-					l.Prefetch(Unit{Blocks: pick()})
+					l.Prefetch(context.Background(), Unit{Blocks: pick()})
 				}
 				b, err := l.Get(ctx, Unit{Blocks: blocks})
 				if err != nil {
@@ -419,8 +419,8 @@ func TestLoaderPrefetchThenGetCountsAHit(t *testing.T) {
 	f := newLoaderFixture(t)
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 	blocks := []int32{4, 5, 6}
-	l.Prefetch(blockUnit(blocks...))
-	l.Prefetch(blockUnit(blocks...)) // already loading: nothing more
+	l.Prefetch(context.Background(), blockUnit(blocks...))
+	l.Prefetch(context.Background(), blockUnit(blocks...)) // already loading: nothing more
 	b := f.get(t, l, blocks...)
 	if s := l.Stats(); s.PrefetchIssued != 1 || s.PrefetchHits != 1 || s.CacheHits != 0 || s.BlocksRead != 3 || s.BuffersLoaded != 1 {
 		t.Fatalf("stats %+v, want one prefetch issued and hit", s)
@@ -431,9 +431,51 @@ func TestLoaderPrefetchThenGetCountsAHit(t *testing.T) {
 	}
 	l.Release(b)
 	l.Release(b2)
-	l.Prefetch(blockUnit(blocks...)) // loaded and idle: nothing to do
+	l.Prefetch(context.Background(), blockUnit(blocks...)) // loaded and idle: nothing to do
 	if s := l.Stats(); s.PrefetchIssued != 1 || s.PrefetchSkipped != 0 {
 		t.Fatalf("stats %+v after prefetching a loaded buffer", s)
+	}
+}
+
+func TestLoaderPrefetchLoadsUnitsInTurnUntilItsContextEnds(t *testing.T) {
+	f := newLoaderFixture(t)
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
+	l.Prefetch(t.Context(), blockUnit(1), blockUnit(2), blockUnit(3))
+	eventually(t, "three prefetched buffers are loaded", func() bool { return l.Stats().BuffersLoaded == 3 })
+	for _, id := range []int32{1, 2, 3} {
+		l.Release(f.get(t, l, id))
+	}
+	if s := l.Stats(); s.PrefetchIssued != 3 || s.PrefetchHits != 3 || s.BuffersLoaded != 3 {
+		t.Fatalf("stats %+v, want three prefetches issued and hit", s)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	l.Prefetch(ctx, blockUnit(4), blockUnit(5))
+	eventually(t, "the first unit is loaded", func() bool { return l.Stats().BuffersLoaded == 4 })
+	time.Sleep(20 * time.Millisecond)
+	if s := l.Stats(); s.PrefetchIssued != 4 || s.BuffersLoaded != 4 {
+		t.Fatalf("stats %+v: the unit after the first was prefetched although the context had ended", s)
+	}
+}
+
+func TestLoaderForgottenPrefetchGivesWayToANewOne(t *testing.T) {
+	f := newLoaderFixture(t)
+	ids := f.bySize()
+	a, b := ids[len(ids)-1], ids[len(ids)-2]
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(a)})
+	l.Prefetch(t.Context(), blockUnit(a))
+	eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 1 })
+	l.Prefetch(t.Context(), blockUnit(b))
+	if s := l.Stats(); s.PrefetchSkipped != 1 {
+		t.Fatalf("stats %+v: a prefetch took the memory of another prefetch nobody has used yet", s)
+	}
+	l.Forget(blockUnit(a))
+	l.Prefetch(t.Context(), blockUnit(b))
+	eventually(t, "the new prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
+	l.Release(f.get(t, l, b))
+	if s := l.Stats(); s.PrefetchIssued != 2 || s.PrefetchHits != 1 || s.Evictions != 1 {
+		t.Fatalf("stats %+v, want the forgotten prefetch evicted for the new one, which is hit", s)
 	}
 }
 
@@ -448,15 +490,15 @@ func TestLoaderPrefetchIsSkippedWhenMemoryIsShort(t *testing.T) {
 		{"memory held by a reader", func(t *testing.T) (*Loader, []*Buf, []*Buf) {
 			l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(large)})
 			a := f.get(t, l, large)
-			l.Prefetch(blockUnit(mid))
+			l.Prefetch(context.Background(), blockUnit(mid))
 			return l, []*Buf{a}, nil
 		}},
 		{"memory held by other prefetches", func(t *testing.T) (*Loader, []*Buf, []*Buf) {
 			l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(large, mid)})
-			l.Prefetch(blockUnit(large))
-			l.Prefetch(blockUnit(mid))
+			l.Prefetch(context.Background(), blockUnit(large))
+			l.Prefetch(context.Background(), blockUnit(mid))
 			eventually(t, "prefetches load", func() bool { return l.Stats().BuffersLoaded == 2 })
-			l.Prefetch(blockUnit(small))
+			l.Prefetch(context.Background(), blockUnit(small))
 			a, b := f.get(t, l, large), f.get(t, l, mid)
 			if s := l.Stats(); s.PrefetchHits != 2 {
 				t.Fatalf("stats %+v: the first prefetches were evicted", s)
@@ -469,9 +511,9 @@ func TestLoaderPrefetchIsSkippedWhenMemoryIsShort(t *testing.T) {
 			l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(small, large)})
 			a := f.get(t, l, small)
 			l.Release(a)
-			l.Prefetch(blockUnit(large))
+			l.Prefetch(context.Background(), blockUnit(large))
 			eventually(t, "prefetch loads", func() bool { return l.Stats().BuffersLoaded == 2 })
-			l.Prefetch(blockUnit(mid))
+			l.Prefetch(context.Background(), blockUnit(mid))
 			return l, nil, []*Buf{a}
 		}},
 	} {
@@ -507,7 +549,7 @@ func TestLoaderPrefetchReusesTheMemoryOfIdleBuffers(t *testing.T) {
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(large)})
 	a := f.get(t, l, large)
 	l.Release(a)
-	l.Prefetch(blockUnit(mid))
+	l.Prefetch(context.Background(), blockUnit(mid))
 	b := f.get(t, l, mid)
 	defer l.Release(b)
 	if s := l.Stats(); s.PrefetchIssued != 1 || s.PrefetchHits != 1 || s.Evictions != 1 || s.MemoryPeak > s.MemoryBudget {
@@ -637,7 +679,7 @@ func TestLoaderFailedPrefetchDoesNotOutliveTheFix(t *testing.T) {
 	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 	writeBytes(t, src.path, src.data[:len(src.data)/2])
-	l.Prefetch(blockUnit(id))
+	l.Prefetch(context.Background(), blockUnit(id))
 	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
 	writeBytes(t, src.path, src.data)
 	setMtime(t, src.path, f.ix.Files[2].Mtime)

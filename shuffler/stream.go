@@ -25,6 +25,10 @@ type Stream struct {
 	pl   *Planner
 	ld   *blockcache.Loader
 	plan *Plan
+	next *Plan // the same part of the next epoch, once prefetching needs it
+	// ctx ends with Close: prefetches not started by then are dropped.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	cur    int // index of the buffer in buf, or -1
@@ -37,7 +41,8 @@ type Stream struct {
 
 // NewStream returns a Stream that serves plan.
 func NewStream(pl *Planner, ld *blockcache.Loader, plan *Plan) *Stream {
-	return &Stream{pl: pl, ld: ld, plan: plan, cur: -1}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Stream{pl: pl, ld: ld, plan: plan, cur: -1, ctx: ctx, cancel: cancel}
 }
 
 // Plan returns the plan the stream serves.
@@ -46,11 +51,21 @@ func (s *Stream) Plan() *Plan { return s.plan }
 // Size returns the number of bytes in the stream.
 func (s *Stream) Size() int64 { return s.plan.Size }
 
-// Close releases the stream's buffer.
+// Close releases the stream's buffer and gives up the prefetches of the
+// buffers after it; those of the next epoch are kept for the reader that
+// opens it next.
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.cancel()
 	s.unpin()
+	if s.cur >= 0 {
+		var units []blockcache.Unit
+		for _, b := range s.plan.Buffers[s.cur+1 : min(len(s.plan.Buffers), s.cur+1+prefetchDepth)] {
+			units = append(units, b.Unit())
+		}
+		s.ld.Forget(units...)
+	}
 	s.buf, s.cur = nil, -1
 }
 
@@ -144,16 +159,29 @@ func (s *Stream) enter(ctx context.Context, g int) error {
 	return nil
 }
 
-// prefetch starts loading what a sequential reader needs after buffer g.
+// prefetchDepth is how many buffers a stream loads ahead of the one it
+// serves. With one, a reader that is served about as fast as the disk
+// loads waits whenever a load runs a little slow; with two, the loader
+// keeps working while the reader catches up.
+const prefetchDepth = 2
+
+// prefetch starts loading what a sequential reader needs after buffer g:
+// the next buffers, and past the last one, the first ones of the same part
+// of the next epoch.
 func (s *Stream) prefetch(g int) {
-	if g+1 < len(s.plan.Buffers) {
-		s.ld.Prefetch(s.plan.Buffers[g+1].Unit())
-		return
+	units := make([]blockcache.Unit, 0, prefetchDepth)
+	for i := g + 1; i < len(s.plan.Buffers) && len(units) < prefetchDepth; i++ {
+		units = append(units, s.plan.Buffers[i].Unit())
 	}
-	next, err := s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
-	if err == nil && len(next.Buffers) > 0 {
-		s.ld.Prefetch(next.Buffers[0].Unit())
+	if len(units) < prefetchDepth {
+		if s.next == nil {
+			s.next, _ = s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
+		}
+		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
+			units = append(units, s.next.Buffers[i].Unit())
+		}
 	}
+	s.ld.Prefetch(s.ctx, units...)
 }
 
 // RecordRef locates a served record in its source file.

@@ -548,7 +548,7 @@ func TestStreamSequentialReadDoesNotAllocatePerRecord(t *testing.T) {
 			s.Close()
 			// Allocations follow buffers and reads, not records: each buffer
 			// load (its slab, extent tables, file opens, worker goroutines,
-			// the growth of its record table, the prefetch of the next) costs
+			// the growth of its record table, the prefetch of the next two) costs
 			// about 40-50, each read 2 (see above), the next epoch's plan a
 			// few. 64 per buffer + 4 per read + 100 bounds that with room.
 			bound := uint64(64*len(plan.Buffers) + 4*reads + 100)
@@ -557,9 +557,11 @@ func TestStreamSequentialReadDoesNotAllocatePerRecord(t *testing.T) {
 			if n > bound {
 				t.Errorf("%s: reading an epoch of %d records in %d buffers allocated %d times, want at most %d", tc.strategy, plan.Records, len(plan.Buffers), n, bound)
 			}
-			// With buffers of ~300 records, far fewer allocations than records.
-			if tc.buffer == streamMemory/2 && n > uint64(plan.Records/4) {
-				t.Errorf("%s: %d allocations for %d records, want at most a quarter", tc.strategy, n, plan.Records)
+			// With buffers of ~300 records, far fewer allocations than
+			// records, though the count includes the loads of the next
+			// epoch's first two buffers.
+			if tc.buffer == streamMemory/2 && n > uint64(plan.Records/3) {
+				t.Errorf("%s: %d allocations for %d records, want at most a third", tc.strategy, n, plan.Records)
 			}
 		}
 	})
