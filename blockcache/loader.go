@@ -663,7 +663,7 @@ func (l *Loader) load(b *Buf) {
 		return
 	}
 	l.buffersLoaded.Add(1)
-	l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start), "prefetched", b.prefetched)
+	l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
 }
 
 func (l *Loader) read(b *Buf) error {

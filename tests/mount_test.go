@@ -252,6 +252,8 @@ type stats struct {
 	MemoryBudget int64 `json:"memory_budget"`
 	MemoryWaits  int64 `json:"memory_waits"`
 	BlocksRead   int64 `json:"blocks_read"`
+	BytesRead    int64 `json:"bytes_read"`
+	DirectBytes  int64 `json:"direct_bytes_read"`
 	PrefetchHits int64 `json:"prefetch_hits"`
 	LoadErrors   int64 `json:"load_errors"`
 	Goroutines   int   `json:"goroutines"`
