@@ -1,19 +1,22 @@
 //go:build linux
 
-// Command bench is the warm-cache epoch read benchmark of corgifs. It
-// measures how fast one epoch is served through a corgifs mount, with the
-// corgipile and the none strategy, against a plain go-fuse passthrough mount
-// of the same files and against reading the source files directly, and
-// writes the results into a section of BENCHMARKS.md.
+// Command bench is the benchmark harness of corgifs. It measures how fast
+// one epoch is served through a corgifs mount, with the corgipile and the
+// none strategy, against a plain go-fuse passthrough mount of the same files
+// and against reading the source files directly, and writes the results into
+// sections of BENCHMARKS.md.
 //
-// It builds corgifs, writes a label-clustered synthetic dataset with datagen
-// (16 files), mounts it with corgifs (one mount per strategy and part count)
-// and with the passthrough program in bench/loopback, each served by a child
-// process, and reads everything once so that the page cache is warm. Then,
-// round-robin, --runs times each, it times `cat FILES > /dev/null` in a
-// separate process: all parts of a fresh epoch of each corgifs mount, the
-// files of the passthrough mount, and the source files. Finally it reads the
-// peak resident size and CPU time of each daemon from /proc and stops them.
+// It builds corgifs and writes one label-clustered synthetic dataset with
+// datagen (16 files) per --record-sizes (by default 4 GiB of 1 KiB records
+// and 4 GiB of 100 KiB records), and runs every section on each dataset in
+// turn. The warm section mounts the dataset with corgifs (one mount per
+// strategy and part count) and with the passthrough program in
+// bench/loopback, each served by a child process, and reads everything once
+// so that the page cache is warm. Then, round-robin, --runs times each, it
+// times `cat FILES > /dev/null` in a separate process: all parts of a fresh
+// epoch of each corgifs mount, the files of the passthrough mount, and the
+// source files. Finally it reads the peak resident size and CPU time of each
+// daemon from /proc and stops them.
 //
 // With --cold, --e2e, --fio and --latency (or --all) it also runs the
 // measurements of issue 4, each written into its own section, and then a
