@@ -13,9 +13,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
@@ -250,25 +252,62 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		return nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names)", strings.Join(o.Include, " or "), root)
 	}
 	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks}
-	var rd aheadReader
-	defer rd.free()
-	var total, done int64
+	var total int64
 	for _, f := range files {
 		total += f.Size
 	}
-	for i := range ix.Files {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		err = ix.scanFile(int32(i), o, &rd, func(n int64) {
-			if o.Progress != nil {
-				o.Progress(done+n, total)
+	// A few files at once: the scan checks every CRC, which takes about
+	// as long as reading the bytes directly does, so one file at a time
+	// leaves either the disk or the CPU idle.
+	scans := make([]fileScan, len(files))
+	errs := make([]error, len(files))
+	var next, done atomic.Int64
+	var failed atomic.Bool
+	var progressMu sync.Mutex
+	var reported int64
+	var wg sync.WaitGroup
+	for range min(len(files), max(2, runtime.GOMAXPROCS(0)), 8) {
+		wg.Go(func() {
+			var rd aheadReader
+			defer rd.free()
+			for i := int(next.Add(1) - 1); i < len(files) && !failed.Load(); i = int(next.Add(1) - 1) {
+				var last int64
+				progress := func(n int64) {
+					d := done.Add(n - last)
+					last = n
+					// Progress is called by one worker at a time, and
+					// never with fewer bytes than before.
+					progressMu.Lock()
+					defer progressMu.Unlock()
+					if o.Progress != nil && d > reported {
+						reported = d
+						o.Progress(d, total)
+					}
+				}
+				if errs[i] = ctx.Err(); errs[i] == nil {
+					scans[i], errs[i] = ix.scanFile(int32(i), o, &rd, progress)
+				}
+				if errs[i] != nil {
+					failed.Store(true)
+					continue
+				}
+				progress(files[i].Size)
 			}
 		})
-		if err != nil {
-			return nil, err
+	}
+	wg.Wait()
+	for i, sc := range scans {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		done += ix.Files[i].Size
+		ix.Files[i].Records = sc.records
+		ix.Blocks = append(ix.Blocks, sc.blocks...)
+		ix.Frames = append(ix.Frames, sc.frames...)
+		ix.Damaged = append(ix.Damaged, sc.damaged...)
+		for _, b := range sc.blocks {
+			ix.Records += int64(b.Records)
+			ix.Bytes += b.Len
+		}
 	}
 	if o.Progress != nil {
 		o.Progress(total, total)
@@ -283,29 +322,25 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	return ix, nil
 }
 
-// scanFile appends the blocks of file fi to the index, reading it through
-// rd.
-func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(int64)) error {
-	f := &ix.Files[fi]
+// fileScan is what indexing found in one file.
+type fileScan struct {
+	blocks  []Block
+	frames  []uint32
+	damaged []Damage
+	records int64
+}
+
+// scanFile cuts file fi into blocks, reading it through rd. It calls
+// progress with the bytes scanned so far now and then.
+func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(int64)) (fileScan, error) {
+	var out fileScan
+	f := ix.Files[fi]
 	path := ix.Path(fi)
 	r, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("index: %w", err)
+		return out, fmt.Errorf("index: %w", err)
 	}
 	defer r.Close()
-	head := make([]byte, formats.HeaderLen)
-	if n, _ := r.ReadAt(head, 0); formats.SniffCompressed(head[:n]) || strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
-		return fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
-	}
-	cur := Block{File: fi, Offset: -1}
-	flush := func() {
-		if cur.Records > 0 {
-			ix.Blocks = append(ix.Blocks, cur)
-			ix.Records += int64(cur.Records)
-			ix.Bytes += cur.Len
-		}
-		cur = Block{File: fi, Offset: -1}
-	}
 	var dio *os.File
 	if !o.Buffered {
 		// Without it the chunks are read through the page cache, still
@@ -318,6 +353,17 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	}
 	rd.reset(r, dio, f.Size)
 	defer rd.wait()
+	head := make([]byte, formats.HeaderLen)
+	if n, _ := rd.ReadAt(head[:min(int64(len(head)), f.Size)], 0); formats.SniffCompressed(head[:n]) || strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
+		return out, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
+	}
+	cur := Block{File: fi, Offset: -1}
+	flush := func() {
+		if cur.Records > 0 {
+			out.blocks = append(out.blocks, cur)
+		}
+		cur = Block{File: fi, Offset: -1}
+	}
 	sc := formats.NewScanner(rd, 0, f.Size)
 	var last int64
 	for {
@@ -331,11 +377,11 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 			}
 			cur.Len += rec.Len
 			cur.Records++
-			f.Records++
+			out.records++
 			if rec.Len > math.MaxUint32 {
-				return fmt.Errorf("index: %s: record of %d bytes at offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
+				return out, fmt.Errorf("index: %s: record of %d bytes at offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
 			}
-			ix.Frames = append(ix.Frames, uint32(rec.Len))
+			out.frames = append(out.frames, uint32(rec.Len))
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
 				progress(last)
@@ -347,21 +393,21 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		}
 		var ce *formats.CorruptError
 		if !errors.As(err, &ce) {
-			return fmt.Errorf("index: %s: %w", path, err)
+			return out, fmt.Errorf("index: %s: %w", path, err)
 		}
 		if !o.SkipCorrupt {
-			return fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
+			return out, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
 		}
 		flush() // a block never spans damage
 		from, to, rerr := sc.Resync()
 		if rerr != nil {
-			return fmt.Errorf("index: %s: %w", path, rerr)
+			return out, fmt.Errorf("index: %s: %w", path, rerr)
 		}
-		ix.Damaged = append(ix.Damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
+		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
 		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
 	}
 	flush()
-	return nil
+	return out, nil
 }
 
 // records computes the record tables on first use: they are derived from
