@@ -289,6 +289,10 @@ func (pl *Planner) partRecords(epoch, j, parts int) int64 {
 	return n
 }
 
+// ReadsRecords reports whether strategy reads records one at a time (and
+// plans every record), rather than whole blocks.
+func ReadsRecords(strategy string) bool { return recordLevel[strategy] }
+
 // recordLevel lists the strategies whose parts are balanced slices of the
 // records rather than of the blocks.
 var recordLevel = map[string]bool{"window": true, "full": true, "once": true}

@@ -70,6 +70,10 @@ type datasetFlags struct {
 	maxMemory   sizeFlag
 	equalParts  bool
 	debug       bool
+
+	// What open made of --max-memory: the budget of the loader's slabs
+	// and the soft limit of the Go heap (see memorySplit).
+	slabBudget, heapLimit int64
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
@@ -101,9 +105,32 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	}
 }
 
-// loaderOptions are the options of a loader for the dataset.
+// loaderOptions are the options of a loader for the dataset opened by open.
 func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	return blockcache.LoaderOptions{MaxMemory: int64(d.maxMemory), Logger: log, Buffered: !d.directIO}
+	return blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+}
+
+// memorySplit divides maxMemory between the loader's slabs, which live
+// outside the Go heap, and the heap, so that the daemon's resident size stays
+// within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
+// bytes a record; with record strategies also record offsets and two
+// epochs' plans, 16 more), the record tables of loaded buffers and of the
+// buffers parts serve (16 bytes a record the slabs can hold), request
+// buffers, and room to collect garbage in: 32 MiB beyond the estimate is
+// its soft limit. About 10 MiB of the process is neither (code, runtime).
+// When the estimate leaves the heap more than the 64 MiB allowance, the
+// slabs get less.
+func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
+	est := 4 * ix.Records
+	if recordStrategy {
+		est += 16 * ix.Records
+	}
+	if ix.Records > 0 && ix.Bytes > 0 {
+		est += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
+	}
+	heapLimit = est + 32<<20
+	slabs = maxMemory - max(0, heapLimit+10<<20-64<<20)
+	return max(slabs, maxMemory/2), heapLimit
 }
 
 // parseSeed returns the seed, choosing one when none was given.
@@ -138,8 +165,10 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if chosen {
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
+	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(d.strategy))
+	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
-		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: int64(d.maxMemory), EqualParts: d.equalParts,
+		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
 	})
 	if err != nil {
 		return nil, nil, 0, err

@@ -117,14 +117,8 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
 	}
-	// The budget bounds the slabs, which live outside the Go heap. The
-	// heap holds the index (its frame lengths, 4 bytes a record), the
-	// record tables of loaded buffers (12 bytes a record) and of the
-	// buffers open parts serve (20), and request buffers. The soft limit
-	// makes the collector keep it near that instead of letting it double
-	// between collections, so that the resident size stays within about
-	// --max-memory + 64 MiB (measured with 4 million records).
-	debug.SetMemoryLimit(heapLimit(ix, int64(d.maxMemory)))
+	// Without a soft limit the heap could double between collections.
+	debug.SetMemoryLimit(d.heapLimit)
 	lo := d.loaderOptions(log)
 	lo.OnDamage = func(reason string) {
 		if err := blockcache.MarkStale(ix.Root, d.indexOptions(log, nil), reason); err != nil {
@@ -262,15 +256,4 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 		ix.Root, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), ix.RecordMin, ix.RecordMedian, ix.RecordMax, len(ix.Damaged), cached)
 	return nil
-}
-
-// heapLimit is the soft limit of the Go heap of a mount: 32 MiB, plus the
-// index, plus the record tables of as many records as the memory budget
-// holds.
-func heapLimit(ix *blockcache.Index, maxMemory int64) int64 {
-	limit := int64(32<<20) + 4*ix.Records
-	if ix.Records > 0 && ix.Bytes > 0 {
-		limit += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
-	}
-	return limit
 }

@@ -179,11 +179,16 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		open := func(e int) (io.ReadCloser, error) { return os.Open(m.part(e, 0, 1)) }
 		return open, m.stop, nil
 	}
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: int64(d.maxMemory)})
+	// The budget a mount of this strategy would use, so that the orders
+	// are the mount's.
+	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(strategy))
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
 	if err != nil {
 		return nil, nil, err
 	}
-	ld := blockcache.NewLoader(ix, d.loaderOptions(nil))
+	lo := d.loaderOptions(nil)
+	lo.MaxMemory = slabs
+	ld := blockcache.NewLoader(ix, lo)
 	open := func(e int) (io.ReadCloser, error) {
 		plan, err := pl.Plan(e, 0, 1)
 		if err != nil {
