@@ -201,7 +201,7 @@ type Loader struct {
 // NewLoader returns a Loader for the blocks of ix.
 func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.InFlight <= 0 {
-		o.InFlight = 4
+		o.InFlight = 32
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -155,11 +156,27 @@ type partHandle struct {
 	s    *shuffler.Stream
 	log  *slog.Logger
 	node *partNode
+	// dropped is the end of the range of the part that Read last asked
+	// the kernel to drop from its cache.
+	dropped atomic.Int64
 }
 
 var (
 	_ gofs.FileReader   = (*partHandle)(nil)
 	_ gofs.FileReleaser = (*partHandle)(nil)
+)
+
+// The kernel keeps every page of a part it has read until the file is
+// closed: a whole epoch, gigabytes, that nobody reads again, pushing the
+// source files out of the page cache. Worse, each reply is then copied into
+// pages the kernel has to find anew, which measured slower than the rest of
+// serving the read (BENCHMARKS.md). So Read has the kernel drop what lies
+// more than keepBehind behind the furthest read, in steps of dropStep,
+// and the kernel copies replies into pages it just freed. A reader that
+// steps back further is served again by the daemon, with the same bytes.
+const (
+	keepBehind = 32 << 20
+	dropStep   = 64 << 20
 )
 
 func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -172,7 +189,21 @@ func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		h.log.Error("read failed", "epoch", plan.Epoch, "part", plan.Part, "parts", plan.Parts, "offset", off, "err", err)
 		return nil, syscall.EIO
 	}
+	h.dropBehind(off + int64(n))
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// dropBehind asks the kernel to drop the part's pages that lie keepBehind
+// or more before end. Concurrent reads race to move the mark; the one that
+// wins asks. The notification goes from a goroutine since the kernel may
+// wait for replies to requests in flight before it takes it.
+func (h *partHandle) dropBehind(end int64) {
+	mark := end - keepBehind
+	old := h.dropped.Load()
+	if mark < old+dropStep || !h.dropped.CompareAndSwap(old, mark) {
+		return
+	}
+	go h.node.NotifyContent(0, mark)
 }
 
 func (h *partHandle) Release(ctx context.Context) syscall.Errno {
