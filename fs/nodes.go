@@ -175,8 +175,8 @@ var (
 // and the kernel copies replies into pages it just freed. A reader that
 // steps back further is served again by the daemon, with the same bytes.
 const (
-	keepBehind = 32 << 20
-	dropStep   = 64 << 20
+	keepBehind = 16 << 20
+	dropStep   = 32 << 20
 )
 
 func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
