@@ -145,6 +145,10 @@ type Stats struct {
 	MemoryInUse     int64   `json:"memory_in_use"`
 	MemoryPeak      int64   `json:"memory_peak"`
 	MemoryBudget    int64   `json:"memory_budget"`
+	// MemoryMapped counts the fresh memory the slabs were given, which
+	// the system must fault in and zero: far above MemoryPeak, it says
+	// slabs are not recycled.
+	MemoryMapped int64 `json:"memory_mapped"`
 }
 
 // LoaderOptions configure a Loader.
@@ -177,10 +181,11 @@ type Loader struct {
 	damageOnce sync.Once
 	sem        chan struct{}
 
-	mu   sync.Mutex
-	used int64
-	peak int64
-	bufs map[uint64][]*Buf
+	mu     sync.Mutex
+	used   int64
+	peak   int64
+	mapped int64
+	bufs   map[uint64][]*Buf
 	// Bufs with refs == 0, least recently used at the front.
 	idleHead, idleTail *Buf
 	idleCount          int
@@ -217,14 +222,14 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 // Stats returns a snapshot of the counters.
 func (l *Loader) Stats() Stats {
 	l.mu.Lock()
-	used, peak := l.used, l.peak
+	used, peak, mapped := l.used, l.peak, l.mapped
 	l.mu.Unlock()
 	return Stats{
 		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), DirectBytesRead: l.directBytes.Load(), BuffersLoaded: l.buffersLoaded.Load(),
 		PrefetchIssued: l.prefetchIssued.Load(), PrefetchHits: l.prefetchHits.Load(), PrefetchSkipped: l.prefetchSkip.Load(),
 		CacheHits: l.cacheHits.Load(), Stalls: l.stalls.Load(), StallSeconds: time.Duration(l.stallNanos.Load()).Seconds(),
 		MemoryWaits: l.memoryWaits.Load(), Evictions: l.evictions.Load(), LoadErrors: l.loadErrors.Load(),
-		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget,
+		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget, MemoryMapped: mapped,
 	}
 }
 
@@ -534,6 +539,9 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if small != nil && l.used+n <= l.budget {
 		l.evictions.Add(1)
 		l.drop(small)
+		if b := l.regrow(n); b != nil {
+			return b
+		}
 		l.unmapLastFree()
 	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
@@ -559,6 +567,11 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		if b := l.reuse(n); b != nil {
 			return b // the victim's slab is large enough
 		}
+		if l.used+n-int64(cap(l.free[len(l.free)-1].Data)) <= l.budget {
+			if b := l.regrow(n); b != nil {
+				return b
+			}
+		}
 		l.unmapLastFree()
 	}
 	// Slabs as large as the largest buffer asked for so far can be
@@ -575,8 +588,29 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		return nil
 	}
 	l.used += int64(cap(mem))
+	l.mapped += int64(cap(mem))
 	l.peak = max(l.peak, l.used)
 	return l.ready(&Buf{Data: mem[:0]}, n)
+}
+
+// regrow makes the last free slab, the one just dropped, n bytes long and
+// returns it, or nil if the system refuses. The slab keeps its pages, so
+// only the added ones are faulted in and zeroed, where a new slab would
+// need all of them: a buffer is often a block larger than the one before.
+// l.mu must be held.
+func (l *Loader) regrow(n int64) *Buf {
+	f := l.free[len(l.free)-1]
+	mem, err := growSlab(f.Data, n)
+	if err != nil {
+		l.log.Debug("could not grow a slab", "from", cap(f.Data), "to", n, "err", err)
+		return nil
+	}
+	l.free = l.free[:len(l.free)-1]
+	l.used += int64(cap(mem)) - int64(cap(f.Data))
+	l.mapped += int64(cap(mem)) - int64(cap(f.Data))
+	l.peak = max(l.peak, l.used)
+	f.Data = mem[:0]
+	return l.ready(f, n)
 }
 
 // unmapLastFree gives the last free slab back to the system. l.mu must be

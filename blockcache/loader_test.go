@@ -701,3 +701,33 @@ func TestLoaderReportsRemovedSourceFile(t *testing.T) {
 		t.Fatalf("stats %+v", l.Stats())
 	}
 }
+
+func TestLoaderGrowsARecycledSlabRatherThanMappingANewOne(t *testing.T) {
+	// A buffer a little larger than the one before is the common case;
+	// mapping a whole new slab for it would make the system zero all of
+	// it again. With budget to spare (the too-small slab is retired) and
+	// without (it is evicted), all the memory ever mapped is still in use:
+	// none was given back to be mapped again. The most recently released
+	// buffer is kept either way.
+	f := newLoaderFixture(t)
+	ids := f.bySize()
+	old, recent, large := ids[len(ids)/2], ids[len(ids)/2-1], ids[len(ids)-1]
+	if f.size(old) >= f.size(large) {
+		t.Fatalf("blocks %d and %d have the same size", old, large)
+	}
+	for _, budget := range []int64{f.size(recent) + f.size(large), 10 * f.size(large)} {
+		l := NewLoader(f.ix, LoaderOptions{MaxMemory: budget})
+		l.Release(f.get(t, l, old))
+		l.Release(f.get(t, l, recent))
+		l.Release(f.get(t, l, large))
+		s := l.Stats()
+		if s.MemoryMapped != s.MemoryInUse || s.MemoryInUse > budget {
+			t.Errorf("budget %d: buffers of %d, %d then %d bytes mapped %d bytes in all and hold %d, want all still held",
+				budget, f.size(old), f.size(recent), f.size(large), s.MemoryMapped, s.MemoryInUse)
+		}
+		l.Release(f.get(t, l, recent))
+		if hits := l.Stats().CacheHits; hits != s.CacheHits+1 {
+			t.Errorf("budget %d: the most recently released buffer was recycled", budget)
+		}
+	}
+}
