@@ -154,7 +154,7 @@ type Stats struct {
 // LoaderOptions configure a Loader.
 type LoaderOptions struct {
 	MaxMemory int64 // budget for all slabs, shared by every stream
-	InFlight  int   // block reads in flight at once
+	InFlight  int   // block reads in flight at once (default 32); a load of blocks that can only be read through the page cache uses 4
 	Logger    *slog.Logger
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
@@ -741,7 +741,15 @@ func (l *Loader) read(b *Buf) error {
 	errs := make([]error, len(exts))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(cap(l.sem), len(exts)) {
+	workers := cap(l.sem)
+	if b.unit.Records == nil && !l.direct {
+		// Whole blocks through the page cache are long sequential reads
+		// that the kernel's readahead keeps ahead of: a few workers do.
+		// Direct reads and single records wait for the device, and gain
+		// from every read in flight.
+		workers = min(workers, 4)
+	}
+	for range min(workers, len(exts)) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
 				l.sem <- struct{}{}
