@@ -518,14 +518,26 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	}
 	// Recycle the slab of the least recently used idle Buf that fits, even
 	// with budget to spare: fresh memory costs page faults and zeroing on
-	// every load, and a sequential reader never goes back that far. The
-	// most recent idle Buf is kept for readers that step back a little.
+	// every load, and a sequential reader never goes back that far. Not a
+	// prefetched Buf, which a reader is about to need, and not the two a
+	// reader released last: its current buffer, released between reads,
+	// and the one before, as the kernel's readahead sends its last
+	// requests for a buffer after the first ones for the next. Recycling
+	// that one costs a load, whose Get then evicts a prefetched Buf, which
+	// costs another.
 	// Failing that, when a new slab fits in the budget anyway, retire the
 	// oldest such Buf whose slab is too small, so that the new slab
 	// replaces it instead of adding to it.
+	var keep [2]*Buf
+	for v, i := l.idleTail, 0; v != nil && i < len(keep); v = v.prev {
+		if !v.prefetched {
+			keep[i] = v
+			i++
+		}
+	}
 	var small *Buf
-	for v := l.idleHead; v != nil && v != l.idleTail; v = v.next {
-		if (evict || !v.prefetched) && isReady(v) {
+	for v := l.idleHead; v != nil; v = v.next {
+		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) {
 			if int64(cap(v.Data)) >= n {
 				l.evictions.Add(1)
 				l.drop(v)

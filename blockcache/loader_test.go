@@ -731,3 +731,44 @@ func TestLoaderGrowsARecycledSlabRatherThanMappingANewOne(t *testing.T) {
 		}
 	}
 }
+
+func TestLoaderRecyclingWithBudgetToSpareSparesWhatReadersNeedNext(t *testing.T) {
+	// With budget to spare a new buffer takes the slab of an old idle one
+	// rather than fresh memory, but never that of a prefetched buffer (its
+	// reader is about to come) nor of the two buffers released last (a
+	// reader's current buffer, idle between its reads, and the one before,
+	// which the kernel's readahead asks for again after the next one).
+	f := newLoaderFixture(t)
+	ids := f.bySize()
+	large := ids[len(ids)-1]
+	a, b, c, d := ids[0], ids[1], ids[2], ids[3]
+	for _, tc := range []struct {
+		name     string
+		prefetch bool // the new buffer is a prefetch; else a Get
+	}{{"prefetch", true}, {"get", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLoader(f.ix, LoaderOptions{MaxMemory: 20 * f.size(large)})
+			// The oldest idle buffer has the largest slab: the one to recycle.
+			l.Release(f.get(t, l, large))
+			l.Prefetch(context.Background(), blockUnit(a))
+			eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
+			l.Release(f.get(t, l, b))
+			l.Release(f.get(t, l, c))
+			if tc.prefetch {
+				l.Prefetch(context.Background(), blockUnit(d))
+				eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 5 })
+			} else {
+				l.Release(f.get(t, l, d))
+			}
+			before := l.Stats()
+			for _, id := range []int32{a, b, c} {
+				l.Release(f.get(t, l, id))
+			}
+			s := l.Stats()
+			if s.BuffersLoaded != before.BuffersLoaded || s.Evictions != 1 {
+				t.Errorf("the prefetched buffer and the two released last were loaded again (%d loads) or more than the oldest buffer was recycled (%d evictions)",
+					s.BuffersLoaded-before.BuffersLoaded, s.Evictions)
+			}
+		})
+	}
+}
