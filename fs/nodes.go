@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,6 +25,11 @@ type rootNode struct {
 	cfg   *Config
 	info  []byte
 	mtime time.Time
+	// replies recycles the sliceReplies of part reads.
+	replies sync.Pool
+	// served counts the bytes of parts served, sliced those of them the
+	// kernel copied straight from the slabs.
+	served, sliced atomic.Int64
 }
 
 var (
@@ -180,7 +186,26 @@ const (
 )
 
 func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := h.s.ReadAt(ctx, dest, off)
+	root := h.node.root
+	r, _ := root.replies.Get().(*sliceReply)
+	if r == nil {
+		r = &sliceReply{pool: &root.replies}
+	}
+	n := 0
+	vecs, hold, ok, err := h.s.ReadSlices(ctx, r.vecs[:0], len(dest), off)
+	r.vecs = vecs
+	if ok && hold != nil {
+		for _, v := range vecs {
+			n += len(v)
+		}
+		r.s, r.hold, r.size = h.s, hold, n
+	} else {
+		r.Done()
+		r = nil
+		if !ok && err == nil {
+			n, err = h.s.ReadAt(ctx, dest, off)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, syscall.EINTR
@@ -190,7 +215,44 @@ func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return nil, syscall.EIO
 	}
 	h.dropBehind(off + int64(n))
+	root.served.Add(int64(n))
+	if r != nil {
+		root.sliced.Add(int64(n))
+		return r, 0
+	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// sliceReply is a reply that the kernel copies straight from slices of a
+// loaded buffer (go-fuse writes it with writev(2)), so the bytes of a read
+// are copied once, not twice. It holds the buffer until go-fuse is done.
+type sliceReply struct {
+	s    *shuffler.Stream
+	hold *blockcache.Buf
+	vecs [][]byte
+	size int
+	pool *sync.Pool
+}
+
+func (r *sliceReply) Size() int                       { return r.size }
+func (r *sliceReply) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+// Bytes serves go-fuse's paths that need one contiguous buffer.
+func (r *sliceReply) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, v := range r.vecs {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+func (r *sliceReply) Done() {
+	if r.hold != nil {
+		r.s.Done(r.hold)
+	}
+	clear(r.vecs)
+	r.s, r.hold, r.vecs = nil, nil, r.vecs[:0]
+	r.pool.Put(r)
 }
 
 // dropBehind asks the kernel to drop the part's pages that lie keepBehind
@@ -253,12 +315,16 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // stats.json, so that leaks show from outside.
 type processStats struct {
 	blockcache.Stats
-	Goroutines int `json:"goroutines"`
-	OpenFDs    int `json:"open_fds"` // -1 where /proc/self/fd cannot be read
+	BytesServed int64 `json:"bytes_served"`
+	// BytesServedFromSlabs are the bytes of BytesServed that went to the
+	// kernel as slices of the loaded blocks, without a copy in the daemon.
+	BytesServedFromSlabs int64 `json:"bytes_served_from_slabs"`
+	Goroutines           int   `json:"goroutines"`
+	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
 }
 
 func (r *rootNode) stats() []byte {
-	s := processStats{Stats: r.cfg.Loader.Stats(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
+	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
 	}

@@ -10,17 +10,20 @@ import (
 )
 
 // Stream serves one planned part as a byte stream that can be read at any
-// offset. It holds one buffer at a time: the buffer's blocks, read back to
-// back into one slab by the loader, and a table that lists the slab's records
-// in permuted order with their offsets in the part. A read copies straight
-// from the slab into the caller's buffer, so records are copied once and the
-// tables are reused from buffer to buffer: nothing is allocated per record.
-// When a buffer is entered, the next one is prefetched; when the last one is
-// entered, the first buffer of the same part of the next epoch is.
+// offset. It serves one buffer at a time: the buffer's blocks, read back to
+// back into one slab by the loader, and a view that lists the slab's
+// records in permuted order with their offsets in the part. A read copies
+// straight from the slab into the caller's buffer, so records are copied
+// once, and views are reused from buffer to buffer: nothing is allocated
+// per record. When a buffer is entered, the next ones are prefetched; past
+// the last one, the first ones of the same part of the next epoch are.
 //
-// The stream pins its buffer only while a read runs. Between reads the
-// loader may evict it to serve other streams (the stream then loads it
-// again), so open files that nobody reads cannot hold the memory budget.
+// Reads run concurrently: the lock covers finding the buffer and taking a
+// reference on it, not the copy, so the requests the kernel's readahead
+// sends at once are copied on every CPU. A read holds its buffer only
+// while it runs. Between reads the loader may evict it to serve other
+// streams (the stream then loads it again), so open files that nobody
+// reads cannot hold the memory budget.
 type Stream struct {
 	pl   *Planner
 	ld   *blockcache.Loader
@@ -30,19 +33,26 @@ type Stream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	cur    int // index of the buffer in buf, or -1
-	buf    *blockcache.Buf
-	pinned bool // buf is referenced; else it may have been evicted
-	perm   []uint32
-	src    []int64 // slab offset of output record k
-	out    []int64 // offset of output record k in the buffer; out[n] is its size
+	mu    sync.Mutex
+	cur   *view   // the buffer entered last
+	views []*view // every view made so far, for reuse
+	perm  []uint32
+}
+
+// view is one loaded buffer as reads see it. Its tables are written only
+// while no read uses it.
+type view struct {
+	g     int
+	buf   *blockcache.Buf // nil once the stream let go of it
+	src   []int64         // slab offset of output record k
+	out   []int64         // offset of output record k in the buffer; out[n] is its size
+	users int             // reads using the tables now
 }
 
 // NewStream returns a Stream that serves plan.
 func NewStream(pl *Planner, ld *blockcache.Loader, plan *Plan) *Stream {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Stream{pl: pl, ld: ld, plan: plan, cur: -1, ctx: ctx, cancel: cancel}
+	return &Stream{pl: pl, ld: ld, plan: plan, ctx: ctx, cancel: cancel}
 }
 
 // Plan returns the plan the stream serves.
@@ -51,30 +61,24 @@ func (s *Stream) Plan() *Plan { return s.plan }
 // Size returns the number of bytes in the stream.
 func (s *Stream) Size() int64 { return s.plan.Size }
 
-// Close releases the stream's buffer and gives up the prefetches of the
-// buffers after it; those of the next epoch are kept for the reader that
-// opens it next.
+// Close gives up the prefetches of the buffers after the current one;
+// those of the next epoch are kept for the reader that opens it next.
+// Reads must have returned, and slices of ReadSlices been given back.
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cancel()
-	s.unpin()
-	if s.cur >= 0 {
+	if s.cur != nil {
 		var units []blockcache.Unit
-		for _, b := range s.plan.Buffers[s.cur+1 : min(len(s.plan.Buffers), s.cur+1+prefetchDepth)] {
+		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+prefetchDepth)] {
 			units = append(units, b.Unit())
 		}
 		s.ld.Forget(units...)
 	}
-	s.buf, s.cur = nil, -1
-}
-
-// unpin releases the current buffer to the loader, keeping it for Reacquire.
-func (s *Stream) unpin() {
-	if s.pinned {
-		s.ld.Release(s.buf)
-		s.pinned = false
+	for _, v := range s.views {
+		v.buf = nil
 	}
+	s.cur = nil
 }
 
 // ReadAt fills p with the bytes at off. It returns fewer bytes than len(p)
@@ -83,66 +87,147 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read at negative offset %d", off)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.unpin()
 	n := 0
 	for n < len(p) && off < s.plan.Size {
-		g, _ := slices.BinarySearchFunc(s.plan.Buffers, off, func(b Buffer, off int64) int {
-			switch {
-			case off < b.Start:
-				return 1
-			case off >= b.Start+b.Size:
-				return -1
-			}
-			return 0
-		})
-		if err := s.enter(ctx, g); err != nil {
+		g := s.find(off)
+		v, err := s.acquire(ctx, g)
+		if err != nil {
 			return n, err
 		}
 		rel := off - s.plan.Buffers[g].Start
-		k, found := slices.BinarySearch(s.out, rel)
+		k, found := slices.BinarySearch(v.out, rel)
 		if !found {
 			k--
 		}
-		for ; k < len(s.src) && n < len(p); k++ {
-			from := s.src[k] + rel - s.out[k]
-			to := s.src[k] + s.out[k+1] - s.out[k]
-			c := copy(p[n:], s.buf.Data[from:to])
+		for ; k < len(v.src) && n < len(p); k++ {
+			from := v.src[k] + rel - v.out[k]
+			to := v.src[k] + v.out[k+1] - v.out[k]
+			c := copy(p[n:], v.buf.Data[from:to])
 			n += c
 			rel += int64(c)
 		}
+		s.release(v, true)
 		off = s.plan.Buffers[g].Start + rel
 	}
 	return n, nil
 }
 
-// enter makes buffer g the current one.
-func (s *Stream) enter(ctx context.Context, g int) error {
-	if s.cur == g && s.buf != nil {
-		if s.pinned || s.ld.Reacquire(s.buf) {
-			s.pinned = true
-			return nil
+// MaxSlices bounds the slices ReadSlices returns. The kernel pins the
+// pages of every slice and takes a lock for each: with 1 KiB records, 1000
+// slices a MiB, that cost more than the copy it saves (BENCHMARKS.md).
+const MaxSlices = 64
+
+// ReadSlices is ReadAt without the copy: it appends to vecs the slices of
+// the loaded buffer that hold the n bytes at off (n is cut at the end of
+// the stream), so that the kernel can copy them straight from the slab.
+// The returned Buf holds the slab until the caller passes it to Done. ok
+// is false, and nothing is held, when the bytes span two buffers or need
+// more than MaxSlices slices: the caller then uses ReadAt.
+func (s *Stream) ReadSlices(ctx context.Context, vecs [][]byte, n int, off int64) (_ [][]byte, hold *blockcache.Buf, ok bool, err error) {
+	if off < 0 {
+		return vecs, nil, false, fmt.Errorf("read at negative offset %d", off)
+	}
+	n = int(min(int64(n), s.plan.Size-off))
+	if n <= 0 {
+		return vecs, nil, true, nil
+	}
+	g := s.find(off)
+	b := &s.plan.Buffers[g]
+	if off+int64(n) > b.Start+b.Size {
+		return vecs, nil, false, nil
+	}
+	v, err := s.acquire(ctx, g)
+	if err != nil {
+		return vecs, nil, false, err
+	}
+	rel := off - b.Start
+	end := rel + int64(n)
+	k, found := slices.BinarySearch(v.out, rel)
+	if !found {
+		k--
+	}
+	base := len(vecs)
+	var first, last int64 = -1, -1 // slab range of the last slice
+	for ; rel < end; k++ {
+		from := v.src[k] + rel - v.out[k]
+		to := v.src[k] + min(v.out[k+1], end) - v.out[k]
+		rel += to - from
+		// Records that lie back to back in the slab (the source order) go
+		// in one slice.
+		if from == last {
+			vecs[len(vecs)-1] = v.buf.Data[first:to]
+			last = to
+			continue
+		}
+		if len(vecs)-base == MaxSlices {
+			s.release(v, true)
+			return vecs[:base], nil, false, nil
+		}
+		vecs = append(vecs, v.buf.Data[from:to])
+		first, last = from, to
+	}
+	hold = v.buf
+	s.release(v, false)
+	return vecs, hold, true, nil
+}
+
+// Done releases a Buf returned by ReadSlices.
+func (s *Stream) Done(b *blockcache.Buf) { s.ld.Release(b) }
+
+// find returns the index of the buffer that holds the byte at off.
+func (s *Stream) find(off int64) int {
+	g, _ := slices.BinarySearchFunc(s.plan.Buffers, off, func(b Buffer, off int64) int {
+		switch {
+		case off < b.Start:
+			return 1
+		case off >= b.Start+b.Size:
+			return -1
+		}
+		return 0
+	})
+	return g
+}
+
+// acquire returns the view of buffer g, loading the buffer if it is not
+// loaded, with a reference on its Buf and its tables in use; release gives
+// both back.
+func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var free *view
+	for _, v := range s.views {
+		if v.g == g && v.buf != nil && s.ld.Reacquire(v.buf) {
+			v.users++
+			return v, nil
+		}
+		// Not one that a read still uses, nor the one entered last,
+		// which a reader going on in it may want again.
+		if v.users == 0 && v != s.cur && free == nil {
+			free = v
 		}
 	}
-	// Released first: the Buf stays cached, so a reader going back finds
-	// it, but the budget can reclaim it for this stream.
-	s.unpin()
-	s.buf, s.cur = nil, -1
+	if free == nil {
+		free = &view{}
+		s.views = append(s.views, free)
+	}
+	v := free
+	v.buf = nil
+	if v.users > 0 {
+		panic("shuffler: view reused while in use")
+	}
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
-		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
+		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
 	}
 	if len(buf.Starts) != b.Count {
 		s.ld.Release(buf)
-		return fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Count)
+		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Count)
 	}
-	s.buf, s.cur, s.pinned = buf, g, true
 	n := b.Count
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
-	s.src = slices.Grow(s.src[:0], n)[:n]
-	s.out = slices.Grow(s.out[:0], n+1)[:n+1]
+	v.src = slices.Grow(v.src[:0], n)[:n]
+	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
 	if b.Shuffle {
 		permute(s.perm, b.Seed)
 	} else {
@@ -150,13 +235,27 @@ func (s *Stream) enter(ctx context.Context, g int) error {
 			s.perm[i] = uint32(i)
 		}
 	}
-	s.out[0] = 0
+	v.out[0] = 0
 	for k, r := range s.perm {
-		s.src[k] = buf.Starts[r]
-		s.out[k+1] = s.out[k] + buf.RecordLen(int(r))
+		v.src[k] = buf.Starts[r]
+		v.out[k+1] = v.out[k] + buf.RecordLen(int(r))
 	}
+	v.g, v.buf, v.users = g, buf, 1
+	s.cur = v
 	s.prefetch(g)
-	return nil
+	return v, nil
+}
+
+// release ends a read's use of v's tables and, if buf is set, drops its
+// reference on the Buf.
+func (s *Stream) release(v *view, buf bool) {
+	s.mu.Lock()
+	v.users--
+	b := v.buf
+	s.mu.Unlock()
+	if buf {
+		s.ld.Release(b)
+	}
 }
 
 // prefetchDepth is how many buffers a stream loads ahead of the one it
@@ -193,19 +292,19 @@ type RecordRef struct {
 
 // Walk calls fn for every record of the stream, in served order.
 func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.unpin()
 	for g := range s.plan.Buffers {
-		if err := s.enter(ctx, g); err != nil {
+		v, err := s.acquire(ctx, g)
+		if err != nil {
 			return err
 		}
-		for k := range s.src {
-			f, off := s.buf.Locate(s.src[k])
-			if err := fn(RecordRef{f, off, s.out[k+1] - s.out[k]}); err != nil {
+		for k := range v.src {
+			f, off := v.buf.Locate(v.src[k])
+			if err := fn(RecordRef{f, off, v.out[k+1] - v.out[k]}); err != nil {
+				s.release(v, true)
 				return err
 			}
 		}
+		s.release(v, true)
 	}
 	return nil
 }

@@ -742,3 +742,118 @@ func TestSequentialReaderUsesAFewBuffersOfMemory(t *testing.T) {
 		t.Fatalf("peak memory %d bytes, %.1f buffers of %d: a sequential reader should need about 4", st.MemoryPeak, float64(st.MemoryPeak)/streamBuffer, streamBuffer)
 	}
 }
+
+// sliceRead is one ReadSlices call whose slices the test still holds.
+type sliceRead struct {
+	off  int64
+	vecs [][]byte
+	hold *blockcache.Buf
+}
+
+func TestStreamReadSlicesGiveTheBytesOfReadAtAndKeepThemUntilDone(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range []string{"corgipile", "none"} {
+		t.Run(strategy, func(t *testing.T) {
+			pl := f.planner(t, strategy, streamBuffer)
+			plan, err := pl.Plan(0, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := f.expected(t, plan)
+			ld := f.loader()
+			s := NewStream(pl, ld, plan)
+			defer s.Close()
+			r := rand.New(rand.NewPCG(5, 6))
+			var held []sliceRead
+			var sliced, fallback int
+			for range 400 {
+				off := r.Int64N(plan.Size + 10)
+				n := 1 + r.IntN(40<<10)
+				vecs, hold, ok, err := s.ReadSlices(t.Context(), nil, n, off)
+				if err != nil {
+					t.Fatalf("ReadSlices(%d at %d): %v", n, off, err)
+				}
+				end := min(off+int64(n), plan.Size)
+				g := plan.Buffers[min(s.find(off), len(plan.Buffers)-1)]
+				switch {
+				case !ok:
+					fallback++
+					if hold != nil || len(vecs) != 0 {
+						t.Fatalf("ReadSlices(%d at %d) failed but holds %d slices", n, off, len(vecs))
+					}
+					if end <= g.Start+g.Size && off < plan.Size {
+						// Within one buffer: only too many slices may refuse.
+						var p [MaxSlices + 1][]byte
+						if _, h, ok, _ := s.ReadSlices(t.Context(), p[:0], n, off); ok {
+							t.Fatalf("ReadSlices(%d at %d) refused, then accepted", n, off)
+							s.Done(h)
+						}
+					}
+					continue
+				case off >= plan.Size:
+					if hold != nil || len(vecs) != 0 {
+						t.Fatalf("ReadSlices past the end gave %d slices", len(vecs))
+					}
+					continue
+				}
+				sliced++
+				if len(vecs) > MaxSlices {
+					t.Fatalf("ReadSlices(%d at %d) gave %d slices, more than %d", n, off, len(vecs), MaxSlices)
+				}
+				if strategy == "none" && len(vecs) > len(plan.Buffers[s.find(off)].Blocks) {
+					t.Fatalf("source order: %d slices for a read within a buffer of %d blocks; back-to-back records must share a slice", len(vecs), len(plan.Buffers[s.find(off)].Blocks))
+				}
+				held = append(held, sliceRead{off, vecs, hold})
+				// Keep up to 4 reads' slices (4 buffers of the 16 the budget
+				// holds) across many reads that load, evict and recycle other
+				// buffers; give back one at random.
+				if len(held) > 4 {
+					j := r.IntN(len(held))
+					checkSlices(t, held[j], want)
+					s.Done(held[j].hold)
+					held = slices.Delete(held, j, j+1)
+				}
+			}
+			for _, h := range held {
+				checkSlices(t, h, want)
+				s.Done(h.hold)
+			}
+			t.Logf("%s: %d reads served as slices, %d refused", strategy, sliced, fallback)
+			if sliced < 100 {
+				t.Errorf("only %d of 400 reads were served as slices", sliced)
+			}
+			if ld.Stats().Evictions == 0 {
+				t.Errorf("no buffer was evicted: the test did not check that held slices survive recycling")
+			}
+		})
+	}
+}
+
+func checkSlices(t *testing.T, h sliceRead, want []byte) {
+	t.Helper()
+	got := bytes.Join(h.vecs, nil)
+	if !bytes.Equal(got, want[h.off:h.off+int64(len(got))]) {
+		t.Fatalf("slices of the read at %d (%d bytes) changed or are wrong: differ at byte %d", h.off, len(got), firstDiff(got, want[h.off:]))
+	}
+}
+
+func TestStreamHeldSlicesKeepTheirBufferFromOtherStreams(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamMemory/2)
+	plan, _ := pl.Plan(0, 0, 1)
+	want, _ := f.expected(t, plan)
+	ld := f.loader()
+	s := NewStream(pl, ld, plan)
+	vecs, hold, ok, err := s.ReadSlices(t.Context(), nil, 4<<10, 0)
+	if !ok || err != nil {
+		t.Fatalf("ReadSlices: ok %v, %v", ok, err)
+	}
+	s.Close()
+	// Half the budget is held; another stream reading a whole epoch must
+	// make do with the rest, and must not take the held slab.
+	other := NewStream(pl, ld, plan)
+	readAll(t, other, 64<<10, 0, plan.Size)
+	other.Close()
+	checkSlices(t, sliceRead{0, vecs, hold}, want)
+	s.Done(hold)
+}

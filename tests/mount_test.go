@@ -111,6 +111,35 @@ func TestReadsAtAnyOffsetEqualSequentialRead(t *testing.T) {
 	}
 }
 
+// With records of 32 KiB a read of a part needs few slices of the loaded
+// blocks, so the daemon hands the kernel those slices instead of copying
+// them into the reply; the kernel then copies them from the slabs while
+// other reads load and recycle buffers.
+func TestLargeRecordsServedStraightFromTheSlabsAreExactAndOncePerEpoch(t *testing.T) {
+	src := genSynthetic(t, 300, 8000, 4, 3, "clustered")
+	want := sortedHashes(sourceRecords(t, src))
+	for _, strategy := range []string{"corgipile", "none"} {
+		t.Run(strategy, func(t *testing.T) {
+			m := startMount(t, src, "--block-size", "1MiB", "--buffer", "3MiB", "--max-memory", "16MiB", "--seed", "5", "--strategy", strategy)
+			for _, k := range []int{1, 3} {
+				var got [][32]byte
+				for i := range k {
+					got = append(got, hashes(frames(t, m.read(0, i, k)))...)
+				}
+				if !slices.Equal(sortedHashes(got), want) {
+					t.Fatalf("%d parts: %d records served, want each of the %d source records once", k, len(got), len(want))
+				}
+			}
+			randomReadsMatch(t, m)
+			st := m.stats()
+			t.Logf("%d of %d bytes served as slices of the slabs", st.FromSlabs, st.BytesServed)
+			if st.FromSlabs < st.BytesServed/2 {
+				t.Errorf("%d of %d bytes served as slices of the slabs, want most", st.FromSlabs, st.BytesServed)
+			}
+		})
+	}
+}
+
 func randomReadsMatch(t *testing.T, m *mount) {
 	whole := m.read(2, 0, 1)
 	f, err := os.Open(m.part(2, 0, 1))
@@ -256,6 +285,8 @@ type stats struct {
 	DirectBytes  int64 `json:"direct_bytes_read"`
 	PrefetchHits int64 `json:"prefetch_hits"`
 	LoadErrors   int64 `json:"load_errors"`
+	BytesServed  int64 `json:"bytes_served"`
+	FromSlabs    int64 `json:"bytes_served_from_slabs"`
 	Goroutines   int   `json:"goroutines"`
 	OpenFDs      int   `json:"open_fds"`
 }
