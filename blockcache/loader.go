@@ -764,12 +764,10 @@ func (l *Loader) read(b *Buf) error {
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
+				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 				l.sem <- struct{}{}
-				err := l.readExtent(&srcs[which[i]], exts[i], b.Data, b.unit.Records != nil)
+				err := l.readExtent(&srcs[which[i]], exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				<-l.sem
-				if err == nil {
-					err = l.split(b, exts[i], pos[i], pos[i+1])
-				}
 				errs[i] = err
 			}
 		})
@@ -783,24 +781,44 @@ func (l *Loader) read(b *Buf) error {
 	return nil
 }
 
-// split finds the records of extent e, loaded into b, and fills their
+// splitter finds the records of extent e, loaded into b, and fills their
 // entries lo to hi of b.Starts and b.lens, checking every CRC on the way.
-func (l *Loader) split(b *Buf, e extent, lo, hi int) error {
-	// Capped at hi: more records than the index says cannot spill into
-	// the next extent's entries.
-	starts, err := formats.Split(b.Data[e.at:e.at+e.n], e.off, b.Starts[lo:lo:hi])
+// It is fed as the extent's bytes arrive.
+type splitter struct {
+	l      *Loader
+	b      *Buf
+	e      extent
+	lo, hi int
+	starts []int64
+	done   int64 // the bytes of the extent checked so far
+}
+
+// filled checks the records that lie whole in the first n bytes of the
+// extent; at the last call, n is the extent's length.
+func (sp *splitter) filled(n int64) error {
+	l, b, e := sp.l, sp.b, sp.e
+	if sp.starts == nil {
+		// Capped at hi: more records than the index says cannot spill
+		// into the next extent's entries.
+		sp.starts = b.Starts[sp.lo:sp.lo:sp.hi]
+	}
+	var err error
+	sp.starts, sp.done, err = formats.SplitFilled(b.Data[e.at:e.at+e.n], n, sp.done, e.off, sp.starts)
 	if err != nil {
 		err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
 		l.damaged(err)
 		return err
 	}
-	if len(starts) != hi-lo {
-		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, len(starts), hi-lo)
+	if n < e.n {
+		return nil
+	}
+	if len(sp.starts) != sp.hi-sp.lo {
+		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo)
 		l.damaged(err)
 		return err
 	}
 	end := e.at + e.n
-	for j := hi - 1; j >= lo; j-- {
+	for j := sp.hi - 1; j >= sp.lo; j-- {
 		b.Starts[j] += e.at
 		b.lens[j] = uint32(end - b.Starts[j])
 		end = b.Starts[j]
@@ -869,10 +887,17 @@ func (l *Loader) damaged(err error) {
 	}
 }
 
+// checkChunk is how much of an extent is read through the page cache
+// before its records are checked: small enough that the bytes are still in
+// the CPU's cache when their CRCs are computed, large enough that the
+// preads cost little.
+const checkChunk = 512 << 10
+
 // readExtent reads extent e into its place in slab: directly from the disk
 // if most of it is not in the page cache and the file allows it, through
-// the page cache if not.
-func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool) error {
+// the page cache if not. It calls check with the bytes read so far, last
+// with all of them.
+func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool, check func(int64) error) error {
 	dst := slab[e.at : e.at+e.n]
 	got := 0
 	if dio := f.directFile(); dio != nil && !l.noDirect.Load() && uncached(f.File, e.off, e.n) {
@@ -892,12 +917,21 @@ func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool) error
 			got = int(min(e.n, max(0, from+int64(n)-e.off)))
 		}
 	}
-	if got < len(dst) {
-		n, err := f.ReadAt(dst[got:], e.off+int64(got))
+	for got < len(dst) {
+		want := min(len(dst), got+checkChunk)
+		n, err := f.ReadAt(dst[got:want], e.off+int64(got))
 		got += n
-		if got < len(dst) {
+		if got < want {
 			return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, got, len(dst), errors.Join(err, syscall.EIO))
 		}
+		if got < len(dst) {
+			if err := check(int64(got)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := check(e.n); err != nil {
+		return err
 	}
 	if record {
 		l.recordsRead.Add(1)

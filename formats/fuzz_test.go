@@ -189,5 +189,22 @@ func FuzzSplit(f *testing.F) {
 		if (err == nil) != (err0 == nil) || err != nil && (!errors.As(err0, &ce0) || ce0.Offset != ce.Offset-base || ce0.Reason != ce.Reason) {
 			t.Fatalf("Split with base 0: %v, with base %d: %v", err0, base, err)
 		}
+
+		// Fed in pieces, as the loader feeds it while a block is read,
+		// SplitFilled finds the same frames and fails at the same place.
+		for _, chunk := range []int{1, 7, 1 + len(data)/3, 4096} {
+			var got []int64
+			var done int64
+			var err1 error
+			for filled := 0; err1 == nil; filled = min(filled+chunk, len(data)) {
+				got, done, err1 = SplitFilled(data, int64(filled), done, base, got)
+				if filled == len(data) {
+					break
+				}
+			}
+			if !slices.Equal(got, starts) || (err1 == nil) != (err == nil) || err != nil && err1.Error() != err.Error() {
+				t.Fatalf("SplitFilled in pieces of %d: %v, %v; Split: %v, %v", chunk, got, err1, starts, err)
+			}
+		}
 	})
 }

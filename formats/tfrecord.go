@@ -73,24 +73,43 @@ func checkHeader(h []byte, off, limit int64) (int64, error) {
 // to buf) to starts. It is used on loaded blocks, so it checks both CRCs of
 // every record: a source changed after indexing is caught here.
 func Split(buf []byte, base int64, starts []int64) ([]int64, error) {
-	var off int64
-	for off < int64(len(buf)) {
-		rest := int64(len(buf)) - off
+	starts, _, err := SplitFilled(buf, int64(len(buf)), 0, base, starts)
+	return starts, err
+}
+
+// SplitFilled is Split for a buffer that is being filled: only buf[:filled]
+// holds data yet. It validates the frames from offset from on that lie
+// whole in buf[:filled], appends their starts, and returns the offset of
+// the first frame it left for a later call. Lengths are checked against
+// all of buf, and once filled reaches len(buf) every frame must be whole,
+// as in Split. Checking each part of a block as soon as it is read finds
+// its bytes still in the CPU's cache.
+func SplitFilled(buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error) {
+	off := from
+	end := int64(len(buf))
+	for off < filled {
+		rest := end - off
 		if rest < FrameExtra {
-			return starts, &CorruptError{base + off, fmt.Sprintf("truncated frame: %d bytes left, need at least %d", rest, FrameExtra)}
+			return starts, off, &CorruptError{base + off, fmt.Sprintf("truncated frame: %d bytes left, need at least %d", rest, FrameExtra)}
+		}
+		if off+HeaderLen > filled {
+			break
 		}
 		n, err := checkHeader(buf[off:off+HeaderLen], base+off, rest)
 		if err != nil {
-			return starts, err
+			return starts, off, err
+		}
+		if off+n+FrameExtra > filled {
+			break
 		}
 		data := buf[off+HeaderLen : off+HeaderLen+n]
 		if MaskedCRC(data) != binary.LittleEndian.Uint32(buf[off+HeaderLen+n:]) {
-			return starts, &CorruptError{base + off, "data CRC mismatch"}
+			return starts, off, &CorruptError{base + off, "data CRC mismatch"}
 		}
 		starts = append(starts, off)
 		off += n + FrameExtra
 	}
-	return starts, nil
+	return starts, off, nil
 }
 
 // SniffCompressed reports whether the first bytes of a file look like a GZIP
