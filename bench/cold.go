@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -120,6 +121,18 @@ func (e *runEnv) runCold(ctx context.Context) error {
 			return v.Seconds, nil
 		}})
 
+	if _, err := exec.LookPath("fio"); err == nil {
+		res.targets = append(res.targets, &coldTarget{name: "fio: random 8 MiB direct reads of the source files, 32 in flight (the disk's ceiling)", short: "device",
+			run: func(ctx context.Context, r int) (float64, error) {
+				fr, err := e.fioJob(ctx, "device-rand-8m", strings.Join(e.ds.paths(), ":"))
+				if err != nil {
+					return 0, err
+				}
+				// The time to read the dataset at the rate measured.
+				return float64(e.ds.Bytes) / fr.mbps / 1e6, nil
+			}})
+	}
+
 	res.load[0] = loadAverage()
 	n := len(res.targets)
 	for r := 1; r <= e.o.runs; r++ {
@@ -191,7 +204,9 @@ func (h *harness) coldMarkdown(took time.Duration) string {
 	p("read with its own `pread` in a uniformly random order, is measured twice: corgifs `--strategy full`\n")
 	p("read by `cat` (the daemon issues the preads, 4 at a time), and `bench/randread` on the source files\n")
 	p("(4 goroutines like DataLoader workers, record list from `corgifs order SRC --strategy none`,\n")
-	p("timed from its first pread to its last, so parsing and shuffling the list are not counted).\n\n")
+	p("timed from its first pread to its last, so parsing and shuffling the list are not counted).\n")
+	p("The disk's own ceiling is measured in the same rotation with fio (`bench/fio/device-rand-8m.fio`,\n")
+	p("%s each): random 8 MiB reads with O_DIRECT, 32 in flight, as the loader reads blocks.\n\n", h.o.fioRuntime)
 	p("%s", h.sectionRest(took, sectionCommand(h.o, "--cold"), (*runEnv).coldBody))
 	return b.String()
 }
@@ -246,5 +261,11 @@ func (e *runEnv) coldBody() string {
 		"source files (randread): corgipile read %.1f× and %.1f× as fast.\n",
 		cp.med, cp.med/cat.med, cat.med, cp.med/lbk.med, lbk.med, cp.med/none.med, none.med,
 		full.med, rr.med, cp.med/full.med, cp.med/rr.med)
+	if dev := res.get("device"); dev != nil {
+		d := summarize(dev.mbps)
+		p("The disk itself gave fio's random 8 MiB direct reads %.0f MB/s (%.0f–%.0f): corgipile read at %.2f× that, "+
+			"and 10× the pread per record on the source files would be %.0f MB/s, %.2f× what the disk delivers.\n",
+			d.med, d.lo, d.hi, cp.med/d.med, 10*rr.med, 10*rr.med/d.med)
+	}
 	return b.String()
 }

@@ -54,7 +54,6 @@ func (e *runEnv) runFio(ctx context.Context) error {
 	}
 	res := &fioResults{runs: map[string]map[string][]fioRun{}, version: version}
 	targets := []string{"part", "source"}
-	outFile := filepath.Join(e.work, "fio.json")
 	cpu0, err := cpuSeconds(d.pid())
 	if err != nil {
 		return err
@@ -77,14 +76,9 @@ func (e *runEnv) runFio(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				cmd := exec.CommandContext(ctx, "fio", "--output-format=json", "--output="+outFile, filepath.Join(e.root, "bench", "fio", job+".fio"))
-				cmd.Env = append(os.Environ(), "FIO_FILE="+files, fmt.Sprintf("FIO_RUNTIME=%d", int(e.o.fioRuntime.Seconds())))
-				if out, err := cmd.CombinedOutput(); err != nil {
-					return fmt.Errorf("fio %s on %s: %w\n%s", job, target, err, out)
-				}
-				fr, err := parseFio(outFile)
+				fr, err := e.fioJob(ctx, job, files)
 				if err != nil {
-					return err
+					return fmt.Errorf("on %s: %w", target, err)
 				}
 				if target == "part" {
 					st1, err := corgifsStats(d.mnt)
@@ -109,6 +103,18 @@ func (e *runEnv) runFio(ctx context.Context) error {
 	res.usage = u
 	e.fio = res
 	return nil
+}
+
+// fioJob runs the job file bench/fio/JOB.fio on files (separated by ':')
+// for --fio-runtime and returns its read statistics.
+func (e *runEnv) fioJob(ctx context.Context, job, files string) (fioRun, error) {
+	outFile := filepath.Join(e.work, "fio.json")
+	cmd := exec.CommandContext(ctx, "fio", "--output-format=json", "--output="+outFile, filepath.Join(e.root, "bench", "fio", job+".fio"))
+	cmd.Env = append(os.Environ(), "FIO_FILE="+files, fmt.Sprintf("FIO_RUNTIME=%d", int(e.o.fioRuntime.Seconds())))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fioRun{}, fmt.Errorf("fio %s: %w\n%s", job, err, out)
+	}
+	return parseFio(outFile)
 }
 
 func parseFio(path string) (fioRun, error) {

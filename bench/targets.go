@@ -97,7 +97,12 @@ func (e *runEnv) targetRows() []targetRow {
 			}
 			rows = append(rows, targetRow{target, e.ds.label(), measured, "not a target", "cold"})
 		}
-		perRecord("cold: corgipile ≥ 10 × a pread per record (randread, 4 goroutines)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/rr, cp, rr), cp >= 10*rr)
+		ceiling := ""
+		if dev := c.get("device"); dev != nil {
+			d := summarize(dev.mbps).med
+			ceiling = fmt.Sprintf("; 10× is %.0f MB/s, %.2f× the disk's %.0f MB/s (fio)", 10*rr, 10*rr/d, d)
+		}
+		perRecord("cold: corgipile ≥ 10 × a pread per record (randread, 4 goroutines)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)%s", cp/rr, cp, rr, ceiling), cp >= 10*rr)
 		perRecord("cold: corgipile ≥ 10 × a pread per record (corgifs `full`)", fmt.Sprintf("%.1f× (%.0f / %.0f MB/s)", cp/full, cp, full), cp >= 10*full)
 		for _, t := range c.targets {
 			if t.corgifs {
