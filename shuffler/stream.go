@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/corgifs/corgifs/blockcache"
 )
@@ -42,11 +43,15 @@ type Stream struct {
 // view is one loaded buffer as reads see it. Its tables are written only
 // while no read uses it.
 type view struct {
-	g     int
-	buf   *blockcache.Buf // nil once the stream let go of it
-	src   []int64         // slab offset of output record k
-	out   []int64         // offset of output record k in the buffer; out[n] is its size
-	users int             // reads using the tables now
+	g   int
+	buf *blockcache.Buf // nil once the stream let go of it
+	src []int64         // slab offset of output record k
+	out []int64         // offset of output record k in the buffer; out[n] is its size
+	// users counts the reads using the tables now. It goes up only under
+	// Stream.mu but down without it: a read that waits for memory in
+	// acquire holds the lock, and the memory may be what another read of
+	// the stream is about to give back.
+	users atomic.Int32
 }
 
 // NewStream returns a Stream that serves plan.
@@ -199,12 +204,12 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	var free *view
 	for _, v := range s.views {
 		if v.g == g && v.buf != nil && s.ld.Reacquire(v.buf) {
-			v.users++
+			v.users.Add(1)
 			return v, nil
 		}
 		// Not one that a read still uses, nor the one entered last,
 		// which a reader going on in it may want again.
-		if v.users == 0 && v != s.cur && free == nil {
+		if v.users.Load() == 0 && v != s.cur && free == nil {
 			free = v
 		}
 	}
@@ -214,7 +219,7 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	v := free
 	v.buf = nil
-	if v.users > 0 {
+	if v.users.Load() > 0 {
 		panic("shuffler: view reused while in use")
 	}
 	b := &s.plan.Buffers[g]
@@ -242,19 +247,18 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 		v.src[k] = buf.Starts[r]
 		v.out[k+1] = v.out[k] + buf.RecordLen(int(r))
 	}
-	v.g, v.buf, v.users = g, buf, 1
+	v.g, v.buf = g, buf
+	v.users.Store(1)
 	s.cur = v
 	s.prefetch(g)
 	return v, nil
 }
 
 // release ends a read's use of v's tables and, if buf is set, drops its
-// reference on the Buf.
+// reference on the Buf. It takes no lock (see view.users).
 func (s *Stream) release(v *view, buf bool) {
-	s.mu.Lock()
-	v.users--
-	b := v.buf
-	s.mu.Unlock()
+	b := v.buf // before the count drops: then acquire may reuse v
+	v.users.Add(-1)
 	if buf {
 		s.ld.Release(b)
 	}

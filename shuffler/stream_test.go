@@ -857,3 +857,50 @@ func TestStreamHeldSlicesKeepTheirBufferFromOtherStreams(t *testing.T) {
 	checkSlices(t, sliceRead{0, vecs, hold}, want)
 	s.Done(hold)
 }
+
+// A read that waits for memory must not stop another read of the same
+// stream from giving back the buffer it copied from: that buffer may be
+// the memory the first one waits for.
+func TestStreamReadWaitingForMemoryLetsAnotherReadOfTheStreamRelease(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamMemory/2)
+	plan, _ := pl.Plan(0, 0, 1)
+	if len(plan.Buffers) < 3 {
+		t.Fatalf("%d buffers, want 3 or more", len(plan.Buffers))
+	}
+	want, _ := f.expected(t, plan)
+	ld := f.loader()
+	s := NewStream(pl, ld, plan)
+	defer s.Close()
+	// The budget holds two buffers: one held by a reply of slices, one by
+	// a read copying from buffer 1 (the test stands in for it).
+	_, hold, ok, err := s.ReadSlices(t.Context(), nil, 1, 0)
+	if !ok || err != nil {
+		t.Fatalf("ReadSlices: ok %v, %v", ok, err)
+	}
+	defer s.Done(hold)
+	v, err := s.acquire(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	b2 := plan.Buffers[2]
+	go func() {
+		p := make([]byte, 1000)
+		n, err := s.ReadAt(t.Context(), p, b2.Start)
+		if err == nil && !bytes.Equal(p[:n], want[b2.Start:b2.Start+int64(n)]) {
+			err = errors.New("wrong bytes")
+		}
+		done <- err
+	}()
+	eventually(t, func() bool { return ld.Stats().MemoryWaits > 0 })
+	s.release(v, true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read of buffer 2 still waits for memory after buffer 1 was released")
+	}
+}
