@@ -217,6 +217,16 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 		free = &view{}
 		s.views = append(s.views, free)
 	}
+	// Views are made when reads of different buffers overlap, at buffer
+	// boundaries. Their tables (16 bytes a record) are heap, outside the
+	// slabs' budget, so idle ones beyond maxViews go.
+	for i := 0; len(s.views) > maxViews && i < len(s.views); {
+		if w := s.views[i]; w != free && w != s.cur && w.users.Load() == 0 {
+			s.views = slices.Delete(s.views, i, i+1)
+			continue
+		}
+		i++
+	}
 	v := free
 	v.buf = nil
 	if v.users.Load() > 0 {
@@ -253,6 +263,10 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	s.prefetch(g)
 	return v, nil
 }
+
+// maxViews is how many views a stream keeps: the buffer a reader is in,
+// the one before for late readahead requests, and one being entered.
+const maxViews = 3
 
 // release ends a read's use of v's tables and, if buf is set, drops its
 // reference on the Buf. It takes no lock (see view.users).
