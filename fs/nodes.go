@@ -191,20 +191,13 @@ func (h *partHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if r == nil {
 		r = &sliceReply{pool: &root.replies}
 	}
-	n := 0
-	vecs, hold, ok, err := h.s.ReadSlices(ctx, r.vecs[:0], len(dest), off)
+	vecs, n, hold, err := h.s.ReadSlices(ctx, dest, r.vecs[:0], off)
 	r.vecs = vecs
-	if ok && hold != nil {
-		for _, v := range vecs {
-			n += len(v)
-		}
+	if hold != nil {
 		r.s, r.hold, r.size = h.s, hold, n
 	} else {
 		r.Done()
 		r = nil
-		if !ok && err == nil {
-			n, err = h.s.ReadAt(ctx, dest, off)
-		}
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

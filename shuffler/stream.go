@@ -68,7 +68,8 @@ func (s *Stream) Size() int64 { return s.plan.Size }
 
 // Close gives up the prefetches of the buffers after the current one;
 // those of the next epoch are kept for the reader that opens it next.
-// Reads must have returned, and slices of ReadSlices been given back.
+// Reads must have returned; Bufs held for ReadSlices may be given back
+// to Done later.
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,19 +101,10 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return n, err
 		}
 		rel := off - s.plan.Buffers[g].Start
-		k, found := slices.BinarySearch(v.out, rel)
-		if !found {
-			k--
-		}
-		for ; k < len(v.src) && n < len(p); k++ {
-			from := v.src[k] + rel - v.out[k]
-			to := v.src[k] + v.out[k+1] - v.out[k]
-			c := copy(p[n:], v.buf.Data[from:to])
-			n += c
-			rel += int64(c)
-		}
+		c := v.copyTo(p[n:], rel, min(v.size(), rel+int64(len(p)-n)))
 		s.release(v, true)
-		off = s.plan.Buffers[g].Start + rel
+		n += c
+		off += int64(c)
 	}
 	return n, nil
 }
@@ -124,41 +116,32 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // as fast or faster, with 100 KiB (11) 8% faster, for 12% less CPU.
 const MaxSlices = 128
 
-// ReadSlices is ReadAt without the copy: it appends to vecs the slices of
-// the loaded buffer that hold the n bytes at off (n is cut at the end of
-// the stream), so that the kernel can copy them straight from the slab.
-// The returned Buf holds the slab until the caller passes it to Done. ok
-// is false, and nothing is held, when the bytes span two buffers or need
-// more than MaxSlices slices: the caller then uses ReadAt.
-func (s *Stream) ReadSlices(ctx context.Context, vecs [][]byte, n int, off int64) (_ [][]byte, hold *blockcache.Buf, ok bool, err error) {
-	if off < 0 {
-		return vecs, nil, false, fmt.Errorf("read at negative offset %d", off)
-	}
-	n = int(min(int64(n), s.plan.Size-off))
-	if n <= 0 {
-		return vecs, nil, true, nil
+// ReadSlices serves the bytes at off, up to len(p), the way that costs
+// least. When they lie in one buffer and take at most MaxSlices slices of
+// its slab, it appends those slices to vecs, so that the kernel can copy
+// them straight from the slab, and returns the Buf that holds them until
+// the caller passes it to Done. Otherwise it copies them into p, as ReadAt
+// does, and hold is nil. n is the number of bytes either way.
+func (s *Stream) ReadSlices(ctx context.Context, p []byte, vecs [][]byte, off int64) (_ [][]byte, n int, hold *blockcache.Buf, err error) {
+	if off < 0 || off >= s.plan.Size {
+		n, err = s.ReadAt(ctx, p, off)
+		return vecs, n, nil, err
 	}
 	g := s.find(off)
 	b := &s.plan.Buffers[g]
-	if off+int64(n) > b.Start+b.Size {
-		return vecs, nil, false, nil
+	rel := off - b.Start
+	end := min(b.Size, rel+int64(len(p)))
+	if end-rel < int64(len(p)) && b.Start+b.Size < s.plan.Size {
+		n, err = s.ReadAt(ctx, p, off) // spans two buffers
+		return vecs, n, nil, err
 	}
 	v, err := s.acquire(ctx, g)
 	if err != nil {
-		return vecs, nil, false, err
-	}
-	rel := off - b.Start
-	end := rel + int64(n)
-	k, found := slices.BinarySearch(v.out, rel)
-	if !found {
-		k--
+		return vecs, 0, nil, err
 	}
 	base := len(vecs)
 	var first, last int64 = -1, -1 // slab range of the last slice
-	for ; rel < end; k++ {
-		from := v.src[k] + rel - v.out[k]
-		to := v.src[k] + min(v.out[k+1], end) - v.out[k]
-		rel += to - from
+	for from, to := range v.pieces(rel, end) {
 		// Records that lie back to back in the slab (the source order) go
 		// in one slice.
 		if from == last {
@@ -167,16 +150,49 @@ func (s *Stream) ReadSlices(ctx context.Context, vecs [][]byte, n int, off int64
 			continue
 		}
 		if len(vecs)-base == MaxSlices {
+			// Too many: copy, from where the slices began.
+			n = v.copyTo(p, rel, end)
 			s.release(v, true)
-			return vecs[:base], nil, false, nil
+			clear(vecs[base:])
+			return vecs[:base], n, nil, nil
 		}
 		vecs = append(vecs, v.buf.Data[from:to])
 		first, last = from, to
 	}
-	hold = v.buf
 	s.release(v, false)
-	return vecs, hold, true, nil
+	return vecs, int(end - rel), v.buf, nil
 }
+
+// pieces yields the slab ranges that hold bytes rel to end of the buffer,
+// in served order: a range per record, the first and last cut to fit.
+func (v *view) pieces(rel, end int64) func(yield func(from, to int64) bool) {
+	return func(yield func(from, to int64) bool) {
+		k, found := slices.BinarySearch(v.out, rel)
+		if !found {
+			k--
+		}
+		for ; rel < end; k++ {
+			from := v.src[k] + rel - v.out[k]
+			to := v.src[k] + min(v.out[k+1], end) - v.out[k]
+			if !yield(from, to) {
+				return
+			}
+			rel += to - from
+		}
+	}
+}
+
+// copyTo copies bytes rel to end of the buffer into p and returns how many.
+func (v *view) copyTo(p []byte, rel, end int64) int {
+	n := 0
+	for from, to := range v.pieces(rel, end) {
+		n += copy(p[n:], v.buf.Data[from:to])
+	}
+	return n
+}
+
+// size returns the number of bytes of v's buffer.
+func (v *view) size() int64 { return v.out[len(v.out)-1] }
 
 // Done releases a Buf returned by ReadSlices.
 func (s *Stream) Done(b *blockcache.Buf) { s.ld.Release(b) }

@@ -534,6 +534,24 @@ func TestStreamSequentialReadDoesNotAllocatePerRecord(t *testing.T) {
 		if perSmall != perChunk {
 			t.Errorf("allocations per ReadAt depend on its size: %v for 64 KiB, %v for 1 KiB", perChunk, perSmall)
 		}
+		// ReadSlices, as fs calls it with a reused slice table: slices
+		// (4 KiB, a few records) or a copy (the whole buffer, too many).
+		vecs := make([][]byte, 0, MaxSlices)
+		whole := make([]byte, b.Size)
+		for _, q := range [][]byte{p[:4<<10], whole} {
+			perSlices := testing.AllocsPerRun(50, func() {
+				_, _, hold, err := s.ReadSlices(t.Context(), q, vecs[:0], b.Start)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hold != nil {
+					s.Done(hold)
+				}
+			})
+			if perSlices != 0 {
+				t.Errorf("a ReadSlices of %d bytes within the current buffer allocates %v times, want 0", len(q), perSlices)
+			}
+		}
 	})
 	t.Run("whole epoch", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -777,32 +795,26 @@ func TestStreamReadSlicesGiveTheBytesOfReadAtAndKeepThemUntilDone(t *testing.T) 
 			for range 400 {
 				off := r.Int64N(plan.Size + 10)
 				n := 1 + r.IntN(40<<10)
-				vecs, hold, ok, err := s.ReadSlices(t.Context(), nil, n, off)
+				p := make([]byte, n)
+				vecs, got, hold, err := s.ReadSlices(t.Context(), p, nil, off)
 				if err != nil {
 					t.Fatalf("ReadSlices(%d at %d): %v", n, off, err)
 				}
-				end := min(off+int64(n), plan.Size)
-				g := plan.Buffers[min(s.find(off), len(plan.Buffers)-1)]
-				switch {
-				case !ok:
+				if wantN := max(0, min(off+int64(n), plan.Size)-off); int64(got) != wantN {
+					t.Fatalf("ReadSlices(%d at %d) served %d bytes, want %d", n, off, got, wantN)
+				}
+				if hold == nil {
 					fallback++
-					if hold != nil || len(vecs) != 0 {
-						t.Fatalf("ReadSlices(%d at %d) failed but holds %d slices", n, off, len(vecs))
+					if len(vecs) != 0 {
+						t.Fatalf("ReadSlices(%d at %d) copied but gave %d slices", n, off, len(vecs))
 					}
-					if end <= g.Start+g.Size && off < plan.Size {
-						// Within one buffer: only too many slices may refuse.
-						var p [MaxSlices + 1][]byte
-						if _, h, ok, _ := s.ReadSlices(t.Context(), p[:0], n, off); ok {
-							t.Fatalf("ReadSlices(%d at %d) refused, then accepted", n, off)
-							s.Done(h)
-						}
+					if !bytes.Equal(p[:got], want[min(off, plan.Size):min(off, plan.Size)+int64(got)]) {
+						t.Fatalf("ReadSlices(%d at %d) copied wrong bytes", n, off)
 					}
 					continue
-				case off >= plan.Size:
-					if hold != nil || len(vecs) != 0 {
-						t.Fatalf("ReadSlices past the end gave %d slices", len(vecs))
-					}
-					continue
+				}
+				if g := plan.Buffers[s.find(off)]; off+int64(got) > g.Start+g.Size {
+					t.Fatalf("ReadSlices(%d at %d) gave slices of two buffers", n, off)
 				}
 				sliced++
 				if len(vecs) > MaxSlices {
@@ -826,7 +838,7 @@ func TestStreamReadSlicesGiveTheBytesOfReadAtAndKeepThemUntilDone(t *testing.T) 
 				checkSlices(t, h, want)
 				s.Done(h.hold)
 			}
-			t.Logf("%s: %d reads served as slices, %d refused", strategy, sliced, fallback)
+			t.Logf("%s: %d reads served as slices, %d copied", strategy, sliced, fallback)
 			if sliced < 100 {
 				t.Errorf("only %d of 400 reads were served as slices", sliced)
 			}
@@ -834,6 +846,42 @@ func TestStreamReadSlicesGiveTheBytesOfReadAtAndKeepThemUntilDone(t *testing.T) 
 				t.Errorf("no buffer was evicted: the test did not check that held slices survive recycling")
 			}
 		})
+	}
+}
+
+func TestStreamReadSlicesCopiesReadsThatNeedTooManySlices(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamMemory/2)
+	plan, _ := pl.Plan(0, 0, 1)
+	want, _ := f.expected(t, plan)
+	s := NewStream(pl, f.loader(), plan)
+	defer s.Close()
+	b := plan.Buffers[0]
+	var sliced, copied int
+	for _, n := range []int{1, 4 << 10, 64 << 10, 200 << 10, int(b.Size)} {
+		p := make([]byte, n)
+		vecs, got, hold, err := s.ReadSlices(t.Context(), p, nil, b.Start)
+		if err != nil || got != n {
+			t.Fatalf("ReadSlices(%d at %d): %d bytes, %v", n, b.Start, got, err)
+		}
+		if hold != nil {
+			sliced++
+			if len(vecs) > MaxSlices {
+				t.Fatalf("ReadSlices(%d) gave %d slices, more than %d", n, len(vecs), MaxSlices)
+			}
+			p = bytes.Join(vecs, nil)
+			s.Done(hold)
+		} else {
+			copied++
+		}
+		if !bytes.Equal(p, want[b.Start:b.Start+int64(n)]) {
+			t.Fatalf("ReadSlices(%d at %d) served wrong bytes (held slices: %v)", n, b.Start, hold != nil)
+		}
+	}
+	// About 1.5 KB a record: 200 KiB and the whole 512 KiB buffer need more
+	// than MaxSlices slices, the small reads fewer.
+	if sliced == 0 || copied == 0 {
+		t.Errorf("%d reads served as slices and %d copied; want both", sliced, copied)
 	}
 }
 
@@ -852,9 +900,9 @@ func TestStreamHeldSlicesKeepTheirBufferFromOtherStreams(t *testing.T) {
 	want, _ := f.expected(t, plan)
 	ld := f.loader()
 	s := NewStream(pl, ld, plan)
-	vecs, hold, ok, err := s.ReadSlices(t.Context(), nil, 4<<10, 0)
-	if !ok || err != nil {
-		t.Fatalf("ReadSlices: ok %v, %v", ok, err)
+	vecs, _, hold, err := s.ReadSlices(t.Context(), make([]byte, 4<<10), nil, 0)
+	if hold == nil || err != nil {
+		t.Fatalf("ReadSlices of 4 KiB: held %v, %v; want slices", hold != nil, err)
 	}
 	s.Close()
 	// Half the budget is held; another stream reading a whole epoch must
@@ -882,9 +930,9 @@ func TestStreamReadWaitingForMemoryLetsAnotherReadOfTheStreamRelease(t *testing.
 	defer s.Close()
 	// The budget holds two buffers: one held by a reply of slices, one by
 	// a read copying from buffer 1 (the test stands in for it).
-	_, hold, ok, err := s.ReadSlices(t.Context(), nil, 1, 0)
-	if !ok || err != nil {
-		t.Fatalf("ReadSlices: ok %v, %v", ok, err)
+	_, _, hold, err := s.ReadSlices(t.Context(), make([]byte, 1), nil, 0)
+	if hold == nil || err != nil {
+		t.Fatalf("ReadSlices of 1 byte: held %v, %v; want slices", hold != nil, err)
 	}
 	defer s.Done(hold)
 	v, err := s.acquire(t.Context(), 1)
