@@ -159,8 +159,9 @@ func (s *Stream) ReadSlices(ctx context.Context, p []byte, vecs [][]byte, off in
 		vecs = append(vecs, v.buf.Data[from:to])
 		first, last = from, to
 	}
+	hold = v.buf // before release: then acquire may reuse v
 	s.release(v, false)
-	return vecs, int(end - rel), v.buf, nil
+	return vecs, int(end - rel), hold, nil
 }
 
 // pieces yields the slab ranges that hold bytes rel to end of the buffer,
