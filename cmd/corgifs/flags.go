@@ -62,6 +62,7 @@ type datasetFlags struct {
 	include     listFlag
 	follow      bool
 	cacheDir    string
+	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
 	directIO    bool
 	strategy    string
@@ -84,7 +85,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
 	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
-	fs.StringVar(&d.cacheDir, "cache-dir", blockcache.DefaultCacheDir(), "`dir`ectory for index sidecars (never inside SRC)")
+	d.registerCacheDir(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -149,6 +150,9 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 
 // open builds or loads the index and a planner for it.
 func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
+	if err := d.checkCacheDir(); err != nil {
+		return nil, nil, 0, err
+	}
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
 		return nil, nil, 0, err
