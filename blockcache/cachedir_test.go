@@ -382,3 +382,23 @@ func TestDefaultCacheDirIsNeverShared(t *testing.T) {
 		t.Fatalf("with XDG_CACHE_HOME: %q, %v", d, err)
 	}
 }
+
+func TestCacheDirInSourceThroughABindMountIsRefused(t *testing.T) {
+	root, _ := dataset(t, 30, 1, 5, 100)
+	bind := filepath.Join(t.TempDir(), "bind")
+	if err := os.Mkdir(bind, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(root, bind, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind mount: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bind, 0) })
+	before := tree(t, root)
+	_, _, err := Open(t.Context(), root, Options{CacheDir: filepath.Join(bind, "cache")})
+	if err == nil || !strings.Contains(err.Error(), "inside the source") {
+		t.Fatalf("Open with the cache dir in a bind mount of the source: %v, want a refusal", err)
+	}
+	if after := tree(t, root); !slices.Equal(before, after) {
+		t.Fatalf("source changed:\n%q\n%q", before, after)
+	}
+}
