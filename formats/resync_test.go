@@ -114,3 +114,25 @@ func TestResyncOverZeroRunsFindsTheFramesAfterThem(t *testing.T) {
 		}
 	}
 }
+
+func TestResyncAfterDamageToTheLengthCRCOnlySkipsExactlyThatFrame(t *testing.T) {
+	// The payload is a whole TFRecord file of three records: walking it
+	// would find frames that confirm each other. With only the length's
+	// CRC hit, the length as written is checked against the data CRC and
+	// the frame is skipped whole.
+	nested, _ := file(t, []byte("nested one"), []byte("nested two"), []byte("nested three"))
+	data, offs := file(t, []byte("first"), nested, []byte("third"))
+	for at := offs[1] + 8; at < offs[1]+HeaderLen; at++ {
+		data := bytes.Clone(data)
+		data[at] ^= 0x80
+		for _, w := range windows {
+			got := scan(newScanner(bytes.NewReader(data), 0, int64(len(data)), w))
+			wantRecords := []Record{{offs[0], 21}, {offs[2], 21}}
+			wantDamage := [][2]int64{{offs[1], offs[2]}}
+			if got.err != nil || !slices.Equal(got.records, wantRecords) || !slices.Equal(got.damaged, wantDamage) {
+				t.Errorf("byte %d damaged, window %d: records %v, damaged %v, err %v; want %v, %v",
+					at, w, got.records, got.damaged, got.err, wantRecords, wantDamage)
+			}
+		}
+	}
+}

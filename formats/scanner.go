@@ -149,7 +149,8 @@ func (s *Scanner) crcOf(at, n int64) (uint32, error) {
 // [from, to).
 //
 // When only the data CRC failed, the frame's length is trusted and just that
-// frame is skipped. Otherwise the damaged frame's extent is unknown, and its
+// frame is skipped; so it is when only the length's CRC failed but the data
+// CRC checks with the length as written. Otherwise the damaged frame's extent is unknown, and its
 // payload may itself hold bytes that look like a frame (a record that embeds
 // another TFRecord, or plain chance): a frame found in it must never be
 // served as a record. So the scanner accepts, as the first offset after the
@@ -170,6 +171,12 @@ func (s *Scanner) Resync() (from, to int64, err error) {
 	}
 	from = ce.Offset
 	s.err = nil
+	if s.dataLen < 0 {
+		if s.dataLen, err = s.lengthDespiteItsCRC(from); err != nil {
+			s.err = err
+			return 0, 0, err
+		}
+	}
 	if s.dataLen >= 0 {
 		s.off = from + s.dataLen + FrameExtra
 		return from, s.off, nil
@@ -279,13 +286,43 @@ func (s *Scanner) intactAt(p int64) (int64, bool, error) {
 	if herr != nil {
 		return 0, false, nil
 	}
+	ok, err := s.dataIntact(p, n)
+	return n, ok, err
+}
+
+// dataIntact reports whether the n data bytes of the frame at p match its
+// data CRC. The frame must lie inside the range.
+func (s *Scanner) dataIntact(p, n int64) (bool, error) {
 	crc, err := s.crcOf(p+HeaderLen, n)
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
 	f, err := s.bytesAt(p+HeaderLen+n, FooterLen)
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
-	return n, mask(crc) == binary.LittleEndian.Uint32(f), nil
+	return mask(crc) == binary.LittleEndian.Uint32(f), nil
+}
+
+// lengthDespiteItsCRC returns the length field of the frame at p if the
+// frame's data matches its data CRC with that length although the length's
+// own CRC did not check, or -1. Then only the length's CRC was hit, and the
+// frame is skipped whole rather than searched for frames inside it.
+func (s *Scanner) lengthDespiteItsCRC(p int64) (int64, error) {
+	if s.end-p < FrameExtra {
+		return -1, nil
+	}
+	h, err := s.bytesAt(p, HeaderLen)
+	if err != nil {
+		return -1, err
+	}
+	n := binary.LittleEndian.Uint64(h)
+	if n > uint64(s.end-p-FrameExtra) {
+		return -1, nil
+	}
+	ok, err := s.dataIntact(p, int64(n))
+	if err != nil || !ok {
+		return -1, err
+	}
+	return int64(n), nil
 }
