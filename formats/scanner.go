@@ -150,17 +150,19 @@ func (s *Scanner) crcOf(at, n int64) (uint32, error) {
 //
 // When only the data CRC failed, the frame's length is trusted and just that
 // frame is skipped; so it is when only the length's CRC failed but the data
-// CRC checks with the length as written. Otherwise the damaged frame's extent is unknown, and its
-// payload may itself hold bytes that look like a frame (a record that embeds
-// another TFRecord, or plain chance): a frame found in it must never be
-// served as a record. So the scanner accepts, as the first offset after the
-// damage, only a confirmed frame: both its CRCs check, and it either ends
-// exactly at the end of the range or is followed by 8 length bytes whose CRC
-// checks. A frame inside a payload is followed by more payload (or by the
-// damaged frame's footer), which passes that check with odds of 2^-32. When
-// no offset qualifies, everything to the end of the range is damaged. The
-// rule errs towards skipping: an intact frame followed by a short tail is
-// reported as damaged along with the tail.
+// CRC checks with the length as written. Otherwise the damaged frame's extent
+// is unknown, and its payload may itself hold bytes that look like a frame (a
+// record that embeds another TFRecord, or plain chance): a frame found in it
+// must never be served as a record. So the scanner accepts, as the first
+// offset after the damage, only a confirmed frame: both its CRCs check, and
+// it either ends exactly at the end of the range or is followed by 8 length
+// bytes whose CRC checks. A frame inside a payload is followed by more
+// payload (or by the damaged frame's footer), which passes that check with
+// odds of 2^-32. When no offset qualifies, everything to the end of the range
+// is damaged. The rule errs towards skipping: an intact frame followed by a
+// short tail is reported as damaged along with the tail. It cannot tell a
+// payload made of two or more whole frames in a row from records, when the
+// length bytes themselves were hit.
 func (s *Scanner) Resync() (from, to int64, err error) {
 	if s.err == nil {
 		return 0, 0, errors.New("resync without a corrupt record")
