@@ -315,10 +315,12 @@ type processStats struct {
 	BytesServedFromSlabs int64 `json:"bytes_served_from_slabs"`
 	Goroutines           int   `json:"goroutines"`
 	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
+	// Plans is the planner's work and memory, outside MemoryBudget.
+	Plans shuffler.PlanStats `json:"plans"`
 }
 
 func (r *rootNode) stats() []byte {
-	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
+	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1, Plans: r.cfg.Planner.Stats()}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
 	}

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,6 +50,21 @@ func TestSharedPlansKeepTheDaemonWithinMemoryWith64OpenParts(t *testing.T) {
 		if _, err := f.Read(make([]byte, 4096)); err != nil {
 			t.Fatalf("read part %d: %v\n%s", i, err, m.log)
 		}
+	}
+	var st struct {
+		Plans struct {
+			Sequences int64 `json:"sequences_computed"`
+			Open      int   `json:"open_plans"`
+		} `json:"plans"`
+	}
+	raw, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatalf("stats.json: %v\n%s", err, raw)
+	}
+	// Epoch 3's permutation, and epoch 0's when the mount summed the padding
+	// or listed sizes; never one per open part.
+	if st.Plans.Sequences > 2 || st.Plans.Open != k {
+		t.Errorf("stats.json plans %+v: want at most 2 permutations computed and %d plans open", st.Plans, k)
 	}
 	hwm := vmHWM(t, m.cmd.Process.Pid)
 	t.Logf("daemon peak RSS with %d open parts of %d records: %d MiB", k, n, hwm>>20)
