@@ -292,3 +292,36 @@ func TestEqualPartsWithMorePartsThanBlocksBorrowsFromTheNextPart(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenStreamsShareAPlanAndCloseReleasesIt opens two streams of one part
+// and reads both to the end, so that both prefetch the next epoch: each
+// plan is built once for both, and when both are closed no plan stays open.
+func TestOpenStreamsShareAPlanAndCloseReleasesIt(t *testing.T) {
+	f := newStreamFixture(t)
+	for _, strategy := range []string{"corgipile", "full"} {
+		pl := f.planner(t, strategy, streamBuffer)
+		ld := f.loader()
+		a, err := OpenStream(pl, ld, 0, 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := OpenStream(pl, ld, 0, 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Plan() != b.Plan() {
+			t.Fatalf("%s: two streams of one part have different plans", strategy)
+		}
+		readAll(t, a, 64<<10, 0, a.Size())
+		readAll(t, b, 64<<10, 0, b.Size())
+		if s := pl.Stats(); s.PlansBuilt != 2 || s.OpenPlans != 2 {
+			t.Errorf("%s: after reading both to the end: %+v, want this epoch's and the next's plan, each built once", strategy, s)
+		}
+		a.Close()
+		a.Close() // twice: the second does nothing
+		b.Close()
+		if s := pl.Stats(); s.OpenPlans != 0 {
+			t.Errorf("%s: after closing both: %d plans open", strategy, s.OpenPlans)
+		}
+	}
+}
