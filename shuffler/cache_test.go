@@ -325,3 +325,34 @@ func TestOpenStreamsShareAPlanAndCloseReleasesIt(t *testing.T) {
 		}
 	}
 }
+
+// TestPaddedPartsStreamTheirPlannedBytes reads padded parts, empty ones
+// included (more parts than blocks), through a Stream: the padding's
+// buffers of borrowed records, shuffled, serve what the plan says.
+func TestPaddedPartsStreamTheirPlannedBytes(t *testing.T) {
+	f := newStreamFixture(t)
+	k := len(f.ix.Blocks) + 3
+	for _, strategy := range []string{"corgipile", "block", "full"} {
+		pl, err := NewPlanner(f.ix, Params{Strategy: strategy, Seed: 42, Buffer: BufferSize{Bytes: streamBuffer}, MaxMemory: streamMemory, EqualParts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld := f.loader()
+		padded := 0
+		for _, i := range []int{0, 1, k / 2, k - 1} {
+			s, err := OpenStream(pl, ld, 0, i, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := f.expected(t, s.Plan())
+			if got := readAll(t, s, 4096, 0, s.Size()); !slices.Equal(got, want) {
+				t.Errorf("%s part %d of %d: %d bytes read, not the plan's %d (padding %d)", strategy, i, k, len(got), len(want), s.Plan().Padding)
+			}
+			padded += s.Plan().Padding
+			s.Close()
+		}
+		if padded == 0 {
+			t.Errorf("%s: no padding in parts of %d with %d blocks", strategy, k, len(f.ix.Blocks))
+		}
+	}
+}

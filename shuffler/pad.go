@@ -18,8 +18,9 @@ import "slices"
 //     wrapping around the epoch once.
 //  4. If the whole epoch holds fewer than d of them, the list repeats.
 //
-// The padding follows the part's records in buffers of at most the part's
-// buffer target, read like any other buffer.
+// The padding follows the part's records in buffers of at most the buffer
+// target of the padded part, read like any other buffer, its records
+// shuffled inside each buffer when the strategy shuffles buffers.
 func (pl *Planner) pad(p *Plan, seq *sequence, o order) {
 	want := int(pl.most(seq, p.Parts) - p.Records)
 	if want <= 0 || pl.ix.Records == 0 {
@@ -71,11 +72,18 @@ func (pl *Planner) pad(p *Plan, seq *sequence, o order) {
 		chosen = append(chosen, chosen[i])
 	}
 
-	// Buffers of at most the target, the records kept in the drawn order.
+	// Buffers of at most the target of the padded part (an empty part's
+	// own target would be one byte), shuffled as the part's are: borrowed
+	// records come in source order within their blocks.
+	var padBytes int64
+	for _, r := range chosen {
+		padBytes += int64(pl.ix.Frames[r])
+	}
+	p.Target, p.Capped = pl.target(p.Size + padBytes) // no smaller than before
 	start := 0
 	var size int64
 	flush := func(end int) {
-		b := Buffer{Records: chosen[start:end:end], Size: size, Count: end - start, Start: p.Size}
+		b := Buffer{Records: chosen[start:end:end], Size: size, Count: end - start, Start: p.Size, Shuffle: o.Shuffle}
 		b.Seed = Derive(pl.p.Seed, purposeRecords, uint64(p.Epoch), uint64(p.Part), uint64(p.Parts), uint64(len(p.Buffers)))
 		p.Buffers = append(p.Buffers, b)
 		p.Size += size
