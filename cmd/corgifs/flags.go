@@ -96,7 +96,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
-	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of a few of\ntheir own records, drawn from the seed; the count is in .corgifs/config.json")
+	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
 }
 
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
