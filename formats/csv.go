@@ -82,6 +82,10 @@ func (CSV) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []in
 	return splitCut(cutCSVRow, buf, filled, from, base, starts)
 }
 
+// SameKey compares header rows without their line ends: a part of CRLF
+// and LF files starts with the first file's header, verbatim.
+func (CSV) SameKey(a, b []byte) bool { return bytes.Equal(trimEOL(a), trimEOL(b)) }
+
 func (CSV) AppendPrologue(dst []byte, h Head, records int64) []byte { return append(dst, h.Key...) }
 func (CSV) AppendEpilogue(dst []byte, h Head) []byte                { return dst }
 

@@ -111,7 +111,11 @@ func (NPY) NewReader(r io.Reader) RecordReader {
 			return err
 		}
 		buf := make([]byte, hlen)
-		n := copy(buf, pre)
+		n := 10
+		if pre[6] >= 2 {
+			n = 12
+		}
+		copy(buf, pre[:n])
 		if _, err := io.ReadFull(r, buf[n:]); err != nil {
 			return fmt.Errorf("read the .npy header: %w", err)
 		}
@@ -376,7 +380,21 @@ func (p *pyParser) value() (any, error) {
 		}
 		return t, nil
 	case p.s[p.i] == '[':
-		return []any{}, nil // a structured dtype; refused by the caller
+		// A structured dtype, refused by the caller: skip to its end.
+		depth := 0
+		for ; p.i < len(p.s); p.i++ {
+			switch p.s[p.i] {
+			case '[', '(':
+				depth++
+			case ']', ')':
+				depth--
+			}
+			if depth == 0 {
+				p.i++
+				return []any{}, nil
+			}
+		}
+		return nil, fmt.Errorf("list not closed")
 	}
 	return nil, fmt.Errorf("unexpected %q", p.s[p.i:])
 }
