@@ -92,7 +92,7 @@ func tarSamples(t *testing.T, data []byte) []string {
 }
 
 func wdsShards(t testing.TB) [][]byte {
-	long := strings.Repeat("d", 90) + "/" + strings.Repeat("k", 40)
+	long := strings.Repeat("d", 90) + "/" + strings.Repeat("k", 120)
 	return [][]byte{
 		shard(t, 0,
 			member{name: "train/", typ: tar.TypeDir},
@@ -101,8 +101,9 @@ func wdsShards(t testing.TB) [][]byte {
 			member{name: "train/s001.cls", data: "1"},
 			member{name: "train/s001.input.bin", data: "abc"},
 			member{name: "train/link", typ: tar.TypeSymlink},
-			member{name: long + ".cls", data: "7"},                 // pax path
-			member{name: long + ".bin", data: "long", gnu: true}, // GNU 'L'
+			member{name: "prefix/" + strings.Repeat("p", 95) + "/s9.cls", data: "9"}, // ustar prefix
+			member{name: long + ".cls", data: "7"},                                   // pax path
+			member{name: long + ".bin", data: "long", gnu: true},                     // GNU 'L'
 			member{name: "s002.cls", data: ""},
 		),
 		shard(t, 9216, member{name: "s003.cls", data: "0"}, member{name: "s003.bin", data: strings.Repeat("y", 512)}),
@@ -112,7 +113,7 @@ func wdsShards(t testing.TB) [][]byte {
 
 func TestWDSSamplesAreRunsOfAKeyCopiedVerbatimAndPartsAreValidTars(t *testing.T) {
 	shards := wdsShards(t)
-	if !bytes.Contains(shards[0], []byte("././@LongLink")) || !bytes.Contains(shards[0], []byte("PaxHeaders")) {
+	if !bytes.Contains(shards[0], []byte("././@LongLink")) || !bytes.Contains(shards[0], []byte("/PaxHeader")) {
 		t.Fatal("the shard has no GNU long name or no pax header to keep with its member")
 	}
 	var want []string
@@ -123,8 +124,8 @@ func TestWDSSamplesAreRunsOfAKeyCopiedVerbatimAndPartsAreValidTars(t *testing.T)
 			t.Fatalf("shard %d: %d records, archive/tar finds %d samples", i, len(s.recs), n)
 		}
 	}
-	if len(want) != 5 {
-		t.Fatalf("%d samples in the shards, want 5", len(want))
+	if len(want) != 6 {
+		t.Fatalf("%d samples in the shards, want 6", len(want))
 	}
 	dir := t.TempDir()
 	for seed := range uint64(4) {
@@ -145,8 +146,8 @@ func TestWDSSamplesAreRunsOfAKeyCopiedVerbatimAndPartsAreValidTars(t *testing.T)
 			}
 			n++
 		}
-		if n != 5 {
-			t.Fatalf("reader found %d samples in the part, want 5", n)
+		if n != 6 {
+			t.Fatalf("reader found %d samples in the part, want 6", n)
 		}
 		if _, err := exec.LookPath("tar"); err == nil {
 			path := filepath.Join(dir, fmt.Sprintf("part-%d.tar", seed))
