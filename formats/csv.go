@@ -43,6 +43,9 @@ func (c CSV) Head(r io.ReaderAt, size int64) (Head, error) {
 	if k == 0 {
 		return Head{}, fmt.Errorf("header row longer than %d bytes", maxCSVHeader)
 	}
+	if len(trimEOL(buf[:k])) == 0 {
+		return Head{}, fmt.Errorf("the first line, the header row, is empty (pass --header=false if the file has no header)")
+	}
 	key := bytes.Clone(buf[:k])
 	if key[len(key)-1] != '\n' {
 		key = append(key, '\n')
