@@ -117,6 +117,21 @@ type Resyncer interface {
 	Resync() (from, to int64, err error)
 }
 
+// Framer is implemented by formats whose records carry framing around
+// their payload (TFRecord: 16 bytes), so that the index can report
+// payload sizes. Other formats' records are their payload.
+type Framer interface {
+	FrameOverhead() int64
+}
+
+// PayloadLen returns the payload length of a record of n stored bytes.
+func PayloadLen(f Format, n int64) int64 {
+	if fr, ok := f.(Framer); ok {
+		return n - fr.FrameOverhead()
+	}
+	return n
+}
+
 // RecordReader reads the records of a file as a stream.
 type RecordReader interface {
 	// Next returns the next record, as a served part holds it (a whole

@@ -474,6 +474,9 @@ func TestTFRecordThroughTheSeamMatchesItsScanner(t *testing.T) {
 	if len(s.recs) != 3 {
 		t.Fatalf("%d records", len(s.recs))
 	}
+	if PayloadLen(TFRecord{}, s.recs[2].Len) != 3 || PayloadLen(Lines{}, 4) != 4 {
+		t.Error("PayloadLen does not remove exactly the TFRecord framing")
+	}
 	if _, ok := (TFRecord{}).Scan(bytes.NewReader(data), s.head, 0, int64(len(data))).(Resyncer); !ok {
 		t.Error("the TFRecord scanner lost Resync")
 	}

@@ -17,6 +17,9 @@ func (TFRecord) Include() []string { return []string{"*.tfrecord", "*.tfrecords"
 func (TFRecord) Ext() string       { return ".tfrecord" }
 func (TFRecord) Checksummed() bool { return true }
 
+// FrameOverhead is the length field, its CRC and the data CRC.
+func (TFRecord) FrameOverhead() int64 { return FrameExtra }
+
 // Head refuses a compressed file, which a frame scan would report as a
 // meaningless CRC error at offset 0.
 func (TFRecord) Head(r io.ReaderAt, size int64) (Head, error) {

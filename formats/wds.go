@@ -17,7 +17,8 @@ import (
 // that belong to it, its data and padding. Members WebDataset itself
 // skips (not regular files, names without a dot, top-level __meta__
 // files) have no key and stay with the sample before them (the first
-// sample, at the start of a shard).
+// sample, at the start of a shard; a shard without any keyed member has
+// no record at all).
 //
 // Header checksums are checked when indexing and when loading. A global
 // pax header ('g'), the members of one key that are not consecutive, a
@@ -297,8 +298,8 @@ func (s *wdsScanner) Next() bool {
 				s.err = err
 				return false
 			}
-			if !s.w.has && m.start == s.w.start {
-				return false
+			if !s.w.has {
+				return false // no sample at all: members without a key are not served alone
 			}
 			s.rec = Record{s.w.start, m.start - s.w.start}
 			s.w.off = m.start
@@ -460,7 +461,7 @@ func (r *wdsReader) Next() ([]byte, error) {
 			if err := r.trailer(m.end); err != nil {
 				return nil, err
 			}
-			if !r.w.has && m.start == r.w.start {
+			if !r.w.has {
 				return nil, io.EOF
 			}
 			return r.src.buf[r.w.start-r.src.pos : m.start-r.src.pos], nil

@@ -171,6 +171,10 @@ func TestWDSKeyIsWebDatasetsBasePlusExt(t *testing.T) {
 			t.Errorf("wdsKey(%q) = %q, %v; the regexp says %v", n, k, ok, m)
 		}
 	}
+	dirOnly := shard(t, 0, member{name: "d/", typ: tar.TypeDir}, member{name: "README", data: "hi"})
+	if s := checkScanSplitRead(t, WDS{}, dirOnly); len(s.recs) != 0 {
+		t.Errorf("a shard without keyed members has %d records", len(s.recs))
+	}
 	if _, ok := wdsKey("a.b", '5'); ok {
 		t.Error("a directory has a key")
 	}
