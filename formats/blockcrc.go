@@ -29,15 +29,19 @@ type BlockSummer struct {
 }
 
 // NewBlockSummer returns a BlockSummer reading r. Index a file and sum
-// its blocks through the same read-ahead reader, so that the bytes just
-// scanned are summed from memory.
+// its blocks through the same read-ahead reader, record by record as the
+// scanner returns them (Update), so that the bytes just scanned are
+// summed from memory and the file is still read once, front to back.
 func NewBlockSummer(r io.ReaderAt) *BlockSummer {
 	return &BlockSummer{r: r, buf: make([]byte, 1<<20)}
 }
 
 // Sum returns the CRC32C of the n bytes at off.
-func (s *BlockSummer) Sum(off, n int64) (uint32, error) {
-	var crc uint32
+func (s *BlockSummer) Sum(off, n int64) (uint32, error) { return s.Update(0, off, n) }
+
+// Update returns crc updated with the n bytes at off: the CRC of a block
+// is Update applied to each of its records in order, starting from 0.
+func (s *BlockSummer) Update(crc uint32, off, n int64) (uint32, error) {
 	for n > 0 {
 		b := s.buf[:min(n, int64(len(s.buf)))]
 		k, err := s.r.ReadAt(b, off)
