@@ -552,3 +552,71 @@ func TestBlockSummerSumsTheBytesOfARange(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+func TestScannersAllocateNothingPerRecord(t *testing.T) {
+	var text, csvData, libsvm []byte
+	csvData = append(csvData, "a,b\n"...)
+	for i := range 2000 {
+		text = fmt.Appendf(text, "{\"n\": %d}\n", i)
+		csvData = fmt.Appendf(csvData, "%d,\"x\ny\"\n", i)
+		libsvm = fmt.Appendf(libsvm, "1 1:%d 7:0.5\n", i)
+	}
+	npy := npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (2000, 2), }", make([]byte, 16000))
+	wds := wdsShards(t)[0]
+	for _, c := range []struct {
+		f    Format
+		data []byte
+	}{
+		{Lines{}, text}, {JSONL{Check: true}, text}, {CSV{Header: true}, csvData}, {LibSVM{}, libsvm},
+		{NPY{}, npy}, {Fixed{RecordSize: 8}, npy[128:]}, {WDS{}, wds},
+	} {
+		r := bytes.NewReader(c.data)
+		h, err := c.f.Head(r, int64(len(c.data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		allocs := testing.AllocsPerRun(3, func() {
+			sc := c.f.Scan(r, h, h.Start, h.End)
+			for n = 0; sc.Next(); n++ {
+			}
+			if sc.Err() != nil {
+				t.Fatal(sc.Err())
+			}
+		})
+		// A scanner's own setup allocates a little; WDS names a string
+		// per member.
+		limit := 20.0
+		if c.f.Name() == "wds" {
+			limit += 3 * float64(n)
+		}
+		t.Logf("%s: %.0f allocations for %d records", c.f.Name(), allocs, n)
+		if allocs > limit {
+			t.Errorf("%s: %.0f allocations to scan %d records", c.f.Name(), allocs, n)
+		}
+	}
+}
+
+func TestTFRecordReaderRefusesDamage(t *testing.T) {
+	data, offs := file(t, []byte("first"), []byte("second"))
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"truncated header", data[:offs[1]+5], "truncated frame header"},
+		{"truncated data", data[:len(data)-2], "truncated frame"},
+		{"data crc", func() []byte { b := bytes.Clone(data); b[offs[1]+HeaderLen] ^= 1; return b }(), "data CRC mismatch"},
+		{"length crc", func() []byte { b := bytes.Clone(data); b[offs[1]] ^= 1; return b }(), "length CRC mismatch"},
+	} {
+		rd := TFRecord{}.NewReader(bytes.NewReader(c.data))
+		if _, err := rd.Next(); err != nil {
+			t.Fatalf("%s: first record: %v", c.name, err)
+		}
+		_, err := rd.Next()
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Offset != offs[1] || !strings.Contains(ce.Reason, c.want) {
+			t.Errorf("%s: got %v, want %q at %d", c.name, err, c.want, offs[1])
+		}
+	}
+}

@@ -83,6 +83,29 @@ func (WDS) NewReader(r io.Reader) RecordReader {
 	return &wdsReader{src: streamSrc{r: r}, w: sampleWalker{seen: map[string]int64{}}}
 }
 
+// SampleMembers calls fn with the name and data of every regular member
+// of a sample, as a RecordReader of WDS returns it (the validator reads
+// "KEY.cls" and "KEY.bin" this way). It stops at fn's first error.
+func SampleMembers(sample []byte, fn func(name string, data []byte) error) error {
+	src := &memSrc{buf: sample, filled: int64(len(sample))}
+	for off := int64(0); off < int64(len(sample)); {
+		m, err := nextMember(src, off)
+		if err != nil {
+			return err
+		}
+		if m.eoa {
+			return &CorruptError{m.start, "end-of-archive marker inside a sample"}
+		}
+		if _, ok := wdsKey(m.name, m.flag); ok {
+			if err := fn(m.name, sample[m.data:m.data+m.size]); err != nil {
+				return err
+			}
+		}
+		off = m.end
+	}
+	return nil
+}
+
 // ShardEdgeError reports a sample split across two shards: the last key
 // of shard a is the first key of shard b, which follows it. The index
 // calls it for every pair of consecutive shards, with the keys their
@@ -117,7 +140,8 @@ type tarMember struct {
 	start, end int64
 	name       string
 	flag       byte
-	eoa        bool // a zero block: the end-of-archive marker
+	eoa        bool  // a zero block: the end-of-archive marker
+	data, size int64 // where its data starts, and its length
 }
 
 func pad512(n int64) int64 { return (n + tarBlock - 1) / tarBlock * tarBlock }
@@ -203,6 +227,7 @@ func nextMember(src tarSrc, off int64) (tarMember, error) {
 			return m, err
 		}
 		m.name, m.flag, m.end = name, flag, off+tarBlock+pad512(size)
+		m.data, m.size = off+tarBlock, size
 		return m, nil
 	}
 }

@@ -149,6 +149,26 @@ func TestWDSSamplesAreRunsOfAKeyCopiedVerbatimAndPartsAreValidTars(t *testing.T)
 		if n != 6 {
 			t.Fatalf("reader found %d samples in the part, want 6", n)
 		}
+		// SampleMembers sees in each sample what archive/tar sees.
+		var got []string
+		rd = WDS{}.NewReader(bytes.NewReader(p))
+		for {
+			sample, err := rd.Next()
+			if err == io.EOF {
+				break
+			}
+			var s string
+			if err := SampleMembers(sample, func(name string, data []byte) error {
+				s += name + "=" + string(data) + ";"
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		if !sameMultiset(got, want) {
+			t.Fatalf("SampleMembers: %q, want %q", got, want)
+		}
 		if _, err := exec.LookPath("tar"); err == nil {
 			path := filepath.Join(dir, fmt.Sprintf("part-%d.tar", seed))
 			if err := os.WriteFile(path, p, 0o644); err != nil {
