@@ -495,7 +495,8 @@ func TestDetectChoosesByExtensionAndRefusesAMix(t *testing.T) {
 		{[]string{"t.csv"}, "csv"},
 		{[]string{"t.jsonl", "u.ndjson"}, "jsonl"},
 		{[]string{"t.libsvm", "t.svm"}, "libsvm"},
-		{[]string{"t.txt"}, "lines"},
+		{[]string{"t.txt", "u.txt"}, "lines"},
+		{[]string{"README.txt", "d/x.csv"}, "csv"}, // a .txt beside data is not data
 		{[]string{"shard-000.tar"}, "wds"},
 		{[]string{"x.npy"}, "npy"},
 	} {

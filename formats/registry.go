@@ -80,25 +80,32 @@ var ErrNoFormat = errors.New("no file has the extension of a known format; pass 
 // Detect chooses the format of a dataset from its file names (slash or
 // OS paths), by the default include patterns of each format. Names that
 // match no format are ignored; a dataset whose names match two formats is
-// an error naming one file of each. Fixed-size records have no extension
-// of their own and are never detected.
+// an error naming one file of each. "*.txt" is a weak match: a README.txt
+// next to the data is not data, so lines is chosen only when no other
+// format matched. Fixed-size records have no extension of their own and
+// are never detected.
 func Detect(names []string, o Options) (Format, error) {
-	var found Format
+	var found, weak Format
 	var first string
 	for _, n := range names {
 		f := formatOf(path.Base(strings.ReplaceAll(n, "\\", "/")), o)
 		switch {
 		case f == nil:
+		case f.Name() == "lines":
+			weak = f
 		case found == nil:
 			found, first = f, n
 		case f.Name() != found.Name():
 			return nil, fmt.Errorf("the source mixes formats: %s is %s but %s is %s; pass --format, or --include to pick one kind of file", first, found.Name(), n, f.Name())
 		}
 	}
-	if found == nil {
-		return nil, ErrNoFormat
+	switch {
+	case found != nil:
+		return found, nil
+	case weak != nil:
+		return weak, nil
 	}
-	return found, nil
+	return nil, ErrNoFormat
 }
 
 // formatOf returns the format whose include patterns match base, or nil.
