@@ -67,6 +67,9 @@ func checkScanSplitRead(t *testing.T, f Format, data []byte) fileRecords {
 		t.Fatalf("scan: %v", err)
 	}
 	off := s.head.Start
+	if len(s.recs) > 0 && f.Name() == "wds" {
+		off = s.recs[0].Offset // members before the first sample are not served
+	}
 	for i, r := range s.recs {
 		if r.Offset != off || r.Len <= 0 {
 			t.Fatalf("record %d is %+v, want it to start at %d", i, r, off)

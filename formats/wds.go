@@ -16,9 +16,12 @@ import (
 // member's header, the pax ('x') and GNU long-name ('L', 'K') headers
 // that belong to it, its data and padding. Members WebDataset itself
 // skips (not regular files, names without a dot, top-level __meta__
-// files) have no key and stay with the sample before them (the first
-// sample, at the start of a shard; a shard without any keyed member has
-// no record at all).
+// files) have no key and stay with the sample before them; those before
+// the first sample of a shard belong to none and are not served.
+//
+// Keys should be unique across the dataset: two samples of one key from
+// different shards may meet in a part, and a WebDataset reader would
+// merge them into one.
 //
 // Header checksums are checked when indexing and when loading. A global
 // pax header ('g'), the members of one key that are not consecutive, a
@@ -285,6 +288,12 @@ func (w *sampleWalker) step(src tarSrc) (m tarMember, cut bool, prev int64, err 
 		}
 		cut, prev = true, w.start
 		w.start = m.start
+	}
+	if !ok && !w.has {
+		// Members before the first keyed one (a directory entry, a
+		// README) belong to no sample and are not served: kept with the
+		// first sample they would move to another sample's end in a part.
+		w.start = m.end
 	}
 	if ok && (cut || !w.has) {
 		w.key, w.has = key, true
