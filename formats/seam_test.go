@@ -141,7 +141,10 @@ func seamCases(t *testing.T) []struct {
 		f     Format
 		files [][]byte
 	}{
-		{TFRecord{}, func() [][]byte { a, _ := file(t, []byte("a"), []byte("bb"), nil, []byte("dddd")); return [][]byte{a, a} }()},
+		{TFRecord{}, func() [][]byte {
+			a, _ := file(t, []byte("a"), []byte("bb"), nil, []byte("dddd"))
+			return [][]byte{a, a}
+		}()},
 		{Lines{}, [][]byte{lines, []byte("no newline at the end")}},
 		{JSONL{Check: true}, [][]byte{lines, []byte("[1]\r\n{}")}},
 		{CSV{Header: true}, [][]byte{csvA, csvB, []byte("id,v\n99,last")}},

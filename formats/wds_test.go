@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,6 +274,22 @@ func TestWDSSampleSplitAcrossShardsIsAnError(t *testing.T) {
 	}
 	if err := ShardEdgeError("b.tar", lastB, "a.tar", "k1"); err != nil {
 		t.Fatal(err)
+	}
+	// Any key in two shards, not only at their edges.
+	c := shard(t, 0, member{name: "k9.cls", data: "1"}, member{name: "k1.cls", data: "1"}, member{name: "k8.cls", data: "1"})
+	keySet := func(data []byte) func(func(string) bool) {
+		sc := WDS{}.Scan(bytes.NewReader(data), Head{End: int64(len(data))}, 0, int64(len(data)))
+		for sc.Next() {
+		}
+		return sc.(interface{ Keys() iter.Seq[string] }).Keys()
+	}
+	ks := NewKeySet()
+	if err := ks.Add("a.tar", keySet(a)); err != nil {
+		t.Fatal(err)
+	}
+	err = ks.Add("c.tar", keySet(c))
+	if err == nil || !strings.Contains(err.Error(), `"k1"`) || !strings.Contains(err.Error(), "a.tar") || !strings.Contains(err.Error(), "c.tar") {
+		t.Fatalf("duplicate key: %v", err)
 	}
 }
 
