@@ -94,8 +94,9 @@ func (WDS) NewReader(r io.Reader) RecordReader {
 // "KEY.cls" and "KEY.bin" this way). It stops at fn's first error.
 func SampleMembers(sample []byte, fn func(name string, data []byte) error) error {
 	src := &memSrc{buf: sample, filled: int64(len(sample))}
+	var nb []byte
 	for off := int64(0); off < int64(len(sample)); {
-		m, err := nextMember(src, off)
+		m, err := nextMember(src, off, &nb)
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func SampleMembers(sample []byte, fn func(name string, data []byte) error) error
 			return &CorruptError{m.start, "end-of-archive marker inside a sample"}
 		}
 		if _, ok := wdsKey(m.name, m.flag); ok {
-			if err := fn(m.name, sample[m.data:m.data+m.size]); err != nil {
+			if err := fn(string(m.name), sample[m.data:m.data+m.size]); err != nil {
 				return err
 			}
 		}
@@ -177,7 +178,7 @@ type tarSrc interface {
 // before it: its bytes are [start, end).
 type tarMember struct {
 	start, end int64
-	name       string
+	name       []byte // valid until the next call of nextMember
 	flag       byte
 	eoa        bool  // a zero block: the end-of-archive marker
 	data, size int64 // where its data starts, and its length
@@ -185,10 +186,11 @@ type tarMember struct {
 
 func pad512(n int64) int64 { return (n + tarBlock - 1) / tarBlock * tarBlock }
 
-// nextMember reads the member at off.
-func nextMember(src tarSrc, off int64) (tarMember, error) {
+// nextMember reads the member at off. Its name is built in *nb, reused
+// from member to member, so that walking a block allocates nothing.
+func nextMember(src tarSrc, off int64, nb *[]byte) (tarMember, error) {
 	m := tarMember{start: off}
-	var longName, paxPath string
+	var haveLong, havePax bool
 	paxSize := int64(-1)
 	for {
 		h, err := src.bytes(off, tarBlock)
@@ -227,11 +229,17 @@ func nextMember(src tarSrc, off int64) (tarMember, error) {
 			}
 			switch flag {
 			case 'x':
-				if paxPath, paxSize, err = parsePAX(d, paxPath, paxSize); err != nil {
+				var path []byte
+				if path, paxSize, err = parsePAX(d, paxSize); err != nil {
 					return m, &CorruptError{off, fmt.Sprintf("pax header: %v", err)}
 				}
+				if path != nil {
+					*nb, havePax = append((*nb)[:0], path...), true
+				}
 			case 'L':
-				longName = cString(d)
+				if !havePax { // a pax path wins, as in archive/tar
+					*nb, haveLong = append((*nb)[:0], cBytes(d)...), true
+				}
 			}
 			off += tarBlock + pad512(size)
 			continue
@@ -240,18 +248,16 @@ func nextMember(src tarSrc, off int64) (tarMember, error) {
 		case 'S', 'M', 'V', 'N', 'D':
 			return m, &CorruptError{off, fmt.Sprintf("tar member %q of GNU type %q is not supported", cString(h[:100]), flag)}
 		}
-		name := cString(h[:100])
-		if string(h[257:263]) == "ustar\x00" {
-			if p := cString(h[345:500]); p != "" {
-				name = p + "/" + name
+		if !havePax && !haveLong {
+			*nb = (*nb)[:0]
+			if string(h[257:263]) == "ustar\x00" {
+				if p := cBytes(h[345:500]); len(p) > 0 {
+					*nb = append(append(*nb, p...), '/')
+				}
 			}
+			*nb = append(*nb, cBytes(h[:100])...)
 		}
-		if longName != "" {
-			name = longName
-		}
-		if paxPath != "" {
-			name = paxPath
-		}
+		name := *nb
 		if paxSize >= 0 {
 			size = paxSize
 		}
@@ -274,29 +280,29 @@ func nextMember(src tarSrc, off int64) (tarMember, error) {
 // wdsKey returns the sample key of a member, as WebDataset's
 // base_plus_ext regular expression ^((?:.*/|)[^.]+)[.]([^/]*)$ finds it,
 // and false for members WebDataset skips.
-func wdsKey(name string, flag byte) (string, bool) {
+func wdsKey(name []byte, flag byte) ([]byte, bool) {
 	if flag != '0' && flag != 0 && flag != '7' {
-		return "", false
+		return nil, false
 	}
-	slash := strings.LastIndexByte(name, '/')
-	if slash < 0 && strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__") {
-		return "", false
+	slash := bytes.LastIndexByte(name, '/')
+	if slash < 0 && bytes.HasPrefix(name, []byte("__")) && bytes.HasSuffix(name, []byte("__")) {
+		return nil, false
 	}
 	base := name[slash+1:]
-	dot := strings.IndexByte(base, '.')
+	dot := bytes.IndexByte(base, '.')
 	switch {
 	case dot < 0:
-		return "", false
+		return nil, false
 	case dot > 0:
 		return name[:slash+1+dot], true
 	case slash < 0:
-		return "", false
+		return nil, false
 	}
 	// The last component starts with a dot: [^.]+ may reach back across
 	// the last slash if the directory component before it has no dot.
-	prev := strings.LastIndexByte(name[:slash], '/')
-	if strings.IndexByte(name[prev+1:slash], '.') >= 0 {
-		return "", false
+	prev := bytes.LastIndexByte(name[:slash], '/')
+	if bytes.IndexByte(name[prev+1:slash], '.') >= 0 {
+		return nil, false
 	}
 	return name[:slash+1], true
 }
@@ -305,7 +311,8 @@ func wdsKey(name string, flag byte) (string, bool) {
 type sampleWalker struct {
 	off   int64 // the next member
 	start int64 // the current sample
-	key   string
+	key   []byte
+	nb    []byte           // the name of the member being read
 	has   bool             // the current sample has a key
 	seen  map[string]int64 // keys met so far and their sample's offset; nil: not checked
 }
@@ -313,13 +320,13 @@ type sampleWalker struct {
 // step reads the next member. cut says it starts a new sample, the one
 // before being [prev, m.start).
 func (w *sampleWalker) step(src tarSrc) (m tarMember, cut bool, prev int64, err error) {
-	m, err = nextMember(src, w.off)
+	m, err = nextMember(src, w.off, &w.nb)
 	if err != nil || m.eoa {
 		return m, false, 0, err
 	}
 	key, ok := wdsKey(m.name, m.flag)
-	if ok && w.has && key != w.key {
-		if at, dup := w.seen[key]; dup {
+	if ok && w.has && !bytes.Equal(key, w.key) {
+		if at, dup := w.seen[string(key)]; dup {
 			return m, false, 0, &CorruptError{m.start, fmt.Sprintf("member %q: key %q already has members in the sample at offset %d; the members of a sample must be consecutive", m.name, key, at)}
 		}
 		cut, prev = true, w.start
@@ -332,9 +339,9 @@ func (w *sampleWalker) step(src tarSrc) (m tarMember, cut bool, prev int64, err 
 		w.start = m.end
 	}
 	if ok && (cut || !w.has) {
-		w.key, w.has = key, true
+		w.key, w.has = append(w.key[:0], key...), true
 		if w.seen != nil {
-			w.seen[key] = w.start
+			w.seen[string(key)] = w.start
 		}
 	}
 	w.off = m.end
@@ -373,11 +380,11 @@ func (s *wdsScanner) Next() bool {
 			}
 			s.rec = Record{s.w.start, m.start - s.w.start}
 			s.w.off = m.start
-			s.last = s.w.key
+			s.last = string(s.w.key)
 			return true
 		}
 		if s.first == "" && s.w.has {
-			s.first = s.w.key
+			s.first = string(s.w.key)
 		}
 		if cut {
 			s.rec = Record{prev, m.start - prev}
@@ -570,13 +577,16 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// cString returns b up to its first NUL.
-func cString(b []byte) string {
+// cBytes returns b up to its first NUL.
+func cBytes(b []byte) []byte {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return b
 }
+
+// cString returns b up to its first NUL.
+func cString(b []byte) string { return string(cBytes(b)) }
 
 // tarChecksum checks a header's checksum: the sum of its bytes with the
 // checksum field read as spaces, unsigned or (as old tars wrote it)
@@ -627,9 +637,9 @@ func tarNumber(f []byte) (int64, error) {
 	return v, nil
 }
 
-// parsePAX reads the path and size records of a pax extended header,
-// keeping path and size when it has none.
-func parsePAX(d []byte, path string, size int64) (string, int64, error) {
+// parsePAX reads the path and size records of a pax extended header:
+// path is nil and size unchanged when it has none.
+func parsePAX(d []byte, size int64) (path []byte, _ int64, _ error) {
 	for len(d) > 0 {
 		sp := bytes.IndexByte(d, ' ')
 		if sp <= 0 {
@@ -645,7 +655,7 @@ func parsePAX(d []byte, path string, size int64) (string, int64, error) {
 		}
 		switch string(k) {
 		case "path":
-			path = string(v)
+			path = v
 		case "size":
 			if size, err = strconv.ParseInt(string(v), 10, 64); err != nil || size < 0 {
 				return path, size, fmt.Errorf("bad size %q", v)

@@ -185,10 +185,10 @@ func TestWDSSamplesAreRunsOfAKeyCopiedVerbatimAndPartsAreValidTars(t *testing.T)
 
 func TestWDSKeyIsWebDatasetsBasePlusExt(t *testing.T) {
 	for _, n := range []string{"a.b", "a.b.c", "d/a.b", "d.e/a.b", "d/.h", "d.e/.h", ".h", "a", "d/a", "a.", "x/y/z.q.r", "d.x/e/.h", "__meta__", "d/__meta__.x", "a/b.c/d"} {
-		k, ok := wdsKey(n, '0')
+		k, ok := wdsKey([]byte(n), '0')
 		m := wdsRE.FindStringSubmatch(n)
 		meta := !strings.Contains(n, "/") && strings.HasPrefix(n, "__") && strings.HasSuffix(n, "__")
-		if want := m != nil && !meta; ok != want || (ok && k != m[1]) {
+		if want := m != nil && !meta; ok != want || (ok && string(k) != m[1]) {
 			t.Errorf("wdsKey(%q) = %q, %v; the regexp says %v", n, k, ok, m)
 		}
 	}
@@ -196,7 +196,7 @@ func TestWDSKeyIsWebDatasetsBasePlusExt(t *testing.T) {
 	if s := checkScanSplitRead(t, WDS{}, dirOnly); len(s.recs) != 0 {
 		t.Errorf("a shard without keyed members has %d records", len(s.recs))
 	}
-	if _, ok := wdsKey("a.b", '5'); ok {
+	if _, ok := wdsKey([]byte("a.b"), '5'); ok {
 		t.Error("a directory has a key")
 	}
 }
