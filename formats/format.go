@@ -14,9 +14,14 @@ import (
 //
 // A source file of a format is read as three parts: an optional file
 // header, records packed back to back in [Head.Start, Head.End), and
-// optional trailing bytes after End (a tar end-of-archive marker). Every
-// record boundary a Scanner reports is a place where a block may start or
-// end. A served part is Prologue, then whole records, then Epilogue.
+// optional trailing bytes (a tar shard's end-of-archive marker and
+// padding, which its scanner finds and checks; its records then end
+// before End). Every record boundary a scanner reports is a place where
+// a block may start or end. A served part is the prologue, then whole
+// records in any order, then the epilogue; every record is served as
+// stored, except a file's last one, which gets Head.Tail after it.
+//
+// Formats are values without state, safe for concurrent use.
 type Format interface {
 	// Name is the --format value.
 	Name() string
@@ -30,15 +35,20 @@ type Format interface {
 	// file's name to the error.
 	Head(r io.ReaderAt, size int64) (Head, error)
 	// Scan returns a scanner over the records of [start, end) of a file
-	// whose Head is h. start must be a record boundary (h.Start at first).
+	// whose Head is h. start must be a record boundary (h.Start at first)
+	// and end is taken as the end of the file's records (h.End): a text
+	// line without line end is a record only there.
 	Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner
 	// SplitFilled finds the records of a loaded block of a file whose
-	// Head is h, in the manner of the TFRecord SplitFilled: buf holds whole records (its last one
-	// completed by the file's Head.Tail when the block ends the file),
-	// only buf[:filled] is there yet, and from is where the previous call
-	// stopped. It appends the start of every record that lies whole in
-	// buf[:filled] and returns the offset of the first one left for a
-	// later call. base is the file offset of buf[0], for errors.
+	// Head is h, as the TFRecord SplitFilled does: buf holds whole
+	// records (the last one completed by Head.Tail when the block ends
+	// the file), only buf[:filled] is there yet, and from is where the
+	// previous call stopped. It appends the start of every record that
+	// lies whole in buf[:filled] and returns the offset of the first one
+	// left for a later call; once filled is len(buf), every record must
+	// be whole. It checks structure (and TFRecord's CRCs), not content:
+	// the block CRC does that. base is the file offset of buf[0], for
+	// errors.
 	SplitFilled(h Head, buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error)
 	// AppendPrologue appends the bytes a served part holds before its
 	// records: h is the dataset's Head (see Agree), records the number
