@@ -649,3 +649,32 @@ func TestTFRecordReaderRefusesDamage(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeFindsTheNextRecordBoundaryFromAnyOffset(t *testing.T) {
+	for _, c := range seamCases(t) {
+		p, ok := c.f.(Prober)
+		if !ok {
+			continue
+		}
+		for fi, data := range c.files {
+			s, err := scanFile(c.f, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := bytes.NewReader(data)
+			for off := int64(0); off <= int64(len(data)); off++ {
+				want := s.head.End
+				for _, rec := range s.recs {
+					if rec.Offset >= off {
+						want = rec.Offset
+						break
+					}
+				}
+				got, err := p.Probe(r, s.head, off)
+				if err != nil || got != want {
+					t.Fatalf("%s file %d: Probe(%d) = %d, %v; the scanner's next boundary is %d", c.f.Name(), fi, off, got, err, want)
+				}
+			}
+		}
+	}
+}
