@@ -31,17 +31,25 @@ func (c CSV) Head(r io.ReaderAt, size int64) (Head, error) {
 		tail, err := textTail(r, 0, size)
 		return Head{Start: 0, End: size, Tail: tail}, err
 	}
-	buf := make([]byte, min(size, maxCSVHeader))
-	n, err := r.ReadAt(buf, 0)
-	if n < len(buf) {
-		return Head{}, fmt.Errorf("read the header row: %w", err)
-	}
-	k, _, err := cutCSV(buf, int64(len(buf)) == size)
-	if err != nil {
-		return Head{}, fmt.Errorf("header row: %w", err)
-	}
-	if k == 0 {
-		return Head{}, fmt.Errorf("header row longer than %d bytes", maxCSVHeader)
+	// Most headers are short: read a little, and more only if the row
+	// goes on.
+	var buf []byte
+	var k int
+	for want := min(size, 4<<10); ; want = min(size, 2*want) {
+		buf = make([]byte, want)
+		if n, err := r.ReadAt(buf, 0); n < len(buf) {
+			return Head{}, fmt.Errorf("read the header row: %w", err)
+		}
+		var err error
+		if k, _, err = cutCSV(buf, want == size); err != nil {
+			return Head{}, fmt.Errorf("header row: %w", err)
+		}
+		if k > 0 {
+			break
+		}
+		if want >= maxCSVHeader {
+			return Head{}, fmt.Errorf("header row longer than %d bytes", maxCSVHeader)
+		}
 	}
 	if len(trimEOL(buf[:k])) == 0 {
 		return Head{}, fmt.Errorf("the first line, the header row, is empty (pass --header=false if the file has no header)")

@@ -678,3 +678,15 @@ func TestProbeFindsTheNextRecordBoundaryFromAnyOffset(t *testing.T) {
 		}
 	}
 }
+
+func TestCSVHeaderLongerThanTheFirstReadIsFound(t *testing.T) {
+	header := strings.Repeat("column,", 2000) + "\"last\ncolumn\"\n"
+	data := []byte(header + strings.Repeat("1,", 2000) + "2\n")
+	s := checkScanSplitRead(t, CSV{Header: true}, data)
+	if string(s.head.Key) != header || len(s.recs) != 1 {
+		t.Fatalf("header of %d bytes, %d records; want %d bytes and 1", len(s.head.Key), len(s.recs), len(header))
+	}
+	if _, err := scanFile(CSV{Header: true}, bytes.Repeat([]byte("x"), maxCSVHeader+1)); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("a header without end: %v", err)
+	}
+}
