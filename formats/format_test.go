@@ -555,7 +555,6 @@ func TestBlockSummerSumsTheBytesOfARange(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
 
 func TestScannersAllocateNothingPerRecord(t *testing.T) {
 	var text, csvData, libsvm []byte

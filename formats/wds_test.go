@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -293,4 +292,3 @@ func TestWDSSampleSplitAcrossShardsIsAnError(t *testing.T) {
 	}
 }
 
-var _ = slices.Equal[[]int]
