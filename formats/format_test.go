@@ -555,7 +555,6 @@ func TestBlockSummerSumsTheBytesOfARange(t *testing.T) {
 	}
 }
 
-
 func TestScannersAllocateNothingPerRecord(t *testing.T) {
 	var text, csvData, libsvm []byte
 	csvData = append(csvData, "a,b\n"...)

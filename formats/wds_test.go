@@ -291,4 +291,3 @@ func TestWDSSampleSplitAcrossShardsIsAnError(t *testing.T) {
 		t.Fatalf("duplicate key: %v", err)
 	}
 }
-
