@@ -77,11 +77,11 @@ func (c CSV) Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner {
 		if err == nil && n > 0 {
 			switch {
 			case len(trimEOL(data[:n])) == 0:
-				err = &CorruptError{0, "empty line (write \"\" for a row of one empty field)"}
+				err = &CorruptError{Offset: 0, Reason: "empty line (write \"\" for a row of one empty field)"}
 			case fields < 0:
 				fields = f
 			case f != fields:
-				err = &CorruptError{0, fmt.Sprintf("%d fields, but %s has %d", f, first, fields)}
+				err = &CorruptError{Offset: 0, Reason: fmt.Sprintf("%d fields, but %s has %d", f, first, fields)}
 			}
 		}
 		return n, err
@@ -119,7 +119,7 @@ func cutCSV(data []byte, atEOF bool) (n, fields int, err error) {
 				j := bytes.IndexByte(data[i:], '"')
 				if j < 0 {
 					if atEOF {
-						return 0, 0, &CorruptError{int64(open), "quoted field never closed"}
+						return 0, 0, &CorruptError{Offset: int64(open), Reason: "quoted field never closed"}
 					}
 					return 0, 0, nil
 				}
@@ -152,7 +152,7 @@ func cutCSV(data []byte, atEOF bool) (n, fields int, err error) {
 					return i + 2, fields, nil
 				}
 			}
-			return 0, 0, &CorruptError{int64(i), "extraneous or missing \" in quoted field"}
+			return 0, 0, &CorruptError{Offset: int64(i), Reason: "extraneous or missing \" in quoted field"}
 		}
 		for ; i < len(data); i++ {
 			switch data[i] {
@@ -161,7 +161,7 @@ func cutCSV(data []byte, atEOF bool) (n, fields int, err error) {
 			case '\n':
 				return i + 1, fields, nil
 			case '"':
-				return 0, 0, &CorruptError{int64(i), "bare \" in non-quoted field"}
+				return 0, 0, &CorruptError{Offset: int64(i), Reason: "bare \" in non-quoted field"}
 			}
 		}
 		if atEOF && len(data) > 0 {

@@ -58,7 +58,7 @@ func (s *fixedScanner) Next() bool {
 		return false
 	}
 	if s.end-s.off < s.size {
-		s.err = &CorruptError{s.off, fmt.Sprintf("partial record: %d bytes left, records are %d bytes", s.end-s.off, s.size)}
+		s.err = &CorruptError{Offset: s.off, Reason: fmt.Sprintf("partial record: %d bytes left, records are %d bytes", s.end-s.off, s.size)}
 		return false
 	}
 	s.rec = Record{s.off, s.size}
@@ -75,7 +75,7 @@ func splitFixed(size int64, buf []byte, filled, from, base int64, starts []int64
 		return starts, from, fmt.Errorf("records of %d bytes cannot be split", size)
 	}
 	if filled == int64(len(buf)) && (filled-from)%size != 0 {
-		return starts, from, &CorruptError{base + from, fmt.Sprintf("%d bytes are not a whole number of %d-byte records", filled-from, size)}
+		return starts, from, &CorruptError{Offset: base + from, Reason: fmt.Sprintf("%d bytes are not a whole number of %d-byte records", filled-from, size)}
 	}
 	off := from
 	for ; off+size <= filled; off += size {
@@ -119,7 +119,7 @@ func (f *fixedReader) Next() ([]byte, error) {
 	if f.rows >= 0 && f.read == f.rows {
 		var b [1]byte
 		if n, _ := io.ReadFull(f.r, b[:]); n > 0 {
-			return nil, &CorruptError{f.skip + f.read*f.size, fmt.Sprintf("data after the %d rows the header announces", f.rows)}
+			return nil, &CorruptError{Offset: f.skip + f.read*f.size, Reason: fmt.Sprintf("data after the %d rows the header announces", f.rows)}
 		}
 		return nil, io.EOF
 	}
@@ -130,7 +130,7 @@ func (f *fixedReader) Next() ([]byte, error) {
 	if err != nil {
 		at := f.skip + f.read*f.size
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, &CorruptError{at, fmt.Sprintf("partial record: %d bytes, records are %d bytes", n, f.size)}
+			return nil, &CorruptError{Offset: at, Reason: fmt.Sprintf("partial record: %d bytes, records are %d bytes", n, f.size)}
 		}
 		return nil, err
 	}

@@ -165,7 +165,7 @@ type cutFunc func(data []byte, atEOF bool) (int, error)
 func rebase(err error, base int64) error {
 	var ce *CorruptError
 	if errors.As(err, &ce) {
-		return &CorruptError{ce.Offset + base, ce.Reason}
+		return &CorruptError{Offset: ce.Offset + base, Reason: ce.Reason}
 	}
 	return err
 }
@@ -181,7 +181,7 @@ func splitCut(cut cutFunc, buf []byte, filled, from, base int64, starts []int64)
 		}
 		if n == 0 {
 			if filled == end {
-				return starts, off, &CorruptError{base + off, "incomplete record at the end of the block"}
+				return starts, off, &CorruptError{Offset: base + off, Reason: "incomplete record at the end of the block"}
 			}
 			break
 		}
@@ -223,7 +223,7 @@ func newCutScanner(r io.ReaderAt, start, end int64, label string, cut cutFunc, c
 			err = rebase(err, s.off)
 			var ce *CorruptError
 			if errors.As(err, &ce) {
-				err = &CorruptError{ce.Offset, fmt.Sprintf("%s %d: %s", s.label, s.n+1, ce.Reason)}
+				err = &CorruptError{Offset: ce.Offset, Reason: fmt.Sprintf("%s %d: %s", s.label, s.n+1, ce.Reason)}
 			}
 			return 0, nil, err
 		}
@@ -242,7 +242,7 @@ func (s *cutScanner) Next() bool {
 	if !s.sc.Scan() {
 		s.err = s.sc.Err()
 		if errors.Is(s.err, bufio.ErrTooLong) {
-			s.err = &CorruptError{s.off, fmt.Sprintf("%s %d: longer than %d bytes (no line end?)", s.label, s.n+1, maxCutRecord)}
+			s.err = &CorruptError{Offset: s.off, Reason: fmt.Sprintf("%s %d: longer than %d bytes (no line end?)", s.label, s.n+1, maxCutRecord)}
 		}
 		return false
 	}

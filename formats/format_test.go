@@ -472,7 +472,7 @@ func TestFixedRecordsSkipTheHeaderAndRefuseAPartialRecord(t *testing.T) {
 }
 
 func TestTFRecordThroughTheSeamMatchesItsScanner(t *testing.T) {
-	data, _ := file(t, []byte("a"), nil, []byte("ccc"))
+	data, _ := frames([]byte("a"), nil, []byte("ccc"))
 	s := checkScanSplitRead(t, TFRecord{}, data)
 	if len(s.recs) != 3 {
 		t.Fatalf("%d records", len(s.recs))
@@ -625,7 +625,7 @@ func TestScannersAllocateNothingPerRecord(t *testing.T) {
 }
 
 func TestTFRecordReaderRefusesDamage(t *testing.T) {
-	data, offs := file(t, []byte("first"), []byte("second"))
+	data, offs := frames([]byte("first"), []byte("second"))
 	for _, c := range []struct {
 		name string
 		data []byte
@@ -687,4 +687,16 @@ func TestCSVHeaderLongerThanTheFirstReadIsFound(t *testing.T) {
 	if _, err := scanFile(CSV{Header: true}, bytes.Repeat([]byte("x"), maxCSVHeader+1)); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Fatalf("a header without end: %v", err)
 	}
+}
+
+// frames returns a TFRecord file of records and the offset of each (a
+// helper of its own, so that these tests do not lean on tfrecord_test.go).
+func frames(records ...[]byte) ([]byte, []int64) {
+	var b []byte
+	var offs []int64
+	for _, r := range records {
+		offs = append(offs, int64(len(b)))
+		b = AppendFrame(b, r)
+	}
+	return b, offs
 }

@@ -104,7 +104,7 @@ func loadBlock(f Format, files [][]byte, heads []Head, b seamBlock) ([][]byte, e
 		}
 	}
 	if !f.Checksummed() && crc != b.crc {
-		return nil, &CorruptError{b.off, "block checksum mismatch"}
+		return nil, &CorruptError{Offset: b.off, Reason: "block checksum mismatch"}
 	}
 	if len(starts) != b.records {
 		return nil, fmt.Errorf("%d records, index says %d", len(starts), b.records)
@@ -142,7 +142,7 @@ func seamCases(t *testing.T) []struct {
 		files [][]byte
 	}{
 		{TFRecord{}, func() [][]byte {
-			a, _ := file(t, []byte("a"), []byte("bb"), nil, []byte("dddd"))
+			a, _ := frames([]byte("a"), []byte("bb"), nil, []byte("dddd"))
 			return [][]byte{a, a}
 		}()},
 		{Lines{}, [][]byte{lines, []byte("no newline at the end")}},

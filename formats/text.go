@@ -33,7 +33,7 @@ func splitLines(buf []byte, filled, from, base int64, starts []int64) ([]int64, 
 		i := bytes.IndexByte(buf[off:filled], '\n')
 		if i < 0 {
 			if filled == int64(len(buf)) {
-				return starts, off, &CorruptError{base + off, "line without line end at the end of the block"}
+				return starts, off, &CorruptError{Offset: base + off, Reason: "line without line end at the end of the block"}
 			}
 			break
 		}
@@ -98,7 +98,7 @@ func (JSONL) NewReader(r io.Reader) RecordReader                      { return n
 
 func checkJSONLine(line []byte, _ int64) error {
 	if !json.Valid(line) {
-		return &CorruptError{0, "not one JSON value"}
+		return &CorruptError{Offset: 0, Reason: "not one JSON value"}
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func CheckLibSVM(line []byte) error {
 		return s, body[s:i]
 	}
 	bad := func(at int, format string, a ...any) error {
-		return &CorruptError{int64(at), "libsvm: " + fmt.Sprintf(format, a...)}
+		return &CorruptError{Offset: int64(at), Reason: "libsvm: " + fmt.Sprintf(format, a...)}
 	}
 	at, label := word()
 	if len(label) == 0 {

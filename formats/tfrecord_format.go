@@ -67,7 +67,7 @@ func (f *frameReader) Next() ([]byte, error) {
 	f.buf = f.buf[:HeaderLen]
 	if _, err := io.ReadFull(f.r, f.buf); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &CorruptError{f.off, "truncated frame header"}
+			return nil, &CorruptError{Offset: f.off, Reason: "truncated frame header"}
 		}
 		return nil, err // io.EOF at a frame boundary is the end
 	}
@@ -82,12 +82,12 @@ func (f *frameReader) Next() ([]byte, error) {
 	f.buf = f.buf[:total]
 	if _, err := io.ReadFull(f.r, f.buf[HeaderLen:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &CorruptError{f.off, "truncated frame"}
+			return nil, &CorruptError{Offset: f.off, Reason: "truncated frame"}
 		}
 		return nil, err
 	}
 	if MaskedCRC(f.buf[HeaderLen:HeaderLen+n]) != binary.LittleEndian.Uint32(f.buf[HeaderLen+n:]) {
-		return nil, &CorruptError{f.off, "data CRC mismatch"}
+		return nil, &CorruptError{Offset: f.off, Reason: "data CRC mismatch"}
 	}
 	f.off += int64(total)
 	return f.buf, nil

@@ -63,7 +63,7 @@ func (WDS) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []in
 			return starts, w.start, rebase(err, base)
 		}
 		if m.eoa {
-			return starts, w.start, &CorruptError{base + m.start, "end-of-archive marker inside a block"}
+			return starts, w.start, &CorruptError{Offset: base + m.start, Reason: "end-of-archive marker inside a block"}
 		}
 		if cut {
 			starts = append(starts, prev)
@@ -101,7 +101,7 @@ func SampleMembers(sample []byte, fn func(name string, data []byte) error) error
 			return err
 		}
 		if m.eoa {
-			return &CorruptError{m.start, "end-of-archive marker inside a sample"}
+			return &CorruptError{Offset: m.start, Reason: "end-of-archive marker inside a sample"}
 		}
 		if _, ok := wdsKey(m.name, m.flag); ok {
 			if err := fn(string(m.name), sample[m.data:m.data+m.size]); err != nil {
@@ -196,34 +196,34 @@ func nextMember(src tarSrc, off int64, nb *[]byte) (tarMember, error) {
 		h, err := src.bytes(off, tarBlock)
 		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return m, &CorruptError{off, "truncated tar: no end-of-archive marker (a shard cut short?)"}
+				return m, &CorruptError{Offset: off, Reason: "truncated tar: no end-of-archive marker (a shard cut short?)"}
 			}
 			return m, err
 		}
 		if isZero(h) {
 			if off != m.start {
-				return m, &CorruptError{off, "end-of-archive marker right after an extended header"}
+				return m, &CorruptError{Offset: off, Reason: "end-of-archive marker right after an extended header"}
 			}
 			m.eoa, m.end = true, off+tarBlock
 			return m, nil
 		}
 		if err := tarChecksum(h); err != nil {
-			return m, &CorruptError{off, fmt.Sprintf("tar header of %q: %v", cString(h[:100]), err)}
+			return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("tar header of %q: %v", cString(h[:100]), err)}
 		}
 		flag := h[156]
 		size, err := tarNumber(h[124:136])
 		if err != nil {
-			return m, &CorruptError{off, fmt.Sprintf("tar header of %q: size: %v", cString(h[:100]), err)}
+			return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("tar header of %q: size: %v", cString(h[:100]), err)}
 		}
 		switch flag {
 		case 'x', 'L', 'K':
 			if size > maxTarMeta {
-				return m, &CorruptError{off, fmt.Sprintf("extended header of %d bytes (at most %d)", size, maxTarMeta)}
+				return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("extended header of %d bytes (at most %d)", size, maxTarMeta)}
 			}
 			d, err := src.bytes(off+tarBlock, size)
 			if err != nil {
 				if errors.Is(err, io.ErrUnexpectedEOF) {
-					return m, &CorruptError{off, "truncated tar: extended header runs past the end"}
+					return m, &CorruptError{Offset: off, Reason: "truncated tar: extended header runs past the end"}
 				}
 				return m, err
 			}
@@ -231,7 +231,7 @@ func nextMember(src tarSrc, off int64, nb *[]byte) (tarMember, error) {
 			case 'x':
 				var path []byte
 				if path, paxSize, err = parsePAX(d, paxSize); err != nil {
-					return m, &CorruptError{off, fmt.Sprintf("pax header: %v", err)}
+					return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("pax header: %v", err)}
 				}
 				if path != nil {
 					*nb, havePax = append((*nb)[:0], path...), true
@@ -244,9 +244,9 @@ func nextMember(src tarSrc, off int64, nb *[]byte) (tarMember, error) {
 			off += tarBlock + pad512(size)
 			continue
 		case 'g':
-			return m, &CorruptError{off, "global pax header (typeflag 'g'): not supported in a WebDataset shard, since its settings would apply to the samples of other shards in a part; rewrite the shard without it"}
+			return m, &CorruptError{Offset: off, Reason: "global pax header (typeflag 'g'): not supported in a WebDataset shard, since its settings would apply to the samples of other shards in a part; rewrite the shard without it"}
 		case 'S', 'M', 'V', 'N', 'D':
-			return m, &CorruptError{off, fmt.Sprintf("tar member %q of GNU type %q is not supported", cString(h[:100]), flag)}
+			return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("tar member %q of GNU type %q is not supported", cString(h[:100]), flag)}
 		}
 		if !havePax && !haveLong {
 			*nb = (*nb)[:0]
@@ -267,7 +267,7 @@ func nextMember(src tarSrc, off int64, nb *[]byte) (tarMember, error) {
 		}
 		if err := src.skip(off+tarBlock, pad512(size)); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return m, &CorruptError{off, fmt.Sprintf("truncated tar: the data of member %q runs past the end", name)}
+				return m, &CorruptError{Offset: off, Reason: fmt.Sprintf("truncated tar: the data of member %q runs past the end", name)}
 			}
 			return m, err
 		}
@@ -327,7 +327,7 @@ func (w *sampleWalker) step(src tarSrc) (m tarMember, cut bool, prev int64, err 
 	key, ok := wdsKey(m.name, m.flag)
 	if ok && w.has && !bytes.Equal(key, w.key) {
 		if at, dup := w.seen[string(key)]; dup {
-			return m, false, 0, &CorruptError{m.start, fmt.Sprintf("member %q: key %q already has members in the sample at offset %d; the members of a sample must be consecutive", m.name, key, at)}
+			return m, false, 0, &CorruptError{Offset: m.start, Reason: fmt.Sprintf("member %q: key %q already has members in the sample at offset %d; the members of a sample must be consecutive", m.name, key, at)}
 		}
 		cut, prev = true, w.start
 		w.start = m.start
@@ -442,7 +442,7 @@ func (s *readerAtSrc) zeroFrom(off int64) error {
 			return err
 		}
 		if i := bytes.IndexFunc(b, func(r rune) bool { return r != 0 }); i >= 0 {
-			return &CorruptError{off + int64(i), "data after the end-of-archive marker (two archives concatenated?)"}
+			return &CorruptError{Offset: off + int64(i), Reason: "data after the end-of-archive marker (two archives concatenated?)"}
 		}
 		off += int64(len(b))
 	}
@@ -556,7 +556,7 @@ func (r *wdsReader) trailer(off int64) error {
 	for {
 		n, err := io.ReadFull(r.src.r, b[:])
 		if !isZero(b[:n]) {
-			return &CorruptError{off, "data after the end-of-archive marker (two archives concatenated?)"}
+			return &CorruptError{Offset: off, Reason: "data after the end-of-archive marker (two archives concatenated?)"}
 		}
 		off += int64(n)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
