@@ -291,3 +291,61 @@ func TestWDSSampleSplitAcrossShardsIsAnError(t *testing.T) {
 		t.Fatalf("duplicate key: %v", err)
 	}
 }
+
+func TestWDSShardsWrittenByGNUTarInEveryFormat(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("GNU tar is not installed")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	long := strings.Repeat("n", 120)
+	var names []string
+	for i := range 4 {
+		for _, ext := range []string{"cls", "input.bin"} {
+			name := fmt.Sprintf("s%d%s.%s", i, long[:i*40], ext) // names up to 120+ bytes
+			if err := os.MkdirAll(filepath.Join(src, "train"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(src, "train", name), bytes.Repeat([]byte{byte('a' + i)}, 100*i+1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, "train/"+name)
+		}
+	}
+	var shards [][]byte
+	for _, format := range []string{"gnu", "pax", "ustar", "v7"} {
+		path := filepath.Join(dir, format+".tar")
+		args := append([]string{"--format=" + format, "--no-recursion", "-C", src, "-cf", path, "train"}, names...)
+		if out, err := exec.Command("tar", args...).CombinedOutput(); err != nil {
+			if format == "ustar" || format == "v7" {
+				continue // names too long for the old formats
+			}
+			t.Fatalf("tar %s: %v\n%s", format, err, out)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := checkScanSplitRead(t, WDS{}, data)
+		if len(s.recs) != 4 {
+			t.Fatalf("%s: %d samples, want 4", format, len(s.recs))
+		}
+		if got := tarSamples(t, data); len(got) != 4 {
+			t.Fatalf("%s: archive/tar finds %d samples", format, len(got))
+		}
+		shards = append(shards, data)
+	}
+	// The gnu and pax shards hold the same keys: a dataset of one of them.
+	p, _ := part(t, WDS{}, shards[:1], 3)
+	path := filepath.Join(dir, "part.tar")
+	if err := os.WriteFile(path, p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("tar", "-tf", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tar -tf part: %v\n%s", err, out)
+	}
+	if got := strings.Count(string(out), "\n"); got != 8 { // the directory is not served
+		t.Fatalf("tar lists %d members in the part, want 8 files:\n%s", got, out)
+	}
+}
