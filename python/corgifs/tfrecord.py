@@ -99,6 +99,8 @@ def _check(data, starts, lens, name, base):
 #   *List    { repeated ... value = 1; }             scalars usually packed
 
 def _varint(b, i):
+    if i >= len(b):
+        raise ValueError("truncated varint")
     c = b[i]
     if c < 0x80:  # most keys and lengths fit one byte
         return c, i + 1
@@ -117,26 +119,30 @@ def _varint(b, i):
             raise ValueError("varint too long")
 
 
-def _fields(b, i, end):
-    """Yields (field number, wire type, value): an int for varints, a
-    (start, stop) span for the other wire types."""
-    while i < end:
-        key, i = _varint(b, i)
-        field, wire = key >> 3, key & 7
-        if wire == 2:
-            n, i = _varint(b, i)
-            v, i = (i, i + n), i + n
-        elif wire == 0:
-            v, i = _varint(b, i)
-        elif wire == 1:
-            v, i = (i, i + 8), i + 8
-        elif wire == 5:
-            v, i = (i, i + 4), i + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire} at byte {i}")
-        if i > end:
-            raise ValueError("field runs past its message")
-        yield field, wire, v
+def _skip(b, i, wire, end):
+    """The index after a field of wire type `wire` whose value starts at i."""
+    if wire == 0:
+        _, i = _varint(b, i)
+    elif wire == 2:
+        n, i = _varint(b, i)
+        i += n
+    elif wire == 1:
+        i += 8
+    elif wire == 5:
+        i += 4
+    else:
+        raise ValueError(f"unsupported wire type {wire} at byte {i}")
+    if i > end:
+        raise ValueError("field runs past its message")
+    return i
+
+
+def _span(b, i, end):
+    """(start, stop) of a length-delimited value whose length is at i."""
+    n, i = _varint(b, i)
+    if i + n > end:
+        raise ValueError("field runs past its message")
+    return i, i + n
 
 
 def _signed64(v):
@@ -146,35 +152,75 @@ def _signed64(v):
 _KINDS = {1: "bytes", 2: "float", 3: "int64"}
 
 
-def _feature(b, start, end):
-    kind, values = None, []
-    for field, wire, v in _fields(b, start, end):
-        if wire != 2 or field not in (1, 2, 3):
-            continue
-        if field != kind:  # a later list of another kind replaces the earlier one
-            kind, values = field, []
-        for f, w, x in _fields(b, *v):
-            if f != 1:
-                continue
-            if field == 1 and w == 2:
-                values.append(bytes(b[x[0]:x[1]]))
-            elif field == 2 and w == 2:
-                values.append(np.frombuffer(b, dtype="<f4", count=(x[1] - x[0]) // 4, offset=x[0]))
-            elif field == 2 and w == 5:
-                values.append(np.frombuffer(b, dtype="<f4", count=1, offset=x[0]))
-            elif field == 3 and w == 2:
-                i, stop = x
+def _list(b, kind, i, end):
+    """The values of a BytesList (kind 1), FloatList (2) or Int64List (3)
+    in b[i:end]: a list of bytes, or numpy arrays to concatenate."""
+    values = []
+    while i < end:
+        key = b[i]
+        if key == 0x0A:  # field 1, length-delimited: bytes, or packed numbers
+            ln = b[i + 1] if i + 1 < end else 0x80
+            if ln < 0x80 and i + 2 + ln <= end:
+                s, i = i + 2, i + 2 + ln
+            else:
+                s, i = _span(b, i + 1, end)
+            if kind == 1:
+                values.append(bytes(b[s:i]))
+            elif kind == 2:
+                values.append(np.frombuffer(b, dtype="<f4", count=(i - s) // 4, offset=s))
+            else:
                 ints = []
-                while i < stop:
-                    n, i = _varint(b, i)
-                    ints.append(_signed64(n))
+                while s < i:
+                    v = b[s]
+                    if v < 0x80:
+                        s += 1
+                    else:
+                        v, s = _varint(b, s)
+                        if v >= 1 << 63:
+                            v -= 1 << 64
+                    ints.append(v)
+                if s != i:
+                    raise ValueError("packed varints run past their list")
                 values.append(np.array(ints, dtype=np.int64))
-            elif field == 3 and w == 0:
-                values.append(np.array([_signed64(x)], dtype=np.int64))
+        elif key == 0x0D and kind == 2:  # one unpacked float
+            if i + 5 > end:
+                raise ValueError("field runs past its message")
+            values.append(np.frombuffer(b, dtype="<f4", count=1, offset=i + 1))
+            i += 5
+        elif key == 0x08 and kind == 3:  # one unpacked int64
+            v, i = _varint(b, i + 1)
+            values.append(np.array([_signed64(v)], dtype=np.int64))
+        else:
+            key, i = _varint(b, i)
+            i = _skip(b, i, key & 7, end)
+    if i != end:
+        raise ValueError("list runs past its feature")
+    return values
+
+
+def _feature(b, i, end):
+    kind, values = None, []
+    key = b[i] if i < end else 0
+    if key in (0x0A, 0x12, 0x1A) and i + 1 < end and b[i + 1] < 0x80 and i + 2 + b[i + 1] == end:
+        # The usual feature: one list filling it.
+        kind = key >> 3
+        values = _list(b, kind, i + 2, end)
+        i = end
+    while i < end:
+        key, i = _varint(b, i)
+        field = key >> 3
+        if key & 7 == 2 and field in (1, 2, 3):
+            s, i = _span(b, i, end)
+            if field != kind:  # a later list of another kind replaces the earlier one
+                kind, values = field, []
+            values += _list(b, field, s, i)
+        else:
+            i = _skip(b, i, key & 7, end)
     if kind == 2:
-        values = np.concatenate(values).astype(np.float32) if values else np.zeros(0, np.float32)
+        values = (values[0].astype(np.float32) if len(values) == 1 else
+                  np.concatenate(values).astype(np.float32) if values else np.zeros(0, np.float32))
     elif kind == 3:
-        values = np.concatenate(values) if values else np.zeros(0, np.int64)
+        values = values[0] if len(values) == 1 else np.concatenate(values) if values else np.zeros(0, np.int64)
     return _KINDS.get(kind), values
 
 
@@ -182,22 +228,54 @@ def parse_example(payload, names=None):
     """Decodes a serialized tf.train.Example into {name: (kind, values)}:
     kind "float" with a float32 numpy array, "int64" with an int64 numpy
     array, "bytes" with a list of bytes, or None (and []) for an empty
-    feature. Only the features in `names` are decoded when it is given."""
+    feature. Only the features in `names` are decoded when it is given.
+    Raises ValueError on a malformed message."""
+    # Keys and lengths under 128 are one byte: read inline, as a call per
+    # varint would cost more than the rest of the parse.
+    b = payload.tobytes() if isinstance(payload, memoryview) else payload
     out = {}
-    for f1, w1, features in _fields(payload, 0, len(payload)):
-        if f1 != 1 or w1 != 2:
+    n, i = len(b), 0
+    while i < n:  # Example
+        key, i = _varint(b, i)
+        if key != 0x0A:  # not `Features features = 1`
+            i = _skip(b, i, key & 7, n)
             continue
-        for f2, w2, entry in _fields(payload, *features):
-            if f2 != 1 or w2 != 2:
+        fs, fe = _span(b, i, n)
+        i = fs
+        while i < fe:  # Features
+            if b[i] != 0x0A:  # not a `feature` map entry
+                key, i = _varint(b, i)
+                i = _skip(b, i, key & 7, fe)
                 continue
-            key, value = None, (0, 0)
-            for f3, w3, v in _fields(payload, *entry):
-                if w3 == 2 and f3 == 1:
-                    key = bytes(payload[v[0]:v[1]]).decode()
-                elif w3 == 2 and f3 == 2:
-                    value = v
-            if key is not None and (names is None or key in names):
-                out[key] = _feature(payload, *value)
+            ln = b[i + 1] if i + 1 < fe else 0x80
+            if ln < 0x80:
+                es, ee = i + 2, i + 2 + ln
+            else:
+                es, ee = _span(b, i + 1, fe)
+            if ee > fe:
+                raise ValueError("field runs past its message")
+            i, name, vs, ve = es, None, 0, 0
+            while i < ee:  # entry: string key = 1; Feature value = 2
+                key = b[i]
+                ln = b[i + 1] if i + 1 < ee else 0x80
+                if key in (0x0A, 0x12) and ln < 0x80:
+                    s, i = i + 2, i + 2 + ln
+                    if i > ee:
+                        raise ValueError("field runs past its message")
+                elif key in (0x0A, 0x12):
+                    s, i = _span(b, i + 1, ee)
+                else:
+                    key, i = _varint(b, i)
+                    i = _skip(b, i, key & 7, ee)
+                    continue
+                if key == 0x0A:
+                    name = b[s:i].decode()
+                else:
+                    vs, ve = s, i
+            if name is not None and (names is None or name in names):
+                out[name] = _feature(b, vs, ve)
+            i = ee
+        i = fe
     return out
 
 

@@ -175,6 +175,24 @@ def test_example_decoding_into_numpy():
     assert got["ids"].dtype == np.int64 and got["ids"].tolist() == ex["ids"]
     assert got["lab"].tolist() == [7, -1]
     assert set(corgifs.decode_example(_example(ex), names=("lab",))) == {"lab"}
+    # Unpacked floats (field 1, wire type 5) and a memoryview payload.
+    floats = b"\x0d" + struct.pack("<f", 2.5) + b"\x0d" + struct.pack("<f", -1.0)
+    unpacked = _ld(1, _ld(1, _ld(1, b"f") + _ld(2, _ld(2, floats))))
+    assert corgifs.decode_example(memoryview(unpacked))["f"].tolist() == [2.5, -1.0]
+
+
+def test_damaged_examples_raise_value_error_only():
+    good = _example({"image": [b"\x00" * 200], "features": [1.0] * 40, "id": [12345678901], "label": [3]})
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        b = bytearray(good)
+        for _ in range(rng.integers(1, 4)):
+            b[rng.integers(len(b))] = rng.integers(256)
+        b = bytes(b[:rng.integers(len(b) // 2, len(b) + 1)])
+        try:
+            corgifs.decode_example(b)
+        except ValueError:
+            pass
 
 
 def test_served_records_decode_to_the_synthetic_features(mount):
