@@ -2,7 +2,9 @@
 """Records/s of corgifs.Dataset through a warm corgipile mount, against the
 same reader on the source files in source order, and against a map-style
 dataset doing one pread per record in a random order on a cold page cache
-(the source files' pages dropped with posix_fadvise, nobody else's).
+(the source files' pages dropped with posix_fadvise, nobody else's, and
+each record's pages dropped again after its read, as for a dataset much
+larger than memory).
 
     /usr/bin/python3 python/bench_dataset.py --bin ./corgifs [--records 300000 --features 32]
 
@@ -34,6 +36,18 @@ def timed(fn, repeat):
         n = fn()
         rates.append(n / (time.perf_counter() - start))
     return n, statistics.median(rates)
+
+
+def paired(a, b, repeat):
+    """Medians of a and b run alternately, so that a change of the machine's
+    load hits both alike."""
+    ra, rb = [], []
+    for _ in range(repeat):
+        for fn, rates in ((a, ra), (b, rb)):
+            start = time.perf_counter()
+            n = fn()
+            rates.append(n / (time.perf_counter() - start))
+    return n, statistics.median(ra), statistics.median(rb)
 
 
 def through_dataset(mount, verify, decode):
@@ -71,25 +85,49 @@ def frames_of(files):
     return out
 
 
-def map_style_pread(files, frames, decode, cold):
-    """A map-style Dataset's __getitem__: one pread per record, random order."""
+def drop_pages(files):
+    """Evicts the files' pages from the page cache (theirs only)."""
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def map_style_pread(files, frames, decode, sample):
+    """A map-style Dataset's __getitem__ on a cold cache: one pread per
+    record, in a random order, each record's pages evicted after its read,
+    as when the dataset is much larger than memory (so a record's page is
+    never still cached from a neighbour's read)."""
     def run():
+        drop_pages(files)
         fds = {name: os.open(name, os.O_RDONLY) for name in files}
         try:
-            if cold:
-                for fd in fds.values():
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            order = list(range(len(frames)))
-            random.Random(1).shuffle(order)
+            for fd in fds.values():
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            order = random.Random(1).sample(range(len(frames)), min(sample, len(frames)))
             for i in order:
                 name, off, n = frames[i]
-                payload = os.pread(fds[name], n, off)
+                fd = fds[name]
+                payload = os.pread(fd, n, off)
                 if decode:
                     corgifs.decode_example(payload)
+                os.posix_fadvise(fd, off & ~4095, n + (off & 4095), os.POSIX_FADV_DONTNEED)
             return len(order)
         finally:
             for fd in fds.values():
                 os.close(fd)
+    return run
+
+
+def cold_epoch(mount, files, epoch, decode):
+    """corgifs.Dataset on an epoch not read before, the source's pages
+    evicted: every block comes from the disk."""
+    def run():
+        drop_pages(files)
+        ds = corgifs.Dataset(mount, epoch=epoch, decode=decode)
+        return sum(1 for _ in ds)
     return run
 
 
@@ -99,7 +137,8 @@ def main():
     ap.add_argument("--records", type=int, default=300000)
     ap.add_argument("--features", type=int, default=32)
     ap.add_argument("--files", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--sample", type=int, default=20000, help="records read by the cold map-style pass")
     ap.add_argument("--mount-flags", default="--block-size 1MiB --buffer 10% --seed 1",
                     help="flags of corgifs mount (default: %(default)s)")
     args = ap.parse_args()
@@ -127,21 +166,24 @@ def main():
         rows = []
         for verify, decode in [(True, False), (False, False), (True, True)]:
             what = f"{'CRC checked' if verify else 'no CRC check'}, {'Example decoded' if decode else 'raw records'}"
-            n1, mount_rate = timed(through_dataset(mnt, verify, decode), args.repeat)
-            n2, src_rate = timed(through_source(files, verify, decode), args.repeat)
-            assert n1 == n2 == args.records, (n1, n2)
+            n, mount_rate, src_rate = paired(through_dataset(mnt, verify, decode),
+                                             through_source(files, verify, decode), args.repeat)
+            assert n == args.records, n
             rows.append((what, mount_rate, src_rate))
+        for k, decode in enumerate((False, True)):
+            _, cold = timed(cold_epoch(mnt, files, 50 + k, decode), 1)
+            rows.append((f"Dataset, unread epoch, source pages dropped, {'decoded' if decode else 'raw'}", cold, None))
         for decode in (False, True):
-            _, cold = timed(map_style_pread(files, frames, decode, True), 1)
-            rows.append((f"map-style pread, random order, cold, {'decoded' if decode else 'raw'}", None, cold))
-        print(f"{'':48s} {'mount rec/s':>12s} {'source rec/s':>13s} {'ratio':>6s}")
+            _, cold = timed(map_style_pread(files, frames, decode, args.sample), 1)
+            rows.append((f"map-style pread per record, random, cold, {'decoded' if decode else 'raw'}", None, cold))
+        print(f"{'':56s} {'mount rec/s':>12s} {'source rec/s':>13s} {'ratio':>6s}")
         for what, m, s in rows:
-            if m is None:
-                print(f"{what:48s} {'':>12s} {s:13,.0f}")
-            else:
-                print(f"{what:48s} {m:12,.0f} {s:13,.0f} {m / s:6.2f}")
-        mount_dec = rows[2][1]
-        print(f"corgifs.Dataset (decoded) vs cold map-style pread (decoded): {mount_dec / rows[4][2]:.1f}x")
+            ms = f"{m:12,.0f}" if m is not None else " " * 12
+            ss = f"{s:13,.0f}" if s is not None else " " * 13
+            ratio = f"{m / s:6.2f}" if m is not None and s is not None else ""
+            print(f"{what:56s} {ms} {ss} {ratio}")
+        print(f"warm corgifs.Dataset vs cold map-style pread: raw {rows[0][1] / rows[5][2]:.1f}x, "
+              f"decoded {rows[2][1] / rows[6][2]:.1f}x")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

@@ -10,7 +10,6 @@ wants.
 """
 
 import csv
-import io
 import json
 import tarfile
 

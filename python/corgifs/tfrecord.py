@@ -4,6 +4,8 @@ A TFRecord file is a sequence of frames: uint64 length, uint32 masked CRC32C
 of the length, the data, uint32 masked CRC32C of the data; all little endian.
 """
 
+import io
+import os
 import struct
 
 import numpy as np
@@ -63,6 +65,11 @@ def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK):
         need = 12
         if len(data) - pos >= 12:
             need = _HEAD.unpack_from(data, pos)[0] + 16
+            if need > chunk:  # unchecked with verify=False: never read past the end for it
+                size = _size(f)
+                if size is not None and base + pos + need > size:
+                    raise CorruptRecord(f"{name}: the record at offset {base + pos} claims {need - 16} bytes, "
+                                        f"past the end of the file ({size} bytes)")
         more = f.read(max(chunk, need - (len(data) - pos)))
         if not more:
             if pos < len(data):
@@ -73,6 +80,13 @@ def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK):
         base += pos
         data = data[pos:] + more
         pos = 0
+
+
+def _size(f):
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
 
 
 def _check(data, starts, lens, name, base):

@@ -97,7 +97,7 @@ def _frames(payloads):
     return b"".join(corgifs.frame(p) for p in payloads)
 
 
-def test_tfrecord_corruption_is_detected_with_file_and_offset(crc_impl):
+def test_tfrecord_corruption_is_detected_with_file_and_offset(crc_impl, tmp_path):
     payloads = [bytes([i]) * (50 + 37 * i) for i in range(30)]
     good = _frames(payloads)
     assert [p for p, _ in corgifs.read_tfrecords(io.BytesIO(good))] == payloads
@@ -123,9 +123,14 @@ def test_tfrecord_corruption_is_detected_with_file_and_offset(crc_impl):
         read(bytes(data), chunk=third + 20)
 
     data = bytearray(good)
-    data[third + 3] = 0xFF  # a length of petabytes, far past the end
+    data[third + 3] = 0xFF  # a length of gigabytes, far past the end
     with pytest.raises(corgifs.CorruptRecord, match=f"offset {third}"):
         read(bytes(data), chunk=64)
+
+    p = tmp_path / "big-length.tfrecord"  # a file: its size bounds what verify=False reads
+    p.write_bytes(bytes(data))
+    with open(p, "rb") as f, pytest.raises(corgifs.CorruptRecord, match=f"offset {third} claims .* past the end"):
+        list(corgifs.read_tfrecords(f, verify=False, chunk=64))
 
     with pytest.raises(corgifs.CorruptRecord, match="truncated"):
         read(good[:-3])
