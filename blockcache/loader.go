@@ -689,27 +689,28 @@ func (l *Loader) ready(b *Buf, n int64) *Buf {
 
 // load reads the extents of b, several at once, and finds their records.
 func (l *Loader) load(b *Buf) {
-	defer func() {
-		close(b.ready)
-		// Get may be waiting for this Buf to become evictable.
-		l.mu.Lock()
-		if b.err != nil && b.refs == 0 && !b.dropped {
-			// A failed prefetch that nobody holds: forget it, so that the
-			// next Get reads again instead of returning a stale error.
-			l.drop(b)
-		}
-		l.signal()
-		l.mu.Unlock()
-	}()
 	start := time.Now()
-	if err := l.read(b); err != nil {
-		b.err = err
+	err := l.read(b)
+	if err != nil {
 		l.loadErrors.Add(1)
 		l.log.Error("load failed", "err", err)
-		return
+	} else {
+		l.buffersLoaded.Add(1)
+		l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
 	}
-	l.buffersLoaded.Add(1)
-	l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Under l.mu: a Get cancelled while it waited releases b, and Release
+	// reads the error, while this load may be finishing.
+	b.err = err
+	close(b.ready)
+	if err != nil && b.refs == 0 && !b.dropped {
+		// A failed prefetch that nobody holds: forget it, so that the
+		// next Get reads again instead of returning a stale error.
+		l.drop(b)
+	}
+	// Get may be waiting for this Buf to become evictable.
+	l.signal()
 }
 
 func (l *Loader) read(b *Buf) error {

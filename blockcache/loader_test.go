@@ -772,3 +772,41 @@ func TestLoaderRecyclingWithBudgetToSpareSparesWhatReadersNeedNext(t *testing.T)
 		})
 	}
 }
+
+// TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree cancels a Get that
+// waits on a prefetched Buf whose load then fails (a block damaged in place):
+// the Get's Release reads the Buf's error while the load sets it, which the
+// race detector must not flag. The load is held back by taking the one read
+// slot, given back by a goroutine that shares nothing with the Get, so that
+// nothing orders the two but the loader's own locking.
+func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
+	f := newLoaderFixture(t)
+	src := f.files[1]
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Records >= 2 }))
+	blk := f.ix.Blocks[id]
+	d := slices.Clone(src.data)
+	d[blk.Offset+formats.HeaderLen] ^= 1
+	writeBytes(t, src.path, d)
+	setMtime(t, src.path, f.ix.Files[1].Mtime)
+
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
+	l.sem <- struct{}{}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		<-l.sem
+	}()
+	l.Prefetch(context.Background(), blockUnit(id))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Get(ctx, blockUnit(id)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with a cancelled context: %v, want context.Canceled", err)
+	}
+	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
+	// The failed Buf, held by nobody, is not kept: the next Get reads again.
+	if _, err := l.Get(t.Context(), blockUnit(id)); err == nil || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("Get after the failed prefetch: %v, want the CRC error again", err)
+	}
+	if s := l.Stats(); s.LoadErrors != 2 {
+		t.Fatalf("stats %+v, want a second load", s)
+	}
+}
