@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -165,6 +163,9 @@ type LoaderOptions struct {
 	// modification time (damaged in place): the check of a cached index
 	// cannot see that, so the CLI marks the sidecar stale with it.
 	OnDamage func(reason string)
+	// MaxOpenFiles bounds the source descriptors open at once; by default
+	// a quarter of the open-file limit, at most 1024.
+	MaxOpenFiles int
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -180,6 +181,7 @@ type Loader struct {
 	onDamage   func(string)
 	damageOnce sync.Once
 	sem        chan struct{}
+	files      *filePool
 
 	mu     sync.Mutex
 	used   int64
@@ -211,8 +213,12 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = poolSize()
+	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
+		files: newFilePool(o.MaxOpenFiles),
+		ix:    ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
 		direct: !o.Buffered && ix.BlockSize >= MinDirectBlock,
 		sem:    make(chan struct{}, o.InFlight),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
@@ -716,30 +722,10 @@ func (l *Loader) load(b *Buf) {
 func (l *Loader) read(b *Buf) error {
 	b.exts, _ = l.extents(b.unit, b.exts[:0])
 	exts := b.exts
-	// The files of the extents, and for each extent its file's index in
-	// srcs: a unit spans few files, and slices cost fewer allocations
-	// than a map.
-	srcs := make([]source, 0, min(len(exts), len(l.ix.Files)))
-	which := make([]int, len(exts))
-	defer func() {
-		for i := range srcs {
-			srcs[i].close()
-		}
-	}()
-	for i, e := range exts {
-		j := 0
-		for j < len(srcs) && srcs[j].file != e.file {
-			j++
-		}
-		if j == len(srcs) {
-			f, err := l.open(e.file, e.off)
-			if err != nil {
-				return err
-			}
-			srcs = append(srcs, source{File: f, file: e.file, direct: b.unit.Records == nil && l.direct})
-		}
-		which[i] = j
-	}
+	// Files are opened as the workers reach them, not all at once: a unit
+	// may span more files than the process may open.
+	files := l.newFileSet(b.unit.Records == nil && l.direct)
+	defer files.close()
 	// Every extent's records have their place in Starts, from the index's
 	// counts, so that each can be split as soon as it is read.
 	pos := make([]int, len(exts)+1)
@@ -762,14 +748,24 @@ func (l *Loader) read(b *Buf) error {
 		// from every read in flight.
 		workers = min(workers, 4)
 	}
+	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
+			for i := int(next.Add(1) - 1); i < len(exts) && !failed.Load(); i = int(next.Add(1) - 1) {
 				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 				l.sem <- struct{}{}
-				err := l.readExtent(&srcs[which[i]], exts[i], b.Data, b.unit.Records != nil, sp.filled)
+				// The file under the read slot: a worker waiting for room
+				// in the pool waits for workers that are reading.
+				f, err := files.acquire(exts[i].file, exts[i].off)
+				if err == nil {
+					err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+					files.release(f)
+				}
 				<-l.sem
-				errs[i] = err
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+				}
 			}
 		})
 	}
@@ -827,60 +823,6 @@ func (sp *splitter) filled(n int64) error {
 	return nil
 }
 
-// source is an open source file, with a second descriptor for direct reads
-// opened on first use.
-type source struct {
-	*os.File
-	file   int32
-	direct bool // try direct reads
-
-	once sync.Once
-	dio  *os.File
-	err  error
-}
-
-// directFile returns the O_DIRECT descriptor of s, or nil if direct reads
-// are off or cannot be had.
-func (s *source) directFile() *os.File {
-	if !s.direct {
-		return nil
-	}
-	s.once.Do(func() { s.dio, s.err = openDirect(s.File) })
-	return s.dio
-}
-
-func (s *source) close() {
-	s.File.Close()
-	if s.dio != nil {
-		s.dio.Close()
-	}
-}
-
-// open opens source file i, to read at off first, after checking that it
-// is the file that was indexed.
-func (l *Loader) open(i int32, off int64) (*os.File, error) {
-	path := l.ix.Path(i)
-	var f *os.File
-	var err error
-	if l.ix.FollowSymlinks {
-		f, err = os.Open(path)
-	} else {
-		// Beneath the root only: a file replaced by a symbolic link out of
-		// the source after indexing is not followed out of it.
-		f, err = os.OpenInRoot(l.ix.Root, filepath.FromSlash(l.ix.Files[i].Path))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s at offset %d: %w (the source changed since indexing; remount to reindex)", path, off, err)
-	}
-	want := l.ix.Files[i]
-	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
-		f.Close()
-		return nil, fmt.Errorf("read %s at offset %d: file changed since indexing (size %d, was %d; modified %s, was %s); remount to reindex: %w",
-			path, off, fi.Size(), want.Size, fi.ModTime().Format(time.RFC3339Nano), time.Unix(0, want.Mtime).Format(time.RFC3339Nano), syscall.ESTALE)
-	}
-	return f, nil
-}
-
 // damaged reports a block that no longer matches the index to OnDamage.
 func (l *Loader) damaged(err error) {
 	if l.onDamage != nil {
@@ -898,7 +840,7 @@ const checkChunk = 512 << 10
 // if most of it is not in the page cache and the file allows it, through
 // the page cache if not. It calls check with the bytes read so far, last
 // with all of them.
-func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool, check func(int64) error) error {
+func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) error {
 	dst := slab[e.at : e.at+e.n]
 	got := 0
 	if dio := f.directFile(); dio != nil && !l.noDirect.Load() && uncached(f.File, e.off, e.n) {

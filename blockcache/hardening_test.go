@@ -1,0 +1,169 @@
+package blockcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+// TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree cancels a Get that
+// waits on a prefetched Buf whose load then fails (a block damaged in place):
+// the Get's Release reads the Buf's error while the load sets it, which the
+// race detector must not flag. The load is held back by taking the one read
+// slot, given back by a goroutine that shares nothing with the Get, so that
+// nothing orders the two but the loader's own locking.
+func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
+	f := newLoaderFixture(t)
+	src := f.files[1]
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Records >= 2 }))
+	blk := f.ix.Blocks[id]
+	d := slices.Clone(src.data)
+	d[blk.Offset+formats.HeaderLen] ^= 1
+	writeBytes(t, src.path, d)
+	setMtime(t, src.path, f.ix.Files[1].Mtime)
+
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
+	l.sem <- struct{}{}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		<-l.sem
+	}()
+	l.Prefetch(context.Background(), blockUnit(id))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Get(ctx, blockUnit(id)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with a cancelled context: %v, want context.Canceled", err)
+	}
+	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
+	// The failed Buf, held by nobody, is not kept: the next Get reads again.
+	if _, err := l.Get(t.Context(), blockUnit(id)); err == nil || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("Get after the failed prefetch: %v, want the CRC error again", err)
+	}
+	if s := l.Stats(); s.LoadErrors != 2 {
+		t.Fatalf("stats %+v, want a second load", s)
+	}
+}
+
+// TestLoaderRefusesASourceFileReplacedByANamedPipe replaces an indexed file
+// by a named pipe with no writer: opening it for reading would wait for a
+// writer forever. The load must fail at once with EIO naming the file, and
+// the blocks of the other files must still load.
+func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
+	f := newLoaderFixture(t)
+	src := f.files[1]
+	if err := os.Remove(src.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(src.path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, Logger: newTextLogger(&log)})
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 }))
+	done := make(chan error, 1)
+	go func() {
+		b, err := l.Get(t.Context(), blockUnit(0, id))
+		if err == nil {
+			l.Release(b)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), src.path) || !strings.Contains(err.Error(), "named pipe") {
+			t.Fatalf("Get of a block of a named pipe: %v, want EIO naming %s as a named pipe", err, src.path)
+		}
+		if strings.Contains(err.Error(), "remount") {
+			t.Errorf("error %q says to remount, which does not help", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get of a block of a named pipe did not return within 10s")
+	}
+	if !strings.Contains(log.String(), "not a regular file") || !strings.Contains(log.String(), src.path) {
+		t.Errorf("log does not name the file that is not a regular file:\n%s", log.String())
+	}
+	other := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
+	l.Release(f.get(t, l, 0, other))
+}
+
+// TestLoaderLoadsABufferOfMoreFilesThanTheOpenFileLimit loads one buffer
+// holding a record from each of 400 files with the process's open-file
+// limit far below 400: files are opened as they are read, a bounded
+// number at a time, so the load succeeds, for blocks and for records.
+func TestLoaderLoadsABufferOfMoreFilesThanTheOpenFileLimit(t *testing.T) {
+	root := t.TempDir()
+	r := rand.New(rand.NewPCG(3, 3))
+	const n = 400
+	var files []*srcFile
+	for i := range n {
+		files = append(files, writeRecords(t, root, fmt.Sprintf("f%03d.tfrecord", i), randomPayloads(r, 2, 100)))
+	}
+	f := &loaderFixture{root, files, build(t, root, Options{BlockSize: 16 << 10})}
+	if len(f.ix.Blocks) != n {
+		t.Fatalf("%d blocks, want one per file", len(f.ix.Blocks))
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = uint64(len(fds) + 64)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 4 << 20})
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	r.Shuffle(n, func(i, j int) { all[i], all[j] = all[j], all[i] })
+	l.Release(f.get(t, l, all...))
+	recs := make([]int32, 2*n)
+	for i := range recs {
+		recs[i] = int32(i)
+	}
+	r.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+	l.Release(f.getUnit(t, l, Unit{Records: recs}))
+}
+
+// TestIndexingRefusesANamedPipeInPlaceOfAListedFile scans a listed file
+// that a named pipe replaced before it was opened: indexing must fail at
+// once naming it, not wait for a writer.
+func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
+	root := t.TempDir()
+	if err := syscall.Mkfifo(root+"/p.tfrecord", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ix := &Index{Root: root, BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100}}}
+	done := make(chan error, 1)
+	go func() {
+		var rd aheadReader
+		defer rd.free()
+		_, err := ix.scanFile(0, Options{}, &rd, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errNotRegular) || !strings.Contains(err.Error(), "p.tfrecord") {
+			t.Fatalf("scan of a named pipe: %v, want an error naming it as not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("scan of a named pipe did not return within 10s")
+	}
+}
