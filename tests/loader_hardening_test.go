@@ -1,0 +1,117 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSourceFileReplacedByANamedPipeGivesEIOAndTheRestServes replaces one
+// of four indexed files by a named pipe with no writer. With strategy none
+// and four parts, part i holds file i. Reading the part of the pipe must
+// end promptly with EIO (opening the pipe used to wait for a writer
+// forever, and SIGTERM could not stop the daemon); the other parts must
+// serve their files' bytes; the daemon must log which file is not a
+// regular file, and stop on SIGTERM (checked when the mount is stopped).
+func TestSourceFileReplacedByANamedPipeGivesEIOAndTheRestServes(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	var data [][]byte
+	for i := range 4 {
+		b := records(fmt.Sprintf("file%d", i), 200, 1000)
+		writeFile(t, filepath.Join(src, fmt.Sprintf("f%d.tfrecord", i)), b)
+		data = append(data, b)
+	}
+	m := startMount(t, src, "--strategy", "none", "--parts", "4", "--block-size", "64KiB", "--buffer", "256KiB", "--seed", "1")
+	pipe := filepath.Join(src, "f2.tfrecord")
+	if err := os.Remove(pipe); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]byte, 4)
+	errs := make([]error, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() { got[i], errs[i] = readUntilErr(m.part(0, i, 4)) })
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("reads did not end within 60s of the named pipe\n%s", m.log)
+	}
+	for i := range 4 {
+		if i == 2 {
+			if !errors.Is(errs[i], syscall.EIO) {
+				t.Errorf("part of the named pipe: %v, want EIO", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("part %d: %v\n%s", i, errs[i], m.log)
+		}
+		if !bytes.Equal(got[i], data[i]) {
+			t.Errorf("part %d: %d bytes, not the %d bytes of its file", i, len(got[i]), len(data[i]))
+		}
+	}
+	if log := m.log.String(); !strings.Contains(log, "not a regular file") || !strings.Contains(log, pipe) {
+		t.Errorf("the log does not name %s as not a regular file:\n%s", pipe, log)
+	}
+}
+
+// TestManySmallFilesUnderALowOpenFileLimitServeEveryRecordOnce serves 3,000
+// one-record files to 16 concurrent readers (parts of 16, --buffer 100%,
+// so each load spans about 190 files) from a daemon whose open-file limit
+// is 256. Loads used to open every file of a buffer at once and failed
+// with "too many open files"; now every record must be served exactly once,
+// without an error.
+func TestManySmallFilesUnderALowOpenFileLimitServeEveryRecordOnce(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("no prlimit")
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n, k = 3000, 16
+	for i := range n {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("f%05d.tfrecord", i)), records(fmt.Sprint("r", i), 1, 100))
+	}
+	m := startMountUnder(t, []string{prlimit, "--nofile=256:256"}, src,
+		"--seed", "5", "--parts", fmt.Sprint(k), "--buffer", "100%", "--block-size", "64KiB")
+	parts := make([][]byte, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() { parts[i], errs[i] = readUntilErr(m.part(0, i, k)) })
+	}
+	wg.Wait()
+	var got [][32]byte
+	for i := range k {
+		if errs[i] != nil {
+			t.Fatalf("part %d of %d: %v\n%s", i, k, errs[i], m.log)
+		}
+		got = append(got, hashes(frames(t, parts[i]))...)
+	}
+	if want := sortedHashes(sourceRecords(t, src)); !slices.Equal(sortedHashes(got), want) {
+		t.Fatalf("%d records served, want the %d source records once each", len(got), len(want))
+	}
+	if log := m.log.String(); strings.Contains(log, "too many open files") || strings.Contains(log, "load failed") {
+		t.Errorf("the daemon logged load failures:\n%s", log)
+	}
+}
