@@ -167,3 +167,37 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 		t.Fatal("scan of a named pipe did not return within 10s")
 	}
 }
+
+// TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds checks MinMemory
+// against Get, with and without direct reads, for a record of 3 MiB that
+// starts in the middle of a page: with that budget the block loads, with a
+// byte less Get refuses it.
+func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
+	root := t.TempDir()
+	r := rand.New(rand.NewPCG(8, 8))
+	src := writeRecords(t, root, "a.tfrecord", payloadsOfLen(r, 1000, 1000, 3<<20+5, 1000))
+	ix := build(t, root, Options{BlockSize: MinDirectBlock})
+	big := int32(slices.IndexFunc(ix.Blocks, func(b Block) bool { return b.Len > MinDirectBlock }))
+	for _, buffered := range []bool{false, true} {
+		o := LoaderOptions{Buffered: buffered}
+		need := MinMemory(ix, o)
+		if want := ix.Blocks[big].Len; buffered && need != want || !buffered && need <= want {
+			t.Fatalf("buffered %v: MinMemory %d for a largest block of %d bytes", buffered, need, want)
+		}
+		o.MaxMemory = need - 1
+		if _, err := NewLoader(ix, o).Get(t.Context(), blockUnit(big)); err == nil || !strings.Contains(err.Error(), "does not fit") {
+			t.Fatalf("buffered %v: Get with a byte less than MinMemory: %v, want it refused", buffered, err)
+		}
+		o.MaxMemory = need
+		l := NewLoader(ix, o)
+		b, err := l.Get(t.Context(), blockUnit(big))
+		if err != nil {
+			t.Fatalf("buffered %v: Get with MinMemory: %v", buffered, err)
+		}
+		blk := ix.Blocks[big]
+		if len(b.Starts) != 1 || !bytes.Equal(b.Data[b.Starts[0]:b.Starts[0]+b.RecordLen(0)], src.data[blk.Offset:blk.Offset+blk.Len]) {
+			t.Fatalf("buffered %v: the block's record is not the source's", buffered)
+		}
+		l.Release(b)
+	}
+}

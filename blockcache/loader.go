@@ -70,14 +70,40 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 }
 
 // placeBlock returns where blk starts in its share of a slab, and the size
-// of that share. Blocks that may be read directly get whole pages of their
-// own; small blocks, where those pages would cost much memory, are packed.
-func (l *Loader) placeBlock(blk Block) (lead, span int64) {
-	if !l.direct {
+// of that share.
+func (l *Loader) placeBlock(blk Block) (lead, span int64) { return placeBlock(blk, l.direct) }
+
+// placeBlock returns where blk starts in its share of a slab, and the size
+// of that share. A block that may be read directly gets whole pages of its
+// own: it starts at its offset within a page, and its share ends at a page
+// boundary.
+func placeBlock(blk Block, direct bool) (lead, span int64) {
+	if !direct {
 		return 0, blk.Len
 	}
 	lead = blk.Offset - alignDown(blk.Offset)
 	return lead, alignUp(lead + blk.Len)
+}
+
+// readsDirect reports whether a loader with options o reads the blocks of
+// ix with O_DIRECT when they are not cached.
+func readsDirect(ix *Index, o LoaderOptions) bool {
+	return !o.Buffered && ix.BlockSize >= MinDirectBlock
+}
+
+// MinMemory returns the smallest LoaderOptions.MaxMemory with which a
+// loader with options o can load every block of ix, and so every buffer
+// of one block or one record: the largest slab a single block takes, with
+// the pages of a direct read. Get refuses a buffer larger than the budget
+// by the same measure.
+func MinMemory(ix *Index, o LoaderOptions) int64 {
+	direct := readsDirect(ix, o)
+	var m int64
+	for _, blk := range ix.Blocks {
+		_, span := placeBlock(blk, direct)
+		m = max(m, span)
+	}
+	return m
 }
 
 // Buf holds the extents of one unit read into one slab, and where each
@@ -219,7 +245,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	return &Loader{
 		files: newFilePool(o.MaxOpenFiles),
 		ix:    ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
-		direct: !o.Buffered && ix.BlockSize >= MinDirectBlock,
+		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -113,5 +114,33 @@ func TestManySmallFilesUnderALowOpenFileLimitServeEveryRecordOnce(t *testing.T) 
 	}
 	if log := m.log.String(); strings.Contains(log, "too many open files") || strings.Contains(log, "load failed") {
 		t.Errorf("the daemon logged load failures:\n%s", log)
+	}
+}
+
+// TestSuggestedMaxMemoryServesARecordOfSeveralMiBReadDirectly mounts a
+// source whose largest block is a record of 5 MiB that starts in the middle
+// of a page, read with O_DIRECT (blocks of 1 MiB or more): its slab takes
+// whole pages, more than its bytes. A --max-memory below it must fail at
+// start naming the smallest workable value, and that value must serve
+// every record (it used to name the block's bytes, with which every read
+// of the part failed: "a buffer of ... bytes does not fit").
+func TestSuggestedMaxMemoryServesARecordOfSeveralMiBReadDirectly(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	writeFile(t, filepath.Join(src, "a.tfrecord"), slices.Concat(records("s", 10, 1000), records("big", 1, 5<<20+7), records("t", 10, 1000)))
+	flags := []string{"--block-size", "1MiB", "--seed", "4", "--cache-dir", t.TempDir()}
+	mnt := t.TempDir()
+	t.Cleanup(func() { fsUnmountQuiet(mnt) })
+	_, stderr, code, _ := runTimed(t, 30*time.Second, append([]string{"mount", src, mnt, "--max-memory", "1MiB"}, flags...)...)
+	match := regexp.MustCompile(`smaller than the largest block.*use at least --max-memory (\d+)`).FindStringSubmatch(stderr)
+	if code != 1 || match == nil {
+		t.Fatalf("exit %d, want a failure naming the smallest --max-memory:\n%s", code, stderr)
+	}
+	m := startMount(t, src, append(flags, "--max-memory", match[1])...)
+	got, err := readUntilErr(m.part(0, 0, 1))
+	if err != nil {
+		t.Fatalf("with the named --max-memory %s: %v\n%s", match[1], err, m.log)
+	}
+	if want := sortedHashes(sourceRecords(t, src)); !slices.Equal(sortedHashes(hashes(frames(t, got))), want) {
+		t.Fatalf("with the named --max-memory, the part does not hold the %d source records once each", len(want))
 	}
 }
