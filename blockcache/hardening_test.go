@@ -201,3 +201,64 @@ func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 		l.Release(b)
 	}
 }
+
+// TestLoaderGetWaitsForAServedBufferRatherThanEvictingIt fills a budget of
+// two buffers with two that users serve (idle between their reads). A
+// third user's Get must wait rather than evict either, and proceed once one
+// is passed; and a user that stops reading without passing its buffer
+// keeps it only for serveGrace, so a waiting Get always proceeds.
+func TestLoaderGetWaitsForAServedBufferRatherThanEvictingIt(t *testing.T) {
+	f := newLoaderFixture(t)
+	ids := f.bySize()
+	ia, ib, ic, id := ids[len(ids)-1], ids[len(ids)-2], ids[len(ids)-3], ids[len(ids)-4]
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(ia, ib)})
+	serve := func(blk int32) *Buf {
+		b := f.get(t, l, blk)
+		l.Serve(b)
+		l.Release(b) // idle between two reads of its user
+		return b
+	}
+	a, b := serve(ia), serve(ib)
+	got := make(chan *Buf)
+	getAsync := func(blk int32) {
+		go func() {
+			c, err := l.Get(context.Background(), blockUnit(blk))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- c
+		}()
+	}
+	getAsync(ic)
+	eventually(t, "the Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
+	select {
+	case <-got:
+		t.Fatal("the Get evicted a buffer another user serves")
+	case <-time.After(serveGrace / 2):
+	}
+	if s := l.Stats(); s.Evictions != 0 {
+		t.Fatalf("stats %+v: a served buffer was evicted", s)
+	}
+	l.Pass(a)
+	c := <-got
+	if l.Reacquire(a) || !l.Reacquire(b) {
+		t.Fatal("the Get did not take the memory of the passed buffer, and of it alone")
+	}
+	l.Release(b)
+	l.Release(c)
+
+	// b's user stops reading without passing it: after serveGrace, a Get
+	// that waits for its memory takes it.
+	l.Serve(c)
+	l.Release(f.get(t, l, ic)) // c stays served and recently used
+	getAsync(id)
+	select {
+	case d := <-got:
+		l.Release(d)
+	case <-time.After(10 * serveGrace):
+		t.Fatal("a Get waited for a buffer whose user stopped reading, for good")
+	}
+	if l.Reacquire(b) {
+		t.Fatal("the buffer its user stopped reading was not the one given up")
+	}
+}

@@ -134,6 +134,11 @@ type Buf struct {
 	prev, next *Buf
 	idle       bool
 	dropped    bool // evicted: Data may belong to another Buf now
+	// servers counts the users serving b to a reader (Serve, Pass), and
+	// used is when b was last taken or given back (Loader.clock): see
+	// serveGrace.
+	servers int
+	used    time.Duration
 }
 
 // RecordLen returns the frame length of record i.
@@ -209,6 +214,8 @@ type Loader struct {
 	sem        chan struct{}
 	files      *filePool
 
+	start time.Time // of Loader.clock
+
 	mu     sync.Mutex
 	used   int64
 	peak   int64
@@ -243,6 +250,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		o.MaxOpenFiles = poolSize()
 	}
 	return &Loader{
+		start: time.Now(),
 		files: newFilePool(o.MaxOpenFiles),
 		ix:    ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
 		direct: readsDirect(ix, o),
@@ -317,7 +325,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 			return l.wait(ctx, b)
 		}
 		if b := l.reserve(n, true); b != nil {
-			b.unit, b.hash, b.refs = u.clone(), h, 1
+			b.unit, b.hash, b.refs, b.used = u.clone(), h, 1, l.clock()
 			l.bufs[h] = append(l.bufs[h], b)
 			l.mu.Unlock()
 			start := time.Now()
@@ -329,14 +337,20 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 		ch := l.changed
 		l.waiters++
 		l.mu.Unlock()
+		// Woken by a release, or once the Bufs other readers are serving
+		// may have outlived their grace.
+		t := time.NewTimer(serveGrace / 4)
 		select {
 		case <-ch:
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			l.mu.Lock()
 			l.waiters--
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
+		t.Stop()
 		l.mu.Lock()
 		l.waiters--
 	}
@@ -346,6 +360,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 func (l *Loader) acquire(b *Buf) {
 	l.removeIdle(b)
 	b.refs++
+	b.used = l.clock()
 	if b.prefetched {
 		b.prefetched = false
 		l.prefetchHits.Add(1)
@@ -366,6 +381,7 @@ func (l *Loader) Reacquire(b *Buf) bool {
 	}
 	l.removeIdle(b)
 	b.refs++
+	b.used = l.clock()
 	return true
 }
 
@@ -445,7 +461,12 @@ func (l *Loader) startPrefetch(u Unit) (*Buf, <-chan struct{}) {
 	if b := l.lookup(h, u); b != nil {
 		return nil, b.ready
 	}
-	b := l.reserve(n, false)
+	var b *Buf
+	if l.waiters == 0 {
+		// Readers waiting for memory come first: a prefetch would take
+		// what one of them waits for.
+		b = l.reserve(n, false)
+	}
 	if b == nil {
 		l.prefetchSkip.Add(1)
 		return nil, nil
@@ -472,11 +493,53 @@ func (l *Loader) Forget(units ...Unit) {
 	l.signal()
 }
 
+// serveGrace is how long a Buf that a user serves to a reader is kept
+// from other users' loads after its last use. Readers that share a short
+// budget then take turns: one that waits for memory waits for another to
+// finish its buffer rather than evicting the buffer that reader is in,
+// which it would only load again, evicting another's (8 readers with a
+// budget of two buffers read each byte 6 times). A reader that holds its
+// file open without reading gives its buffer up after this long, so a
+// waiting read always proceeds.
+const serveGrace = time.Second
+
+// clock returns the time since the loader was made.
+func (l *Loader) clock() time.Duration { return time.Since(l.start) }
+
+// protected reports whether b is kept from loads that need memory. l.mu
+// must be held.
+func (l *Loader) protected(b *Buf, now time.Duration) bool {
+	return b.servers > 0 && now-b.used < serveGrace
+}
+
+// Serve tells the loader that the caller, which holds b, serves it to a
+// reader that goes on reading it: other loads leave b alone until the
+// caller passes it, or stops using it for serveGrace. Each Serve is paired
+// with a Pass.
+func (l *Loader) Serve(b *Buf) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b.servers++
+	b.used = l.clock()
+}
+
+// Pass tells the loader that the caller has moved on from b, which it
+// served: b stays cached, but other loads may take its memory.
+func (l *Loader) Pass(b *Buf) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b.servers--
+	if b.servers == 0 {
+		l.signal()
+	}
+}
+
 // Release drops a reference taken by Get.
 func (l *Loader) Release(b *Buf) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b.refs--
+	b.used = l.clock()
 	if b.refs > 0 {
 		return
 	}
@@ -567,9 +630,10 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 			i++
 		}
 	}
+	now := l.clock()
 	var small *Buf
 	for v := l.idleHead; v != nil; v = v.next {
-		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) {
+		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protected(v, now) {
 			if int64(cap(v.Data)) >= n {
 				l.evictions.Add(1)
 				l.drop(v)
@@ -591,7 +655,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
 	// cached Bufs.
-	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict) {
+	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict, now) {
 		return nil
 	}
 	for l.used+n > l.budget {
@@ -599,12 +663,9 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 			l.unmapLastFree()
 			continue
 		}
-		victim := l.idleHead
-		if victim == nil || !evict && victim.prefetched {
+		victim := l.nextVictim(nil, evict, now)
+		if victim == nil {
 			return nil
-		}
-		if !isReady(victim) {
-			return nil // still loading; cannot evict
 		}
 		l.evictions.Add(1)
 		l.drop(victim)
@@ -675,25 +736,37 @@ func isReady(b *Buf) bool {
 	}
 }
 
-// canFree reports whether reserve can free need bytes: the free slabs, then
-// idle Bufs from the front up to the first it may not evict. l.mu must be
-// held.
-func (l *Loader) canFree(need int64, evict bool) bool {
+// canFree reports whether reserve can free need bytes: the free slabs,
+// then the idle Bufs nextVictim yields. l.mu must be held.
+func (l *Loader) canFree(need int64, evict bool, now time.Duration) bool {
 	for _, f := range l.free {
 		need -= int64(cap(f.Data))
 	}
-	for v := l.idleHead; need > 0 && v != nil; v = v.next {
-		if !evict && v.prefetched {
-			return false
-		}
-		select {
-		case <-v.ready:
-		default:
-			return false
-		}
+	for v := l.nextVictim(nil, evict, now); need > 0 && v != nil; v = l.nextVictim(v, evict, now) {
 		need -= int64(cap(v.Data))
 	}
 	return need <= 0
+}
+
+// nextVictim returns the idle Buf after from (from the front if from is
+// nil) that a load may evict, least recently used first: one that is
+// loaded and that no reader is in (see serveGrace). A prefetch (evict
+// unset) evicts nothing newer than a Buf prefetched for a reader. l.mu
+// must be held.
+func (l *Loader) nextVictim(from *Buf, evict bool, now time.Duration) *Buf {
+	v := l.idleHead
+	if from != nil {
+		v = from.next
+	}
+	for ; v != nil; v = v.next {
+		if !evict && v.prefetched {
+			return nil
+		}
+		if isReady(v) && !l.protected(v, now) {
+			return v
+		}
+	}
+	return nil
 }
 
 // reuse returns a Buf on the smallest free slab of at least n bytes, the

@@ -38,6 +38,10 @@ type Stream struct {
 	cur   *view   // the buffer entered last
 	views []*view // every view made so far, for reuse
 	perm  []uint32
+
+	// served is the Buf of cur while the loader keeps it from other
+	// streams (Loader.Serve), until the stream moves on or closes.
+	served *blockcache.Buf
 }
 
 // view is one loaded buffer as reads see it. Its tables are written only
@@ -81,6 +85,7 @@ func (s *Stream) Close() {
 		}
 		s.ld.Forget(units...)
 	}
+	s.pass()
 	for _, v := range s.views {
 		v.buf = nil
 	}
@@ -249,6 +254,9 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	if v.users.Load() > 0 {
 		panic("shuffler: view reused while in use")
 	}
+	// Moving on: other streams may have the buffer left, and this one
+	// waits for memory, if it must, without holding on to it.
+	s.pass()
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
@@ -276,9 +284,19 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	v.g, v.buf = g, buf
 	v.users.Store(1)
-	s.cur = v
+	s.ld.Serve(buf)
+	s.cur, s.served = v, buf
 	s.prefetch(g)
 	return v, nil
+}
+
+// pass ends the loader's keeping of the buffer served last. s.mu must be
+// held.
+func (s *Stream) pass() {
+	if s.served != nil {
+		s.ld.Pass(s.served)
+		s.served = nil
+	}
 }
 
 // maxViews is how many views a stream keeps: the buffer a reader is in,

@@ -144,3 +144,42 @@ func TestSuggestedMaxMemoryServesARecordOfSeveralMiBReadDirectly(t *testing.T) {
 		t.Fatalf("with the named --max-memory, the part does not hold the %d source records once each", len(want))
 	}
 }
+
+// TestConcurrentReadersUnderAShortBudgetTakeTurnsWithoutRereading has 8
+// readers read the 8 parts of an epoch at once, each part one buffer of
+// about 4 MiB (--buffer 100%), with a budget of 9 MiB: two buffers. Readers
+// must take turns for memory rather than evict the buffers others are in:
+// each byte served must be read from the source less than twice (they
+// used to evict each other's buffers and read each byte about 6 times),
+// and every part must hold the bytes it holds with plenty of memory.
+func TestConcurrentReadersUnderAShortBudgetTakeTurnsWithoutRereading(t *testing.T) {
+	src := genSynthetic(t, 8000, 1024, 4, 4, "clustered")
+	const k = 8
+	flags := []string{"--parts", fmt.Sprint(k), "--buffer", "100%", "--block-size", "256KiB", "--seed", "1"}
+	ref := startMount(t, src, flags...)
+	m := startMount(t, src, append(flags, "--max-memory", "9MiB")...)
+	got := make([][]byte, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() { got[i], errs[i] = readUntilErr(m.part(0, i, k)) })
+	}
+	wg.Wait()
+	s := m.stats()
+	for i := range k {
+		if errs[i] != nil {
+			t.Fatalf("part %d: %v\n%s", i, errs[i], m.log)
+		}
+		if !bytes.Equal(got[i], ref.read(0, i, k)) {
+			t.Errorf("part %d under a short budget differs from the same part with plenty of memory", i)
+		}
+	}
+	if s.BytesServed == 0 || s.MemoryWaits == 0 {
+		t.Fatalf("stats %+v: nothing served, or no reader waited for memory (the test proves nothing)", s)
+	}
+	if r := float64(s.BytesRead) / float64(s.BytesServed); r >= 2 {
+		t.Errorf("read %d bytes from the source for %d served: %.2f per byte, want under 2", s.BytesRead, s.BytesServed, r)
+	} else {
+		t.Logf("read %.2f bytes from the source per byte served (%+v)", r, s)
+	}
+}
