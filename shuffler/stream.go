@@ -39,9 +39,11 @@ type Stream struct {
 	views []*view // every view made so far, for reuse
 	perm  []uint32
 
-	// served is the Buf of cur while the loader keeps it from other
-	// streams (Loader.Serve), until the stream moves on or closes.
-	served *blockcache.Buf
+	// served is the Buf of buffer servedG, the furthest the stream has
+	// entered, which the loader keeps from other streams (Loader.Serve)
+	// until the stream moves past it or closes.
+	served  *blockcache.Buf
+	servedG int
 }
 
 // view is one loaded buffer as reads see it. Its tables are written only
@@ -255,8 +257,13 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 		panic("shuffler: view reused while in use")
 	}
 	// Moving on: other streams may have the buffer left, and this one
-	// waits for memory, if it must, without holding on to it.
-	s.pass()
+	// waits for memory, if it must, without holding on to it. Not when
+	// going back, as the kernel's readahead does for the end of the
+	// buffer before: the reader is still in the one served.
+	ahead := s.served == nil || g >= s.servedG
+	if ahead {
+		s.pass()
+	}
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
@@ -284,8 +291,11 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	v.g, v.buf = g, buf
 	v.users.Store(1)
-	s.ld.Serve(buf)
-	s.cur, s.served = v, buf
+	if ahead {
+		s.ld.Serve(buf)
+		s.served, s.servedG = buf, g
+	}
+	s.cur = v
 	s.prefetch(g)
 	return v, nil
 }
