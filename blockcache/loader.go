@@ -901,7 +901,7 @@ func (sp *splitter) filled(n int64) error {
 	var err error
 	sp.starts, sp.done, err = formats.SplitFilled(b.Data[e.at:e.at+e.n], n, sp.done, e.off, sp.starts)
 	if err != nil {
-		err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+		err = fmt.Errorf("%s: %w; the source changed since indexing, or its index sidecar is wrong: remount to reindex: %w", l.ix.Path(e.file), err, syscall.EIO)
 		l.damaged(err)
 		return err
 	}
@@ -909,7 +909,7 @@ func (sp *splitter) filled(n int64) error {
 		return nil
 	}
 	if len(sp.starts) != sp.hi-sp.lo {
-		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo)
+		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex: %w", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo, syscall.EIO)
 		l.damaged(err)
 		return err
 	}

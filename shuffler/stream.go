@@ -30,14 +30,18 @@ type Stream struct {
 	ld   *blockcache.Loader
 	plan *Plan
 	next *Plan // the same part of the next epoch, once prefetching needs it
+	// owned is set when the stream acquired plan from the planner (see
+	// OpenStream); next is always acquired. Close releases them.
+	owned bool
 	// ctx ends with Close: prefetches not started by then are dropped.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	cur   *view   // the buffer entered last
-	views []*view // every view made so far, for reuse
-	perm  []uint32
+	mu     sync.Mutex
+	closed bool
+	cur    *view   // the buffer entered last
+	views  []*view // every view made so far, for reuse
+	perm   []uint32
 
 	// served is the Buf of buffer servedG, the furthest the stream has
 	// entered, which the loader keeps from other streams (Loader.Serve)
@@ -66,6 +70,19 @@ func NewStream(pl *Planner, ld *blockcache.Loader, plan *Plan) *Stream {
 	return &Stream{pl: pl, ld: ld, plan: plan, ctx: ctx, cancel: cancel}
 }
 
+// OpenStream returns a Stream that serves part of parts in epoch, with the
+// plan that the planner shares between all the streams of that part; Close
+// gives it back.
+func OpenStream(pl *Planner, ld *blockcache.Loader, epoch, part, parts int) (*Stream, error) {
+	plan, err := pl.Acquire(epoch, part, parts)
+	if err != nil {
+		return nil, err
+	}
+	s := NewStream(pl, ld, plan)
+	s.owned = true
+	return s, nil
+}
+
 // Plan returns the plan the stream serves.
 func (s *Stream) Plan() *Plan { return s.plan }
 
@@ -79,7 +96,17 @@ func (s *Stream) Size() int64 { return s.plan.Size }
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
 	s.cancel()
+	if s.owned {
+		s.pl.Release(s.plan)
+	}
+	// The plan of the next epoch goes back too; the prefetches it started
+	// stay for the reader that opens that epoch.
+	s.pl.Release(s.next)
 	if s.cur != nil {
 		var units []blockcache.Unit
 		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+prefetchDepth)] {
@@ -338,8 +365,8 @@ func (s *Stream) prefetch(g int) {
 		units = append(units, s.plan.Buffers[i].Unit())
 	}
 	if len(units) < prefetchDepth {
-		if s.next == nil {
-			s.next, _ = s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
+		if s.next == nil && !s.closed {
+			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
 		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
 			units = append(units, s.next.Buffers[i].Unit())

@@ -246,6 +246,9 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := d.checkCacheDir(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, d.debug)
 	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
