@@ -180,7 +180,7 @@ func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 	big := int32(slices.IndexFunc(ix.Blocks, func(b Block) bool { return b.Len > MinDirectBlock }))
 	for _, buffered := range []bool{false, true} {
 		o := LoaderOptions{Buffered: buffered}
-		need := MinMemory(ix, o)
+		need := MinMemory(ix, o, false)
 		if want := ix.Blocks[big].Len; buffered && need != want || !buffered && need <= want {
 			t.Fatalf("buffered %v: MinMemory %d for a largest block of %d bytes", buffered, need, want)
 		}
@@ -200,6 +200,18 @@ func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 		}
 		l.Release(b)
 	}
+	// Single records are packed: the largest frame is all a record needs.
+	rec := int32(slices.IndexFunc(ix.Frames, func(n uint32) bool { return n > MinDirectBlock }))
+	o := LoaderOptions{MaxMemory: MinMemory(ix, LoaderOptions{}, true)}
+	if o.MaxMemory != int64(ix.Frames[rec]) {
+		t.Fatalf("MinMemory for records %d, want the largest frame, %d", o.MaxMemory, ix.Frames[rec])
+	}
+	l := NewLoader(ix, o)
+	b, err := l.Get(t.Context(), Unit{Records: []int32{rec}})
+	if err != nil {
+		t.Fatalf("Get of the largest record with MinMemory: %v", err)
+	}
+	l.Release(b)
 }
 
 // TestLoaderGetWaitsForAServedBufferRatherThanEvictingIt fills a budget of

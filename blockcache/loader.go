@@ -92,13 +92,19 @@ func readsDirect(ix *Index, o LoaderOptions) bool {
 }
 
 // MinMemory returns the smallest LoaderOptions.MaxMemory with which a
-// loader with options o can load every block of ix, and so every buffer
-// of one block or one record: the largest slab a single block takes, with
-// the pages of a direct read. Get refuses a buffer larger than the budget
-// by the same measure.
-func MinMemory(ix *Index, o LoaderOptions) int64 {
-	direct := readsDirect(ix, o)
+// loader with options o can load every buffer of one block, or with
+// records set every buffer of one record: the largest slab such a buffer
+// takes, with the pages of a direct read for a block. Get refuses a buffer
+// larger than the budget by the same measure.
+func MinMemory(ix *Index, o LoaderOptions, records bool) int64 {
 	var m int64
+	if records {
+		for _, n := range ix.Frames {
+			m = max(m, int64(n))
+		}
+		return m
+	}
+	direct := readsDirect(ix, o)
 	for _, blk := range ix.Blocks {
 		_, span := placeBlock(blk, direct)
 		m = max(m, span)

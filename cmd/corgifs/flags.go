@@ -187,10 +187,12 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	}
 	recordStrategy := shuffler.ReadsRecords(d.strategy)
 	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
-	if need := blockcache.MinMemory(ix, d.loaderOptions(log)); d.slabBudget < need {
+	// The planner wants room for the largest block with every strategy.
+	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())
+	if d.slabBudget < need {
 		// The smallest workable value in bytes, by the loader's own measure:
 		// a rounded size such as "65 KiB" could be just below the block.
-		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block (%s, with the pages its direct reads take): use at least --max-memory %d",
+		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
 			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
 	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
