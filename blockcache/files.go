@@ -314,6 +314,8 @@ func (l *Loader) open(i int32, off int64) (*os.File, error) {
 	case errors.Is(err, errNotRegular):
 		l.log.Error("source file is not a regular file; its records give EIO", "file", path, "type", fileKind(fi.Mode()))
 		return nil, fmt.Errorf("read %s at offset %d: %w", path, off, err)
+	case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
+		return nil, fmt.Errorf("read %s at offset %d: %w (out of file descriptors: raise the open-file limit, ulimit -n)", path, off, err)
 	case changedSource(err):
 		return nil, fmt.Errorf("read %s at offset %d: %w (the source changed since indexing; remount to reindex)", path, off, err)
 	case err != nil:

@@ -274,3 +274,46 @@ func TestLoaderGetWaitsForAServedBufferRatherThanEvictingIt(t *testing.T) {
 		t.Fatal("the buffer its user stopped reading was not the one given up")
 	}
 }
+
+// TestLoaderOutOfDescriptorsIsNotReportedAsAChangedSource makes every open
+// fail with EMFILE: the error must say so and how to fix it, not that the
+// source changed (which sent users to remount for nothing).
+func TestLoaderOutOfDescriptorsIsNotReportedAsAChangedSource(t *testing.T) {
+	f := newLoaderFixture(t)
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
+	// The limit is on descriptor numbers: at the lowest free one, every
+	// open fails.
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirFd := fmt.Sprint(d.Fd())
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[string]bool{}
+	for _, n := range names {
+		open[n] = true
+	}
+	open[dirFd] = false
+	free := 0
+	for open[fmt.Sprint(free)] {
+		free++
+	}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = uint64(free)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Get(t.Context(), blockUnit(0))
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	if !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "ulimit") || strings.Contains(err.Error(), "changed") || strings.Contains(err.Error(), "remount") {
+		t.Fatalf("Get out of descriptors: %v, want EMFILE with advice, not a changed source", err)
+	}
+}
