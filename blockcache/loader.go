@@ -534,9 +534,11 @@ func (l *Loader) Serve(b *Buf) {
 func (l *Loader) Pass(b *Buf) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b.servers--
-	if b.servers == 0 {
-		l.signal()
+	if b.servers > 0 {
+		b.servers--
+		if b.servers == 0 {
+			l.signal()
+		}
 	}
 }
 
