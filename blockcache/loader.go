@@ -207,8 +207,10 @@ type LoaderOptions struct {
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
 // comes from one budget; when the budget is spent, idle Bufs are evicted
-// (least recently used first) and, failing that, Get waits for a Release.
-// Prefetch never waits: it is skipped when memory is short.
+// (least recently used first, but not one another reader is being served
+// from, see Serve) and, failing that, Get waits for a Release or a Pass.
+// Prefetch never waits: it is skipped when memory is short. Source files
+// are opened from a pool of bounded size (see filePool).
 type Loader struct {
 	ix     *Index
 	budget int64
@@ -256,11 +258,11 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		o.MaxOpenFiles = poolSize()
 	}
 	return &Loader{
-		start: time.Now(),
-		files: newFilePool(o.MaxOpenFiles),
-		ix:    ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
+		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
+		files:  newFilePool(o.MaxOpenFiles),
+		start:  time.Now(),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}
 }
