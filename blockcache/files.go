@@ -247,7 +247,7 @@ func (p *filePool) removeIdleLocked(f *poolFile) {
 // could too. name is relative to root, or absolute if root is empty
 // (symbolic links are followed then).
 func openRegular(root, name string) (*os.File, fs.FileInfo, error) {
-	flag := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_CLOEXEC
+	flag := os.O_RDONLY | syscall.O_NONBLOCK
 	var f *os.File
 	var err error
 	if root == "" {
