@@ -397,8 +397,12 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
-	r, err := os.Open(path)
-	if err != nil {
+	// Not blocking, and only a regular file: a named pipe put in place of
+	// a listed file would hang indexing.
+	r, _, err := openRegular("", path)
+	if errors.Is(err, errNotRegular) {
+		return out, fmt.Errorf("index: %s: %w", path, err)
+	} else if err != nil {
 		return out, fmt.Errorf("index: %w", err)
 	}
 	defer r.Close()

@@ -42,6 +42,12 @@ type Stream struct {
 	cur    *view   // the buffer entered last
 	views  []*view // every view made so far, for reuse
 	perm   []uint32
+
+	// served is the Buf of buffer servedG, the furthest the stream has
+	// entered, which the loader keeps from other streams (Loader.Serve)
+	// until the stream moves past it or closes.
+	served  *blockcache.Buf
+	servedG int
 }
 
 // view is one loaded buffer as reads see it. Its tables are written only
@@ -108,6 +114,7 @@ func (s *Stream) Close() {
 		}
 		s.ld.Forget(units...)
 	}
+	s.pass()
 	for _, v := range s.views {
 		v.buf = nil
 	}
@@ -276,6 +283,14 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	if v.users.Load() > 0 {
 		panic("shuffler: view reused while in use")
 	}
+	// Moving on: other streams may have the buffer left, and this one
+	// waits for memory, if it must, without holding on to it. Not when
+	// going back, as the kernel's readahead does for the end of the
+	// buffer before: the reader is still in the one served.
+	ahead := s.served == nil || g >= s.servedG
+	if ahead {
+		s.pass()
+	}
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
@@ -303,9 +318,22 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	v.g, v.buf = g, buf
 	v.users.Store(1)
+	if ahead {
+		s.ld.Serve(buf)
+		s.served, s.servedG = buf, g
+	}
 	s.cur = v
 	s.prefetch(g)
 	return v, nil
+}
+
+// pass ends the loader's keeping of the buffer served last. s.mu must be
+// held.
+func (s *Stream) pass() {
+	if s.served != nil {
+		s.ld.Pass(s.served)
+		s.served = nil
+	}
 }
 
 // maxViews is how many views a stream keeps: the buffer a reader is in,

@@ -134,6 +134,22 @@ func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (sl
 	return max(slabs, maxMemory/2), heapLimit
 }
 
+// minMaxMemory returns the smallest --max-memory that gives the slabs at
+// least need bytes. memorySplit gives them at least half, and more memory
+// never gives them less.
+func minMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
+	lo, hi := need, 2*need
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if slabs, _ := memorySplit(ix, mid, recordStrategy); slabs >= need {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
 // parseSeed returns the seed, choosing one when none was given.
 func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 	if d.seed == "" {
@@ -169,7 +185,16 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if chosen {
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
-	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(d.strategy))
+	recordStrategy := shuffler.ReadsRecords(d.strategy)
+	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
+	// The planner wants room for the largest block with every strategy.
+	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())
+	if d.slabBudget < need {
+		// The smallest workable value in bytes, by the loader's own measure:
+		// a rounded size such as "65 KiB" could be just below the block.
+		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
+			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
+	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
 		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
