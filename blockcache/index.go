@@ -8,10 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -29,6 +32,14 @@ type File struct {
 	Size    int64
 	Mtime   int64 // modification time, Unix nanoseconds
 	Records int64
+	// Head is what the format read from the file's header: where its
+	// records lie, and the Tail its last record is served with.
+	Head formats.Head
+	// From and To delimit the bytes the scan covered with records and
+	// damaged ranges: a file header before From (a CSV header row, a .npy
+	// header) and a tar shard's end-of-archive marker after To are never
+	// served.
+	From, To int64
 }
 
 // Block is a byte range of one source file that starts and ends at record
@@ -37,7 +48,11 @@ type Block struct {
 	File    int32
 	Records int32
 	Offset  int64
-	Len     int64
+	Len     int64 // stored bytes; see Index.BlockBytes for the served ones
+	// CRC is the CRC32C of the block's stored bytes, for formats whose
+	// records carry no checksum of their own (formats.Format.Checksummed
+	// false); the loader checks it. 0 otherwise.
+	CRC uint32
 }
 
 // Damage is a byte range left out of the index because it did not hold
@@ -60,9 +75,28 @@ type Index struct {
 	Files          []File
 	Blocks         []Block
 	Damaged        []Damage
-	// Frames holds the frame length of every indexed record, in block
-	// order, for strategies that read records one at a time.
+	// Frames holds the served length of every indexed record, in block
+	// order, for strategies that read records one at a time: its stored
+	// length, plus the file's Head.Tail for the last record of a file.
 	Frames []uint32
+	// RecordCRCs holds the CRC32C of every record's stored bytes, in block
+	// order, for formats without checksums of their own: strategies that
+	// read records one at a time (full, window, once, and the padding of
+	// --equal-parts) load single records, which the block CRC cannot
+	// check. 4 bytes a record, like Frames. nil for checksummed formats.
+	RecordCRCs []uint32
+
+	// Format is the name of the records' format and FormatOptions its
+	// settings (formats.Lookup); Head is the dataset's head, which the
+	// prologue of every served part is built from (the first file's with
+	// a Key; formats.Agree checked the others against it).
+	Format        string
+	FormatOptions formats.Options
+	Head          formats.Head
+	// Include is the list of patterns the files were selected with: the
+	// --include setting, else the format's own.
+	Include []string
+	format  formats.Format
 
 	recOnce   sync.Once
 	sidecar   string // path of the sidecar this index is saved in, if any
@@ -81,6 +115,43 @@ func (ix *Index) Path(i int32) string {
 	return filepath.Join(ix.Root, filepath.FromSlash(ix.Files[i].Path))
 }
 
+// Fmt returns the format of the index's records (TFRecord for an index
+// made by hand without one).
+func (ix *Index) Fmt() formats.Format {
+	if ix.format == nil {
+		return formats.TFRecord{}
+	}
+	return ix.format
+}
+
+// setFormat looks the format of a decoded index up by its name.
+func (ix *Index) setFormat() error {
+	if ix.Format == "" {
+		ix.format = formats.TFRecord{}
+		return nil
+	}
+	f, err := formats.Lookup(ix.Format, ix.FormatOptions)
+	ix.format = f
+	return err
+}
+
+// Tail returns the bytes served after block b's stored bytes: its file's
+// Head.Tail when b ends the file's records, else nothing.
+func (ix *Index) Tail(b Block) []byte {
+	f := &ix.Files[b.File]
+	if len(f.Head.Tail) > 0 && b.Offset+b.Len == f.Head.End {
+		return f.Head.Tail
+	}
+	return nil
+}
+
+// BlockBytes returns the bytes block b serves: its stored bytes and its
+// tail.
+func (ix *Index) BlockBytes(b int32) int64 {
+	blk := ix.Blocks[b]
+	return blk.Len + int64(len(ix.Tail(blk)))
+}
+
 // MaxBlock returns the length of the largest block.
 func (ix *Index) MaxBlock() int64 {
 	var m int64
@@ -92,9 +163,13 @@ func (ix *Index) MaxBlock() int64 {
 
 // Options control how an index is built and where it is cached.
 type Options struct {
-	BlockSize   int64    // target block length; a larger record is a block by itself
-	Include     []string // glob patterns matched against base names
-	SkipCorrupt bool     // leave damaged records out instead of failing
+	BlockSize int64    // target block length; a larger record is a block by itself
+	Include   []string // glob patterns matched against base names; default: the format's
+	// Format is the records' format; nil chooses it from the names of the
+	// files (formats.Detect), made with FormatOptions.
+	Format        formats.Format
+	FormatOptions formats.Options
+	SkipCorrupt   bool // leave damaged records out instead of failing
 	// FollowSymlinks follows symbolic links to files and directories when
 	// listing the source, which may then lead outside it.
 	FollowSymlinks bool
@@ -107,15 +182,12 @@ type Options struct {
 	Progress func(done, total int64)
 }
 
-// DefaultInclude is the file patterns indexed when Options.Include is empty.
-var DefaultInclude = []string{"*.tfrecord", "*.tfrecords"}
-
 func (o *Options) fill() {
+	if o.Format != nil {
+		o.FormatOptions = formats.OptionsOf(o.Format)
+	}
 	if o.BlockSize <= 0 {
 		o.BlockSize = 8 << 20
-	}
-	if len(o.Include) == 0 {
-		o.Include = DefaultInclude
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -305,14 +377,13 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("source %s is not a directory", root)
 	}
-	files, err := listFiles(root, o.Include, o.FollowSymlinks, o.Logger)
+	files, f, include, err := selectFiles(root, o)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names)", strings.Join(o.Include, " or "), root)
-	}
-	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks}
+	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
+		Format: f.Name(), FormatOptions: formats.OptionsOf(f), Include: include, format: f}
+	o.Format = f
 	var total int64
 	for _, f := range files {
 		total += f.Size
@@ -357,17 +428,43 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		})
 	}
 	wg.Wait()
+	head := -1 // the first file with a Key
 	for i, sc := range scans {
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
-		ix.Files[i].Records = sc.records
+		fl := &ix.Files[i]
+		fl.Records, fl.Head, fl.From, fl.To = sc.records, sc.head, sc.from, sc.to
+		if head < 0 && sc.head.Key != nil {
+			head = i
+		}
+		if head >= 0 {
+			if err := formats.Agree(f, ix.Path(int32(head)), ix.Files[head].Head, ix.Path(int32(i)), sc.head); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+		}
 		ix.Blocks = append(ix.Blocks, sc.blocks...)
 		ix.Frames = append(ix.Frames, sc.frames...)
+		ix.RecordCRCs = append(ix.RecordCRCs, sc.crcs...)
 		ix.Damaged = append(ix.Damaged, sc.damaged...)
 		for _, b := range sc.blocks {
 			ix.Records += int64(b.Records)
-			ix.Bytes += b.Len
+			ix.Bytes += b.Len + int64(len(ix.Tail(b)))
+		}
+	}
+	if head >= 0 {
+		ix.Head = ix.Files[head].Head
+	}
+	if _, ok := f.(formats.WDS); ok {
+		// A WebDataset key in two shards (a sample split across them)
+		// would be merged by a reader when the two samples meet in a
+		// part. In file order, so that the error names the same two shards
+		// every time.
+		ks := formats.NewKeySet()
+		for i, sc := range scans {
+			if err := ks.Add(ix.Path(int32(i)), sc.keys); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
 		}
 	}
 	if o.Progress != nil {
@@ -376,19 +473,81 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	if len(ix.Frames) > 0 {
 		sizes := slices.Clone(ix.Frames)
 		slices.Sort(sizes)
-		ix.RecordMin = int64(sizes[0]) - formats.FrameExtra
-		ix.RecordMedian = int64(sizes[len(sizes)/2]) - formats.FrameExtra
-		ix.RecordMax = int64(sizes[len(sizes)-1]) - formats.FrameExtra
+		ix.RecordMin = formats.PayloadLen(f, int64(sizes[0]))
+		ix.RecordMedian = formats.PayloadLen(f, int64(sizes[len(sizes)/2]))
+		ix.RecordMax = formats.PayloadLen(f, int64(sizes[len(sizes)-1]))
 	}
 	return ix, nil
 }
 
+// selectFiles lists the files of the dataset under root and the format
+// they are read in: o.Format, or the one their names say (formats.Detect,
+// over the names of every format's files when o.Include is empty), with
+// the include patterns the files were selected with. Build and the check
+// of a cached index select files the same way.
+func selectFiles(root string, o Options) ([]File, formats.Format, []string, error) {
+	include := o.Include
+	switch {
+	case len(include) > 0:
+	case o.Format != nil:
+		include = o.Format.Include()
+	default:
+		include = formats.AllIncludes()
+	}
+	files, err := listFiles(root, include, o.FollowSymlinks, o.Logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(files) == 0 {
+		return nil, nil, nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names, --format to say the format)", strings.Join(include, " or "), root)
+	}
+	f := o.Format
+	if f == nil {
+		names := make([]string, len(files))
+		for i, fl := range files {
+			names[i] = fl.Path
+		}
+		f, err = formats.Detect(names, o.FormatOptions)
+		switch {
+		case errors.Is(err, formats.ErrNoFormat) && len(o.Include) > 0:
+			// Files picked by --include under names of no format
+			// (data.rec) are TFRecord, as before formats were detected:
+			// a file that is not fails its frame check when indexed.
+			f = formats.TFRecord{}
+		case err != nil:
+			return nil, nil, nil, fmt.Errorf("source %s: %w", root, err)
+		}
+		if len(o.Include) == 0 {
+			// Detect passed over names of no format and a README.txt
+			// beside the data: keep the chosen format's files only.
+			include = f.Include()
+			files = slices.DeleteFunc(files, func(fl File) bool {
+				return !slices.ContainsFunc(include, func(p string) bool {
+					ok, _ := filepath.Match(p, path.Base(fl.Path))
+					return ok
+				})
+			})
+		}
+	}
+	return files, f, include, nil
+}
+
 // fileScan is what indexing found in one file.
 type fileScan struct {
-	blocks  []Block
-	frames  []uint32
-	damaged []Damage
-	records int64
+	blocks   []Block
+	frames   []uint32
+	crcs     []uint32
+	damaged  []Damage
+	records  int64
+	head     formats.Head
+	from, to int64
+	keys     iter.Seq[string] // WebDataset sample keys, for formats.KeySet
+}
+
+// keyScanner is the scanner of a format whose records have keys that must
+// be unique across files (WebDataset samples).
+type keyScanner interface {
+	Keys() iter.Seq[string]
 }
 
 // scanFile cuts file fi into blocks, reading it through rd. It calls
@@ -397,6 +556,7 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
+	format := o.Format
 	// Not blocking, and only a regular file: a named pipe put in place of
 	// a listed file would hang indexing.
 	r, _, err := openRegular("", path)
@@ -418,9 +578,21 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	}
 	rd.reset(r, dio, f.Size)
 	defer rd.wait()
-	head := make([]byte, formats.HeaderLen)
-	if n, _ := rd.ReadAt(head[:min(int64(len(head)), f.Size)], 0); formats.SniffCompressed(head[:n]) || strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
+	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
 		return out, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
+	}
+	h, err := format.Head(rd, f.Size)
+	if err != nil {
+		return out, fmt.Errorf("index: %s: %w", path, err)
+	}
+	out.head, out.from, out.to = h, h.Start, h.Start
+	// Formats without checksums get a CRC32C per block and per record,
+	// summed from the bytes the scanner has just read (still in rd's
+	// chunks), so the file is read once.
+	sum := !format.Checksummed()
+	var chunk []byte
+	if sum {
+		chunk = make([]byte, 256<<10)
 	}
 	cur := Block{File: fi, Offset: -1}
 	flush := func() {
@@ -429,11 +601,15 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		}
 		cur = Block{File: fi, Offset: -1}
 	}
-	sc := formats.NewScanner(rd, 0, f.Size)
+	first := true // nothing found yet: From is where the first record or damage starts
+	sc := format.Scan(rd, h, h.Start, h.End)
 	var last int64
 	for {
 		for sc.Next() {
 			rec := sc.Record()
+			if first {
+				out.from, first = rec.Offset, false
+			}
 			if cur.Records > 0 && (cur.Len+rec.Len > ix.BlockSize || cur.Records == 1<<31-1) {
 				flush()
 			}
@@ -443,10 +619,18 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 			cur.Len += rec.Len
 			cur.Records++
 			out.records++
-			if rec.Len > math.MaxUint32 {
+			if rec.Len+int64(len(h.Tail)) > math.MaxUint32 {
 				return out, fmt.Errorf("index: %s: record of %d bytes at offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
 			}
 			out.frames = append(out.frames, uint32(rec.Len))
+			if sum {
+				rc, err := sumRecord(rd, chunk, rec, &cur.CRC)
+				if err != nil {
+					return out, fmt.Errorf("index: %s: %w", path, err)
+				}
+				out.crcs = append(out.crcs, rc)
+			}
+			out.to = rec.Offset + rec.Len
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
 				progress(last)
@@ -460,19 +644,56 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		if !errors.As(err, &ce) {
 			return out, fmt.Errorf("index: %s: %w", path, err)
 		}
+		rs, ok := sc.(formats.Resyncer)
+		if !ok {
+			return out, fmt.Errorf("index: %s: %w", path, err)
+		}
 		if !o.SkipCorrupt {
 			return out, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
 		}
 		flush() // a block never spans damage
-		from, to, rerr := sc.Resync()
+		from, to, rerr := rs.Resync()
 		if rerr != nil {
 			return out, fmt.Errorf("index: %s: %w", path, rerr)
 		}
+		if first {
+			out.from, first = from, false
+		}
+		out.to = to
 		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
 		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
 	}
 	flush()
+	if n := len(out.frames); n > 0 && len(out.blocks) > 0 && out.to == h.End {
+		// The file's last record is served with the tail (a text file's
+		// missing line end).
+		out.frames[n-1] += uint32(len(h.Tail))
+	}
+	if ks, ok := sc.(keyScanner); ok {
+		out.keys = ks.Keys()
+	}
 	return out, nil
+}
+
+// sumRecord returns the CRC32C of the stored bytes of rec, read through r
+// a chunk at a time, and adds them to the CRC of its block.
+func sumRecord(r io.ReaderAt, chunk []byte, rec formats.Record, block *uint32) (uint32, error) {
+	var crc uint32
+	for off, n := rec.Offset, rec.Len; n > 0; {
+		b := chunk[:min(n, int64(len(chunk)))]
+		k, err := r.ReadAt(b, off)
+		if k < len(b) {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("checksum the record at offset %d: %w", rec.Offset, err)
+		}
+		crc = formats.UpdateChecksum(crc, b)
+		*block = formats.UpdateChecksum(*block, b)
+		off += int64(k)
+		n -= int64(k)
+	}
+	return crc, nil
 }
 
 // records computes the record tables on first use: they are derived from

@@ -256,7 +256,7 @@ func TestBuildWithoutMatchingFilesFailsClearly(t *testing.T) {
 	}{
 		{"empty directory", func(*testing.T, string) {}, nil, []string{"no files matching", "*.tfrecord or *.tfrecords", "--include"}},
 		{"only other files", func(t *testing.T, root string) {
-			writeBytes(t, filepath.Join(root, "sub", "notes.txt"), []byte("x"))
+			writeBytes(t, filepath.Join(root, "sub", "notes.md"), []byte("x"))
 		}, nil, []string{"no files matching", "*.tfrecord"}},
 		{"only a symlink to a record file", func(t *testing.T, root string) {
 			other := t.TempDir()

@@ -44,18 +44,34 @@ func (u Unit) clone() Unit {
 type extent struct {
 	file    int32
 	records int32
-	off, n  int64
+	off, n  int64 // the stored bytes read
 	at      int64
+	// tail is served after the stored bytes (Index.Tail): the slab
+	// holds n+len(tail) bytes from at.
+	tail []byte
+	// crc is the CRC32C the stored bytes must have, when sum is set (a
+	// format without checksums of its own).
+	crc uint32
+	sum bool
 }
 
 // extents appends the extents of u to exts, placed in the slab as Buf
 // describes, and returns them with the slab size they need.
 func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 	var at int64
+	sum := l.ix.RecordCRCs != nil
 	if u.Records != nil {
 		for _, r := range u.Records {
 			f, off, n := l.ix.Record(r)
-			exts = append(exts, extent{file: f, records: 1, off: off, n: n, at: at})
+			e := extent{file: f, records: 1, off: off, n: n, at: at}
+			if t := l.ix.Files[f].Head.Tail; len(t) > 0 && off+n == l.ix.Files[f].Head.End+int64(len(t)) {
+				// The file's last record: Frames holds its served length.
+				e.n, e.tail = n-int64(len(t)), t
+			}
+			if sum {
+				e.crc, e.sum = l.ix.RecordCRCs[r], true
+			}
+			exts = append(exts, e)
 			at += n
 		}
 		return exts, at
@@ -63,7 +79,8 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 	for _, id := range u.Blocks {
 		blk := l.ix.Blocks[id]
 		lead, span := l.placeBlock(blk)
-		exts = append(exts, extent{file: blk.File, records: blk.Records, off: blk.Offset, n: blk.Len, at: at + lead})
+		exts = append(exts, extent{file: blk.File, records: blk.Records, off: blk.Offset, n: blk.Len, at: at + lead,
+			tail: l.ix.Tail(blk), crc: blk.CRC, sum: sum})
 		at += span
 	}
 	return exts, at
@@ -71,18 +88,20 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 
 // placeBlock returns where blk starts in its share of a slab, and the size
 // of that share.
-func (l *Loader) placeBlock(blk Block) (lead, span int64) { return placeBlock(blk, l.direct) }
+func (l *Loader) placeBlock(blk Block) (lead, span int64) {
+	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.direct)
+}
 
-// placeBlock returns where blk starts in its share of a slab, and the size
-// of that share. A block that may be read directly gets whole pages of its
-// own: it starts at its offset within a page, and its share ends at a page
-// boundary.
-func placeBlock(blk Block, direct bool) (lead, span int64) {
+// placeBlock returns where blk, followed by tail bytes, starts in its
+// share of a slab, and the size of that share. A block that may be read
+// directly gets whole pages of its own: it starts at its offset within a
+// page, and its share ends at a page boundary.
+func placeBlock(blk Block, tail int64, direct bool) (lead, span int64) {
 	if !direct {
-		return 0, blk.Len
+		return 0, blk.Len + tail
 	}
 	lead = blk.Offset - alignDown(blk.Offset)
-	return lead, alignUp(lead + blk.Len)
+	return lead, alignUp(lead + blk.Len + tail)
 }
 
 // readsDirect reports whether a loader with options o reads the blocks of
@@ -106,7 +125,7 @@ func MinMemory(ix *Index, o LoaderOptions, records bool) int64 {
 	}
 	direct := readsDirect(ix, o)
 	for _, blk := range ix.Blocks {
-		_, span := placeBlock(blk, direct)
+		_, span := placeBlock(blk, int64(len(ix.Tail(blk))), direct)
 		m = max(m, span)
 	}
 	return m
@@ -896,7 +915,9 @@ type splitter struct {
 	e      extent
 	lo, hi int
 	starts []int64
-	done   int64 // the bytes of the extent checked so far
+	done   int64  // the bytes of the extent split so far
+	summed int64  // the stored bytes added to crc so far
+	crc    uint32 // of the stored bytes, for formats without checksums
 }
 
 // filled checks the records that lie whole in the first n bytes of the
@@ -908,8 +929,25 @@ func (sp *splitter) filled(n int64) error {
 		// into the next extent's entries.
 		sp.starts = b.Starts[sp.lo:sp.lo:sp.hi]
 	}
+	f := l.ix.Fmt()
+	if e.sum {
+		sp.crc = formats.UpdateChecksum(sp.crc, b.Data[e.at+sp.summed:e.at+n])
+		sp.summed = n
+		if n == e.n && sp.crc != e.crc {
+			err := fmt.Errorf("%s at offset %d: the %d bytes there no longer have the checksum the index took (CRC32C %08x, now %08x): the source changed since indexing, or rots; remount to reindex: %w",
+				l.ix.Path(e.file), e.off, e.n, e.crc, sp.crc, syscall.EIO)
+			l.damaged(err)
+			return err
+		}
+	}
+	span := e.n + int64(len(e.tail))
+	filled := n
+	if n == e.n {
+		copy(b.Data[e.at+e.n:e.at+span], e.tail)
+		filled = span
+	}
 	var err error
-	sp.starts, sp.done, err = formats.SplitFilled(b.Data[e.at:e.at+e.n], n, sp.done, e.off, sp.starts)
+	sp.starts, sp.done, err = f.SplitFilled(l.ix.Files[e.file].Head, b.Data[e.at:e.at+span], filled, sp.done, e.off, sp.starts)
 	if err != nil {
 		err = fmt.Errorf("%s: %w; the source changed since indexing, or its index sidecar is wrong: remount to reindex: %w", l.ix.Path(e.file), err, syscall.EIO)
 		l.damaged(err)
@@ -923,7 +961,7 @@ func (sp *splitter) filled(n int64) error {
 		l.damaged(err)
 		return err
 	}
-	end := e.at + e.n
+	end := e.at + span
 	for j := sp.hi - 1; j >= sp.lo; j-- {
 		b.Starts[j] += e.at
 		b.lens[j] = uint32(end - b.Starts[j])

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/formats"
 )
 
 // A block damaged in place (same size and modification time) is reported
@@ -75,7 +77,7 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	os.Symlink(".", filepath.Join(root, "loop"))
 	os.Symlink("nowhere", filepath.Join(root, "x.tfrecord"))
 	paths := func(follow bool) []string {
-		files, err := listFiles(root, DefaultInclude, follow, newTextLogger(&strings.Builder{}))
+		files, err := listFiles(root, formats.TFRecord{}.Include(), follow, newTextLogger(&strings.Builder{}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +19,7 @@ import (
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
-const sidecarVersion = 3
+const sidecarVersion = 4
 
 const sidecarMagic = "corgifs-index"
 
@@ -34,6 +33,20 @@ type sidecarHeader struct {
 	// FollowSymlinks is absent from sidecars written before it existed,
 	// which decode as false: what they were built with.
 	FollowSymlinks bool
+	// Format is the --format name, "" when it is chosen from the file
+	// names, and FormatOptions its settings.
+	Format        string
+	FormatOptions formats.Options
+}
+
+// header returns the sidecar header of an index of root built with o.
+func header(root string, o Options) sidecarHeader {
+	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include,
+		SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks, FormatOptions: o.FormatOptions}
+	if o.Format != nil {
+		h.Format = o.Format.Name()
+	}
+	return h
 }
 
 // DefaultCacheDir returns $XDG_CACHE_HOME/corgifs, or ~/.cache/corgifs, or
@@ -61,6 +74,7 @@ func (h sidecarHeader) name() string {
 	if h.FollowSymlinks {
 		key = append(key, "\x00follow-symlinks"...)
 	}
+	key = fmt.Appendf(key, "\x00format=%s\x00%+v", h.Format, h.FormatOptions)
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:12]) + ".index"
 }
@@ -76,7 +90,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	if err != nil {
 		return nil, false, err
 	}
-	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
+	h := header(root, o)
 	name := h.name()
 	var dir *cacheDir
 	var noDir error // why there is no cache directory to save in
@@ -103,7 +117,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 		} else {
 			ix, why = loadSidecar(dir, name, h)
 			if ix != nil {
-				why = ix.changed(o.Include, o.Logger)
+				why = ix.changed(o)
 				if why == "" {
 					return ix, true, nil
 				}
@@ -155,7 +169,7 @@ func MarkStale(root string, o Options, reason string) error {
 		return err
 	}
 	defer dir.Close()
-	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
+	h := header(root, o)
 	return dir.write(h.name()+staleSuffix, func(w io.Writer) error {
 		_, err := io.WriteString(w, reason)
 		return err
@@ -163,10 +177,15 @@ func MarkStale(root string, o Options, reason string) error {
 }
 
 // changed says why the index no longer matches the files on disk, or "".
-func (ix *Index) changed(include []string, log *slog.Logger) string {
-	files, err := listFiles(ix.Root, include, ix.FollowSymlinks, log)
+// The files are selected as Build selects them, with the options o.
+func (ix *Index) changed(o Options) string {
+	o.FollowSymlinks = ix.FollowSymlinks
+	files, f, _, err := selectFiles(ix.Root, o)
 	if err != nil {
 		return err.Error()
+	}
+	if f.Name() != ix.Fmt().Name() {
+		return fmt.Sprintf("the files are now %s, not %s", f.Name(), ix.Fmt().Name())
 	}
 	old := make(map[string]File, len(ix.Files))
 	for _, f := range ix.Files {
@@ -210,7 +229,8 @@ func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string
 	if h.Version != want.Version {
 		return nil, fmt.Sprintf("index sidecar has version %d, want %d", h.Version, want.Version)
 	}
-	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || h.FollowSymlinks != want.FollowSymlinks || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") {
+	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || h.FollowSymlinks != want.FollowSymlinks || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") ||
+		h.Format != want.Format || h.FormatOptions != want.FormatOptions {
 		return nil, "index sidecar belongs to other parameters"
 	}
 	var body sidecarBody
@@ -223,6 +243,12 @@ func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string
 	var ix Index
 	if err := gob.NewDecoder(bytes.NewReader(body.Index)).Decode(&ix); err != nil {
 		return nil, "index sidecar " + path + " is corrupt: " + err.Error()
+	}
+	if err := ix.setFormat(); err != nil {
+		return nil, "index sidecar " + path + " names a format this corgifs does not know: " + err.Error()
+	}
+	if want.Format != "" && ix.Format != want.Format {
+		return nil, "index sidecar belongs to other parameters"
 	}
 	if err := ix.checkTiling(); err != nil {
 		return nil, "index sidecar " + path + " does not match how its blocks must cut the files (not written by this corgifs?): " + err.Error()
@@ -272,12 +298,20 @@ func (ix *Index) checkTiling() error {
 	for _, d := range ix.Damaged {
 		damaged[d.File] = append(damaged[d.File], d)
 	}
+	minFrame := formats.PayloadLen(ix.Fmt(), 0)
+	minFrame = max(1, -minFrame) // TFRecord: the framing, else one byte
+	if ix.Fmt().Checksummed() != (ix.RecordCRCs == nil) || (ix.RecordCRCs != nil && len(ix.RecordCRCs) != len(ix.Frames)) {
+		return fmt.Errorf("%d record checksums for %d records of format %s", len(ix.RecordCRCs), len(ix.Frames), ix.Fmt().Name())
+	}
 	var r, records, total int64
 	b := 0
 	for fi, f := range ix.Files {
 		dmg := damaged[f.Path]
 		delete(damaged, f.Path)
-		var at, fileRecords int64
+		if !(0 <= f.Head.Start && f.Head.Start <= f.From && f.From <= f.To && f.To <= f.Head.End && f.Head.End <= f.Size) {
+			return fmt.Errorf("%s (%d bytes): records in [%d, %d) outside its header's [%d, %d)", f.Path, f.Size, f.From, f.To, f.Head.Start, f.Head.End)
+		}
+		at, fileRecords := f.From, int64(0)
 		for {
 			switch {
 			case b < len(ix.Blocks) && ix.Blocks[b].File == int32(fi) && ix.Blocks[b].Offset == at:
@@ -287,17 +321,17 @@ func (ix *Index) checkTiling() error {
 				}
 				var n int64
 				for _, fr := range ix.Frames[r : r+int64(blk.Records)] {
-					if fr < formats.FrameExtra {
+					if int64(fr) < minFrame {
 						return fmt.Errorf("block %d (%s at offset %d) has a frame of %d bytes", b, f.Path, at, fr)
 					}
 					n += int64(fr)
 				}
-				if n != blk.Len {
+				if n != blk.Len+int64(len(ix.Tail(blk))) {
 					return fmt.Errorf("block %d (%s at offset %d) is %d bytes, its %d frames %d", b, f.Path, at, blk.Len, blk.Records, n)
 				}
 				r += int64(blk.Records)
 				fileRecords += int64(blk.Records)
-				total += blk.Len
+				total += blk.Len + int64(len(ix.Tail(blk)))
 				at += blk.Len
 				b++
 				continue
@@ -308,7 +342,7 @@ func (ix *Index) checkTiling() error {
 			}
 			break
 		}
-		if at != f.Size {
+		if at != f.To {
 			next := "nothing"
 			if b < len(ix.Blocks) {
 				next = fmt.Sprintf("block %d (file %d at offset %d)", b, ix.Blocks[b].File, ix.Blocks[b].Offset)

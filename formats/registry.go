@@ -40,6 +40,19 @@ var formatTable = []struct {
 	}},
 }
 
+// OptionsOf returns the Options that Lookup(f.Name(), o) makes f with.
+func OptionsOf(f Format) Options {
+	switch f := f.(type) {
+	case CSV:
+		return Options{NoHeader: !f.Header}
+	case JSONL:
+		return Options{CheckJSON: f.Check}
+	case Fixed:
+		return Options{RecordSize: f.RecordSize, HeaderBytes: f.HeaderBytes}
+	}
+	return Options{}
+}
+
 // Names returns the names of all formats.
 func Names() []string {
 	names := make([]string, len(formatTable))
