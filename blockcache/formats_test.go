@@ -257,7 +257,7 @@ func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.
 		{"tar header checksum", map[string][]byte{"a.tar": badSum}, []string{"a.tar", "offset 1024"}},
 		{"truncated tar", map[string][]byte{"a.tar": tarShard[:1024]}, []string{"a.tar", "truncated"}},
 		{"npy shorter than its header says", map[string][]byte{"a.npy": npyBytes(5, 4, 0)[:128+4*4+2]}, []string{"a.npy"}},
-		{"sample split across shards", map[string][]byte{"a.tar": wdsBytes(t, "k", 3), "b.tar": wdsBytes(t, "k", 2)}, []string{"a.tar", "b.tar", "k0000"}},
+		{"sample split across shards", map[string][]byte{"a.tar": wdsBytes(t, "k", 3), "b.tar": wdsBytes(t, "k", 2)}, []string{"a.tar", "b.tar", "sample key", "is also in shard"}},
 		{"mixed formats", map[string][]byte{"a.csv": []byte("id\n1\n"), "b.jsonl": []byte("{}\n")}, []string{"a.csv", "b.jsonl"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
