@@ -200,7 +200,7 @@ func (pl *Planner) sequence(epoch int) *sequence {
 	s.refs++
 	c.mu.Unlock()
 	s.once.Do(func() {
-		s.records = recordLevel[pl.p.Strategy]
+		s.records = strategies[pl.p.Strategy].records
 		s.n = len(pl.ix.Blocks)
 		if s.records {
 			s.n = len(pl.ix.Frames)

@@ -80,11 +80,15 @@ func (b *Buffer) Unit() blockcache.Unit {
 	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records}
 }
 
-// Plan is the order of one part of one epoch.
+// Plan is the order of one part of one epoch. A served part is the
+// Prologue, the records of the Buffers, then the Epilogue: the bytes a file
+// of the format holds before and after its records (a CSV header row, a
+// .npy header with the part's row count, a tar end-of-archive marker).
 type Plan struct {
 	Epoch, Part, Parts int
 	Buffers            []Buffer
-	Size               int64
+	Prologue, Epilogue []byte
+	Size               int64 // all of it, prologue and epilogue included
 	Records            int64
 	Target             int64 // buffer size aimed at
 	Capped             bool  // Target was lowered to fit MaxMemory
@@ -104,23 +108,35 @@ type order struct {
 // A strategy gives part of parts its order, from the epoch's sequence.
 type strategy func(pl *Planner, seq *sequence, epoch, part, parts int) order
 
-var strategies = map[string]strategy{
-	"corgipile": corgipile,
-	"block":     blockOnly,
-	"none":      none,
-	"window":    window,
-	"full":      full,
-	"once":      full,
+// strategyInfo is one entry of the table of strategies.
+type strategyInfo struct {
+	plan strategy
+	// records says the strategy reads records one at a time: its parts
+	// are balanced slices of the records rather than of the blocks.
+	records bool
+	// describe says in one line what it does, for --help.
+	describe string
 }
 
-// Describe says in one line what each strategy does, for --help.
-var Describe = map[string]string{
-	"corgipile": "random blocks, records shuffled inside each buffer (CorgiPile)",
-	"block":     "random blocks, records in source order inside each block",
-	"none":      "source order",
-	"window":    "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage",
-	"full":      "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage",
-	"once":      "one uniform permutation reused every epoch: reads records one by one, slow on cold storage",
+// strategies is the one table of strategies: a new strategy is added here
+// and nowhere else.
+var strategies = map[string]strategyInfo{
+	"corgipile": {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
+	"block":     {blockOnly, false, "random blocks, records in source order inside each block"},
+	"none":      {none, false, "source order"},
+	"window":    {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
+	"full":      {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
+	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
+}
+
+// Describe says in one line what strategy does, for --help; "" for an
+// unknown one.
+func Describe(strategy string) string { return strategies[strategy].describe }
+
+// IsStrategy reports whether name is a strategy.
+func IsStrategy(name string) bool {
+	_, ok := strategies[name]
+	return ok
 }
 
 // Strategies lists the strategy names, sorted.
@@ -157,7 +173,7 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least --max-memory %d",
 			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), m)
 	}
-	pl := &Planner{ix: ix, p: p, strategy: s}
+	pl := &Planner{ix: ix, p: p, strategy: s.plan}
 	pl.cache.init()
 	return pl, nil
 }
@@ -235,18 +251,25 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	if pl.p.EqualParts && parts > 1 {
 		pl.pad(p, seq, o)
 	}
+	// The .npy prologue holds the record count, padding included.
+	f := pl.ix.Fmt()
+	p.Prologue = f.AppendPrologue(nil, pl.ix.Head, p.Records)
+	p.Epilogue = f.AppendEpilogue(nil, pl.ix.Head)
+	for i := range p.Buffers {
+		p.Buffers[i].Start += int64(len(p.Prologue))
+	}
+	p.Size += int64(len(p.Prologue) + len(p.Epilogue))
 	return p
 }
 
+// recordsEnd returns the offset in the part where the epilogue starts.
+func (p *Plan) recordsEnd() int64 { return p.Size - int64(len(p.Epilogue)) }
+
 // ReadsRecords reports whether strategy reads records one at a time (and
 // plans every record), rather than whole blocks.
-func ReadsRecords(strategy string) bool { return recordLevel[strategy] }
+func ReadsRecords(strategy string) bool { return strategies[strategy].records }
 
-// recordLevel lists the strategies whose parts are balanced slices of the
-// records rather than of the blocks.
-var recordLevel = map[string]bool{"window": true, "full": true, "once": true}
-
-func (pl *Planner) blockBytes(id int32) int64  { return pl.ix.Blocks[id].Len }
+func (pl *Planner) blockBytes(id int32) int64  { return pl.ix.BlockBytes(id) }
 func (pl *Planner) blockRecords(id int32) int  { return int(pl.ix.Blocks[id].Records) }
 func (pl *Planner) recordBytes(id int32) int64 { return int64(pl.ix.Frames[id]) }
 func one(int32) int                            { return 1 }

@@ -128,7 +128,19 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("read at negative offset %d", off)
 	}
 	n := 0
+	pro, epi, end := s.plan.Prologue, s.plan.Epilogue, s.plan.recordsEnd()
 	for n < len(p) && off < s.plan.Size {
+		if off < int64(len(pro)) || off >= end {
+			var c int
+			if off < int64(len(pro)) {
+				c = copy(p[n:], pro[off:])
+			} else {
+				c = copy(p[n:], epi[off-end:])
+			}
+			n += c
+			off += int64(c)
+			continue
+		}
 		g := s.find(off)
 		v, err := s.acquire(ctx, g)
 		if err != nil {
@@ -157,7 +169,8 @@ const MaxSlices = 128
 // the caller passes it to Done. Otherwise it copies them into p, as ReadAt
 // does, and hold is nil. n is the number of bytes either way.
 func (s *Stream) ReadSlices(ctx context.Context, p []byte, vecs [][]byte, off int64) (_ [][]byte, n int, hold *blockcache.Buf, err error) {
-	if off < 0 || off >= s.plan.Size {
+	if off < int64(len(s.plan.Prologue)) || off >= s.plan.recordsEnd() {
+		// The prologue and epilogue are a few bytes: copied.
 		n, err = s.ReadAt(ctx, p, off)
 		return vecs, n, nil, err
 	}
@@ -375,28 +388,61 @@ func (s *Stream) prefetch(g int) {
 	s.ld.Prefetch(s.ctx, units...)
 }
 
-// RecordRef locates a served record in its source file.
+// RecordRef locates a served record in its source file: Len is its served
+// length, Stored the length of its bytes in the file, which is shorter for
+// the last record of a text file without a line end (see formats.Head.Tail).
 type RecordRef struct {
 	File   int32
 	Offset int64
 	Len    int64
+	Stored int64
 }
 
 // Walk calls fn for every record of the stream, in served order.
 func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
-	for g := range s.plan.Buffers {
-		v, err := s.acquire(ctx, g)
-		if err != nil {
+	return s.pl.Walk(ctx, s.plan, fn)
+}
+
+// Walk calls fn for every record of plan, in served order. It is a walk of
+// the plan over the index: no data is read.
+func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) error) error {
+	ix := pl.ix
+	var perm []uint32
+	var ids []int32
+	for g := range plan.Buffers {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for k := range v.src {
-			f, off := v.buf.Locate(v.src[k])
-			if err := fn(RecordRef{f, off, v.out[k+1] - v.out[k]}); err != nil {
-				s.release(v, true)
+		b := &plan.Buffers[g]
+		ids = ids[:0]
+		if b.Records != nil {
+			ids = append(ids, b.Records...)
+		} else {
+			for _, id := range b.Blocks {
+				first := int32(ix.BlockRecords(id))
+				for r := range ix.Blocks[id].Records {
+					ids = append(ids, first+r)
+				}
+			}
+		}
+		perm = slices.Grow(perm[:0], len(ids))[:len(ids)]
+		if b.Shuffle {
+			permute(perm, b.Seed)
+		} else {
+			for i := range perm {
+				perm[i] = uint32(i)
+			}
+		}
+		for _, k := range perm {
+			f, off, n := ix.Record(ids[k])
+			stored := n
+			if h := &ix.Files[f].Head; len(h.Tail) > 0 && off+n > h.End {
+				stored -= int64(len(h.Tail))
+			}
+			if err := fn(RecordRef{File: f, Offset: off, Len: n, Stored: stored}); err != nil {
 				return err
 			}
 		}
-		s.release(v, true)
 	}
 	return nil
 }

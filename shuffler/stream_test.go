@@ -128,7 +128,7 @@ func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef)
 		for _, k := range perm {
 			r := recs[k]
 			out = append(out, f.frame(r)...)
-			refs = append(refs, RecordRef{r.file, r.off, r.len})
+			refs = append(refs, RecordRef{r.file, r.off, r.len, r.len})
 		}
 	}
 	if int64(len(out)) != plan.Size {
@@ -450,7 +450,7 @@ func TestStreamWalkPointsAtTheServedRecords(t *testing.T) {
 				}
 			}
 			for _, r := range f.records {
-				if n := seen[RecordRef{r.file, r.off, r.len}]; n != 1 {
+				if n := seen[RecordRef{r.file, r.off, r.len, r.len}]; n != 1 {
 					t.Fatalf("source record %+v walked %d times over all parts", r, n)
 				}
 			}
