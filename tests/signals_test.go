@@ -265,6 +265,52 @@ func TestSecondSignalExitsAtOnceWhileUnmountWaits(t *testing.T) {
 	}
 }
 
+// TestSignalWhileIndexingAStuckSourceExits: a source read that never
+// returns while the index is built must not keep the daemon alive after
+// SIGTERM either; nothing is mounted yet, so it exits within a few seconds
+// (15 s allowed here) and leaves nothing mounted.
+func TestSignalWhileIndexingAStuckSourceExits(t *testing.T) {
+	fuseOK(t)
+	data := genSynthetic(t, 4000, 16, 2, 2, "clustered")
+	src := serveStuckSource(t, data)
+	src.stick()
+	base := t.TempDir()
+	m := &mount{t: t, dir: filepath.Join(base, "mnt"), log: &syncBuffer{}, done: make(chan struct{})}
+	if err := os.Mkdir(m.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.cmd = exec.Command(bin, append([]string{"mount", src.dir, m.dir, "--cache-dir", filepath.Join(base, "cache")}, smallFlags...)...)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		if !m.closed {
+			m.cmd.Process.Kill()
+			<-m.done
+		}
+		fsUnmountQuiet(m.dir)
+	})
+	select {
+	case <-src.blocked:
+	case <-m.done:
+		m.closed = true
+		t.Fatalf("the daemon exited before reading the source: %v\n%s", m.exit, m.log)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no source read blocked within 60 s of starting the mount\n%s", m.log)
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	if !waitExit(t, m, 15*time.Second, "SIGTERM while indexing a stuck source") {
+		return
+	}
+	m.closed = true
+	if mounted(m.dir) {
+		t.Errorf("%s mounted after the daemon exited", m.dir)
+	}
+}
+
 // --- Dead mounts ----------------------------------------------------------------
 
 // TestSighupUnmountsAndExitsZero: closing the terminal of a foreground mount
