@@ -120,6 +120,9 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 	ix, pl, seed, err := d.open(ctx, src, log, stderr)
 	close(indexed)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s while indexing %s: nothing mounted: %w", signalOf(ctx), src, err)
+		}
 		return err
 	}
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
