@@ -156,8 +156,9 @@ func (s *Server) Unmount() error {
 // LazyUnmount detaches the mount at mnt even if it is busy or its daemon is
 // dead: umount2(MNT_DETACH) as root, fusermount3 -u -z otherwise.
 func LazyUnmount(mnt string) error {
+	var direct error
 	if os.Geteuid() == 0 {
-		if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err == nil {
+		if direct = syscall.Unmount(mnt, syscall.MNT_DETACH); direct == nil {
 			return nil
 		}
 	}
@@ -167,6 +168,9 @@ func LazyUnmount(mnt string) error {
 		} else if !errors.Is(err, errNotFound) {
 			return fmt.Errorf("unmount %s: %w", mnt, err)
 		}
+	}
+	if direct != nil {
+		return fmt.Errorf("unmount %s: umount2: %w (and no fusermount3)", mnt, direct)
 	}
 	return fmt.Errorf("unmount %s: no umount2 permission and no fusermount3", mnt)
 }

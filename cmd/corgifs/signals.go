@@ -127,13 +127,21 @@ func shutdown(srv *fs.Server, mnt string, served <-chan struct{}, again <-chan o
 // detach lazily detaches mnt unless it is already gone, giving up after
 // detachWait.
 func detach(mnt string) error {
-	if typ, err := fs.MountType(mnt); err != nil || typ != fs.MountTypeName {
-		return nil // unmounted already (the normal unmount got through)
+	// The normal unmount, still running, may get through at any moment.
+	gone := func() bool {
+		typ, err := fs.MountType(mnt)
+		return err != nil || typ != fs.MountTypeName
+	}
+	if gone() {
+		return nil
 	}
 	res := make(chan error, 1)
 	go func() { res <- fs.LazyUnmount(mnt) }()
 	select {
 	case err := <-res:
+		if err != nil && gone() {
+			return nil
+		}
 		return err
 	case <-time.After(detachWait):
 		return fmt.Errorf("lazy detach of %s did not return within %v; run 'corgifs unmount %s'", mnt, detachWait, mnt)
