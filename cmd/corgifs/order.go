@@ -31,6 +31,9 @@ the offset of its frame within the served part file and the frame's size.`, stde
 	if err != nil {
 		return err
 	}
+	if err := checkParts(*parts); err != nil {
+		return err
+	}
 	if *format != "file" && *format != "dali" {
 		return fmt.Errorf("--format %q: want file or dali", *format)
 	}
