@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // bench holds the state of one benchmark: the mounts and what was measured.
@@ -163,7 +165,7 @@ func (b *bench) mountAll(ctx context.Context, corgifs, loopback string) error {
 				files: func(epoch int) []string {
 					p := make([]string, k)
 					for i := range p {
-						p[i] = filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k))
+						p[i] = filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, ".tfrecord"))
 					}
 					return p
 				},

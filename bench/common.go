@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // binaries are the programs the benchmark builds into its work directory.
@@ -117,7 +119,7 @@ func (e *runEnv) mountLoopback(ctx context.Context, name string) (*daemon, error
 
 // partPath is the path of part i of K of epoch in a corgifs mount.
 func partPath(mnt string, epoch, i, k int) string {
-	return filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k))
+	return filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, ".tfrecord"))
 }
 
 // corgifsStats reads .corgifs/stats.json of a corgifs mount.

@@ -182,6 +182,13 @@ type Options struct {
 	Progress func(done, total int64)
 }
 
+// DefaultInclude is the file patterns of TFRecord files.
+//
+// Deprecated: an empty Options.Include selects the files of the format;
+// use formats.Format.Include. Kept until cmd/corgifs's validate.go moves
+// to it.
+var DefaultInclude = formats.TFRecord{}.Include()
+
 func (o *Options) fill() {
 	if o.Format != nil {
 		o.FormatOptions = formats.OptionsOf(o.Format)

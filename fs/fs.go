@@ -201,23 +201,11 @@ func parseEpoch(name string) (int, bool) {
 	return e, true
 }
 
-// parsePart accepts only the canonical name part-%05d-of-%05d.tfrecord.
-func parsePart(name string) (part, parts int, ok bool) {
-	s, ok := strings.CutSuffix(name, ".tfrecord")
-	if !ok {
-		return 0, 0, false
-	}
-	s, ok = strings.CutPrefix(s, "part-")
-	if !ok {
-		return 0, 0, false
-	}
-	a, b, ok := strings.Cut(s, "-of-")
-	if !ok {
-		return 0, 0, false
-	}
-	i, err1 := strconv.Atoi(a)
-	k, err2 := strconv.Atoi(b)
-	if err1 != nil || err2 != nil || k < 1 || k > MaxParts || i < 0 || i >= k || partName(i, k) != name {
+// parsePart accepts only the canonical name shuffler.PartName gives, with
+// the format's extension ext, and K at most MaxParts.
+func parsePart(name, ext string) (part, parts int, ok bool) {
+	i, k, ok := shuffler.ParsePartName(name, ext)
+	if !ok || k > MaxParts {
 		return 0, 0, false
 	}
 	return i, k, true
@@ -228,4 +216,7 @@ func parsePart(name string) (part, parts int, ok bool) {
 // that every listed name resolves.
 const MaxParts = 1 << 20
 
-func partName(i, k int) string { return fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k) }
+func partName(i, k int, ext string) string { return shuffler.PartName(i, k, ext) }
+
+// ext returns the extension of the part files: the format's.
+func (r *rootNode) ext() string { return r.cfg.Planner.Index().Fmt().Ext() }

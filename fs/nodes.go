@@ -95,13 +95,13 @@ func (d *epochNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 	k := d.root.cfg.Parts
 	entries := make([]fuse.DirEntry, k)
 	for i := range entries {
-		entries[i] = fuse.DirEntry{Name: partName(i, k), Mode: syscall.S_IFREG}
+		entries[i] = fuse.DirEntry{Name: partName(i, k, d.root.ext()), Mode: syscall.S_IFREG}
 	}
 	return gofs.NewListDirStream(entries), 0
 }
 
 func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	i, k, ok := parsePart(name)
+	i, k, ok := parsePart(name, d.root.ext())
 	if !ok {
 		return nil, syscall.ENOENT
 	}

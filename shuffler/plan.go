@@ -129,9 +129,21 @@ var strategies = map[string]strategyInfo{
 	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
 }
 
-// Describe says in one line what strategy does, for --help; "" for an
+// Description says in one line what strategy does, for --help; "" for an
 // unknown one.
-func Describe(strategy string) string { return strategies[strategy].describe }
+func Description(strategy string) string { return strategies[strategy].describe }
+
+// Describe maps each strategy to its Description, made from the table.
+//
+// Deprecated: use Description and IsStrategy; kept until cmd/corgifs's
+// validate.go moves to them.
+var Describe = func() map[string]string {
+	m := make(map[string]string, len(strategies))
+	for n, s := range strategies {
+		m[n] = s.describe
+	}
+	return m
+}()
 
 // IsStrategy reports whether name is a strategy.
 func IsStrategy(name string) bool {

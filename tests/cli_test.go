@@ -41,9 +41,10 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	cases := map[string][]string{
 		"mount": {"-block-size", "(default 8.0 MiB)", "-buffer", "(default 5%)", "-max-memory", "(default 1.0 GiB)",
 			"-epochs", "(default 100)", "-parts", "(default 1)", "-strategy", `(default "corgipile")`, "-seed", "-include",
-			"(default *.tfrecord,*.tfrecords)", "-cache-dir", "-skip-corrupt", "-allow-other", "-nonempty", "-cpuprofile"},
-		"order":         {"-epoch", "-part", "-parts", "-seed", "-strategy", "-buffer"},
-		"index":         {"-block-size", "-cache-dir", "-include", "-skip-corrupt"},
+			"default: the format's", "-cache-dir", "-skip-corrupt", "-allow-other", "-nonempty", "-cpuprofile",
+			"-format", "tfrecord, csv, jsonl, libsvm, lines, wds, npy, fixed", "-header", "-check", "-record-size", "-header-bytes"},
+		"order":         {"-epoch", "-part", "-parts", "-seed", "-strategy", "-buffer", "-output", "-format"},
+		"index":         {"-block-size", "-cache-dir", "-include", "-skip-corrupt", "-format", "-header", "-record-size"},
 		"gen synthetic": {"-records", "-features", "-classes", "-order", "-files", "-seed", `(default "clustered")`},
 		"demo":          {"-epochs", "-plot", "-synthetic"},
 		"validate": {"-data", "-test", "-model", `(default "softmax")`, "-strategies", "-via", `(default "mount")`, "-json",

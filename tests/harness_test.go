@@ -6,7 +6,9 @@ package tests
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // bin is the corgifs binary built by TestMain.
@@ -86,6 +90,7 @@ type mount struct {
 	done   chan struct{}
 	exit   error
 	closed bool
+	ext    string // of the part files, from config.json
 }
 
 type syncBuffer struct {
@@ -134,7 +139,10 @@ func startMountUnder(t *testing.T, prefix []string, src string, flags ...string)
 	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
+			var cfg struct{ Extension string }
+			json.Unmarshal(b, &cfg)
+			m.ext = cmp.Or(cfg.Extension, ".tfrecord")
 			break
 		}
 		select {
@@ -192,7 +200,7 @@ func mounted(dir string) bool {
 }
 
 func (m *mount) part(epoch, i, k int) string {
-	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k))
+	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, m.ext))
 }
 
 func (m *mount) read(epoch, i, k int) []byte {

@@ -59,7 +59,11 @@ func TestOrderDaliIndexTilesTheServedPart(t *testing.T) {
 			}
 		})
 	}
-	if _, stderr, code := run("order", src, "--seed", "1", "--format", "csv", "--cache-dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "want file or dali") {
-		t.Errorf("--format csv: exit %d, %q", code, stderr)
+	if _, stderr, code := run("order", src, "--seed", "1", "--output", "csv", "--cache-dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "want file or dali") {
+		t.Errorf("--output csv: exit %d, %q", code, stderr)
+	}
+	// --format names the records' format; on TFRecord files, csv finds none.
+	if _, stderr, code := run("order", src, "--seed", "1", "--format", "csv", "--cache-dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "no files matching *.csv") {
+		t.Errorf("--format csv on TFRecord files: exit %d, %q", code, stderr)
 	}
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // childMount is a `corgifs mount` run as a child process. Commands that
@@ -14,6 +17,7 @@ import (
 // process that serves it can deadlock.
 type childMount struct {
 	dir  string
+	ext  string // of the part files, from the mount's config.json
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan error
@@ -46,7 +50,13 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 	go func() { m.done <- cmd.Wait() }()
 	deadline := time.After(5 * time.Minute) // indexing a large source takes time
 	for {
-		if _, err := os.Stat(filepath.Join(mnt, ".corgifs", "config.json")); err == nil {
+		if cfg, err := os.ReadFile(filepath.Join(mnt, ".corgifs", "config.json")); err == nil {
+			var c struct{ Extension string }
+			if err := json.Unmarshal(cfg, &c); err != nil || c.Extension == "" {
+				m.stop()
+				return nil, fmt.Errorf("%s: .corgifs/config.json says no part extension: %v", mnt, err)
+			}
+			m.ext = c.Extension
 			return m, nil
 		}
 		select {
@@ -64,7 +74,7 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 
 // part returns the path of part i of k of epoch e.
 func (m *childMount) part(e, i, k int) string {
-	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", e), fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k))
+	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", e), shuffler.PartName(i, k, m.ext))
 }
 
 // stop unmounts and waits for the daemon to exit.

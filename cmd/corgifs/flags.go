@@ -60,6 +60,8 @@ func (l *listFlag) Set(s string) error {
 type datasetFlags struct {
 	blockSize   sizeFlag
 	include     listFlag
+	includeSet  bool         // --include was given; else the format's patterns
+	format      *formatFlags // nil: chosen from the file names
 	follow      bool
 	cacheDir    string
 	cacheDirErr error // why there is no default --cache-dir
@@ -83,7 +85,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
 	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
-	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
+	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
@@ -100,10 +102,32 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 }
 
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
-	return blockcache.Options{
+	o := blockcache.Options{
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
 	}
+	if !d.includeSet {
+		o.Include = nil
+	}
+	if d.format != nil {
+		o.Format, o.FormatOptions = d.format.format, d.format.options
+	}
+	return o
+}
+
+// resolveFormat checks the format flags, if registered.
+func (d *datasetFlags) resolveFormat() error {
+	if d.format == nil {
+		return nil
+	}
+	return d.format.resolve()
+}
+
+// registerFormat adds the flags of the records' format (--format and its
+// options) to fs.
+func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
+	d.format = &formatFlags{}
+	d.format.register(fs)
 }
 
 // loaderOptions are the options of a loader for the dataset opened by open.
@@ -167,6 +191,9 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 // open builds or loads the index and a planner for it.
 func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
 	if err := d.checkCacheDir(); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := d.resolveFormat(); err != nil {
 		return nil, nil, 0, err
 	}
 	seed, chosen, err := d.parseSeed()
@@ -271,7 +298,7 @@ func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 func strategyHelp() string {
 	var b strings.Builder
 	for _, n := range shuffler.Strategies() {
-		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Describe[n])
+		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Description(n))
 	}
 	return b.String()
 }

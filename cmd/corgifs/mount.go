@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
@@ -36,6 +37,16 @@ type info struct {
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
 	Padded  int         `json:"equal_parts_padding_epoch0"`
 	Dataset datasetInfo `json:"dataset"`
+	// The records' format and what a reader of the served parts needs:
+	// the parts' extension, whether they start with a CSV header row,
+	// the size of fixed records. Parts of fixed records have no file
+	// header (header_bytes 0); the sources' is source_header_bytes.
+	Format            string `json:"format"`
+	Extension         string `json:"extension"`
+	Header            *bool  `json:"header,omitempty"`
+	RecordSize        int64  `json:"record_size,omitempty"`
+	HeaderBytes       *int64 `json:"header_bytes,omitempty"`
+	SourceHeaderBytes int64  `json:"source_header_bytes,omitempty"`
 }
 
 type datasetInfo struct {
@@ -66,6 +77,14 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
 	}
+	f := ix.Fmt()
+	in.Format, in.Extension = f.Name(), f.Ext()
+	switch f := f.(type) {
+	case formats.CSV:
+		in.Header = &f.Header
+	case formats.Fixed:
+		in.RecordSize, in.HeaderBytes, in.SourceHeaderBytes = f.RecordSize, new(int64), f.HeaderBytes
+	}
 	if in.Dataset.Skipped.Ranges == nil {
 		in.Dataset.Skipped.Ranges = []blockcache.Damage{}
 	}
@@ -83,11 +102,15 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 }
 
 func runMount(args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of TFRecord files, read-only at MNT and serves it in
-the foreground until SIGINT, SIGTERM or SIGHUP. MNT/epoch-NNNN/part-IIIII-of-KKKKK.tfrecord
-holds part I of K of epoch N: the K parts of an epoch hold every record once.`, stderr)
+	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of record files (TFRecord, CSV, JSONL, LIBSVM, text
+lines, WebDataset tar, .npy or fixed-size records; see --format), read-only at
+MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP.
+MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
+the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
+parts of an epoch hold every record once.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.registerFormat(fset)
 	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
@@ -262,11 +285,15 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("index", "SRC", "Builds (or, if a source file changed, rebuilds) the index of SRC in --cache-dir and prints a summary.", stderr)
 	var d datasetFlags
 	d.register(fset, false)
+	d.registerFormat(fset)
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
 	if err := d.checkCacheDir(); err != nil {
+		return err
+	}
+	if err := d.resolveFormat(); err != nil {
 		return err
 	}
 	log := newLogger(stderr, d.debug)
@@ -277,8 +304,8 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "source      %s\nfiles       %d\nrecords     %d\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size min %d, median %d, max %d bytes\nskipped     %d damaged ranges\nfrom cache  %v\n",
-		ix.Root, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+	fmt.Fprintf(stdout, "source      %s\nformat      %s\nfiles       %d\nrecords     %d\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size min %d, median %d, max %d bytes\nskipped     %d damaged ranges\nfrom cache  %v\n",
+		ix.Root, ix.Format, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), ix.RecordMin, ix.RecordMedian, ix.RecordMax, len(ix.Damaged), cached)
 	return nil
 }

@@ -9,33 +9,38 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
 func runOrder(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("order", "SRC", `Prints the records of one part, in the order a mount serves them, one
-'file offset length' line each (file relative to SRC, offset and length of
-the whole TFRecord frame), without mounting.
+'file offset length' line each: the file relative to SRC, and the offset and
+length of the record's bytes in it (a whole TFRecord frame, a line with its
+line end, a CSV row, a tar sample with its headers, an array row). It walks
+the plan over the index and reads no data.
 
-With --format dali it prints the part's index for NVIDIA DALI's
-readers.tfrecord (index_path) instead: one 'offset size' line per record,
-the offset of its frame within the served part file and the frame's size.`, stderr)
+With --output dali it prints the part's index for NVIDIA DALI's
+readers.tfrecord (index_path) instead, TFRecord only: one 'offset size' line
+per record, the offset of its frame within the served part file and the
+frame's size.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.registerFormat(fset)
 	epoch := fset.Int("epoch", 0, "epoch")
 	part := fset.Int("part", 0, "part index i, 0 <= i < K")
 	parts := fset.Int("parts", 1, "number of parts K")
-	format := fset.String("format", "file", "output `format`: file ('file offset length' in the source) or dali\n('offset size' in the served part, DALI's TFRecord index)")
+	output := fset.String("output", "file", "what to print: file ('file offset length' in the source) or dali\n('offset size' in the served part, DALI's TFRecord index); --format file and\n--format dali say the same, as before --output existed")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
-	if err := checkParts(*parts); err != nil {
-		return err
+	// --format named the output before the records' format had a flag:
+	// the two sets of values do not overlap.
+	if f := d.format.name; f == "file" || f == "dali" {
+		*output, d.format.name = f, ""
 	}
-	if *format != "file" && *format != "dali" {
-		return fmt.Errorf("--format %q: want file or dali", *format)
+	if *output != "file" && *output != "dali" {
+		return fmt.Errorf("--output %q: want file or dali", *output)
 	}
 	if d.seed == "" {
 		return fmt.Errorf("--seed is required: an order is only meaningful for a given seed")
@@ -47,22 +52,22 @@ the offset of its frame within the served part file and the frame's size.`, stde
 	if err != nil {
 		return err
 	}
+	if *output == "dali" && ix.Format != "tfrecord" {
+		return fmt.Errorf("--output dali: the DALI index is for TFRecord; %s is %s (use --output file)", ix.Root, ix.Format)
+	}
 	plan, err := pl.Plan(*epoch, *part, *parts)
 	if err != nil {
 		return err
 	}
-	ld := blockcache.NewLoader(ix, d.loaderOptions(log))
-	s := shuffler.NewStream(pl, ld, plan)
-	defer s.Close()
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	var at int64 // dali: offset of the next frame in the served part
-	err = s.Walk(ctx, func(r shuffler.RecordRef) error {
-		if *format == "dali" {
+	at := int64(len(plan.Prologue)) // dali: offset of the next frame in the served part
+	err = pl.Walk(ctx, plan, func(r shuffler.RecordRef) error {
+		if *output == "dali" {
 			_, err := fmt.Fprintf(w, "%d %d\n", at, r.Len)
 			at += r.Len
 			return err
 		}
-		_, err := fmt.Fprintf(w, "%s %d %d\n", ix.Files[r.File].Path, r.Offset, r.Len)
+		_, err := fmt.Fprintf(w, "%s %d %d\n", ix.Files[r.File].Path, r.Offset, r.Stored)
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+// formatFlags are the flags that say the records' format: mount, index and
+// order take them.
+type formatFlags struct {
+	name        string
+	header      bool
+	check       bool
+	recordSize  int64
+	headerBytes int64
+	// set records which of the format's options were given, so that one
+	// given for another format is an error rather than ignored.
+	set map[string]bool
+
+	format  formats.Format // nil: chosen from the file names
+	options formats.Options
+}
+
+func (f *formatFlags) register(fs *flag.FlagSet) {
+	f.set = map[string]bool{}
+	fs.Func("format", "`format` of the records: "+strings.Join(formats.Names(), ", ")+
+		"\n(default: chosen from the file extensions; files of two formats are an error)", func(s string) error {
+		f.name = s
+		return nil
+	})
+	fs.Func("header", "csv: the first row of every file is the header, served once at the start of\nevery part (default true; --header=false: none)", func(s string) error {
+		if s != "true" && s != "false" {
+			return fmt.Errorf("want true or false")
+		}
+		f.header, f.set["header"] = s == "true", true
+		return nil
+	})
+	f.header = true
+	fs.BoolFunc("check", "jsonl: check that every line is one JSON value when indexing", func(s string) error {
+		f.check, f.set["check"] = s == "true", true
+		return nil
+	})
+	fs.Func("record-size", "fixed: `bytes` of every record", func(s string) error {
+		_, err := fmt.Sscan(s, &f.recordSize)
+		f.set["record-size"] = true
+		return err
+	})
+	fs.Func("header-bytes", "fixed: `bytes` of header at the start of every source file, never served\n(default 0)", func(s string) error {
+		_, err := fmt.Sscan(s, &f.headerBytes)
+		f.set["header-bytes"] = true
+		return err
+	})
+}
+
+// resolve checks the flags and looks the format up, unless it is to be
+// chosen from the file names.
+func (f *formatFlags) resolve() error {
+	f.options = formats.Options{NoHeader: !f.header, CheckJSON: f.check, RecordSize: f.recordSize, HeaderBytes: f.headerBytes}
+	for opt, of := range map[string]string{"header": "csv", "check": "jsonl", "record-size": "fixed", "header-bytes": "fixed"} {
+		if f.set[opt] && f.name != of && (f.name != "" || of == "fixed") {
+			return fmt.Errorf("--%s is an option of --format %s", opt, of)
+		}
+	}
+	if f.name == "" {
+		return nil
+	}
+	var err error
+	if f.format, err = formats.Lookup(f.name, f.options); err != nil {
+		return fmt.Errorf("--format: %w", err)
+	}
+	return nil
+}
+
+// includeVar is the --include flag: unset, the files are those of the
+// format; datasetFlags.include keeps its old default, TFRecord's patterns,
+// for the code that reads it.
+type includeVar struct{ d *datasetFlags }
+
+func (v includeVar) String() string {
+	if v.d == nil || !v.d.includeSet {
+		return ""
+	}
+	return v.d.include.String()
+}
+
+func (v includeVar) Set(s string) error {
+	v.d.includeSet = true
+	return v.d.include.Set(s)
+}
