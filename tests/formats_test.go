@@ -260,7 +260,7 @@ func TestEveryFormatIsServedExactlyOnceValidAndDeterministic(t *testing.T) {
 			src := set.write(t)
 			flags := append(append([]string{"--parts", fmt.Sprint(parts), "--epochs", fmt.Sprint(epochs)}, formatOrderFlags...), set.flags...)
 			m := startMount(t, src, flags...)
-			if m.ext != set.ext {
+			if m.part(0, 0, 1); m.ext != set.ext {
 				t.Fatalf("parts have extension %q, want %q", m.ext, set.ext)
 			}
 			var cfg struct{ Format string }

@@ -139,10 +139,7 @@ func startMountUnder(t *testing.T, prefix []string, src string, flags ...string)
 	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
-			var cfg struct{ Extension string }
-			json.Unmarshal(b, &cfg)
-			m.ext = cmp.Or(cfg.Extension, ".tfrecord")
+		if _, err := os.Stat(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
 			break
 		}
 		select {
@@ -200,6 +197,12 @@ func mounted(dir string) bool {
 }
 
 func (m *mount) part(epoch, i, k int) string {
+	if m.ext == "" {
+		b, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+		var cfg struct{ Extension string }
+		json.Unmarshal(b, &cfg)
+		m.ext = cmp.Or(cfg.Extension, ".tfrecord")
+	}
 	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, m.ext))
 }
 

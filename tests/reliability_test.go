@@ -387,7 +387,7 @@ func TestHostileInputAtIndexingGivesClearErrorsWithoutHugeAllocations(t *testing
 			os.Symlink("self.tfrecord", filepath.Join(src, "self.tfrecord"))
 		}, []string{"--follow-symlinks"}, 10, nil},
 		{"no matching files", func(t *testing.T, src string) {
-			writeFile(t, filepath.Join(src, "a.txt"), good)
+			writeFile(t, filepath.Join(src, "a.dat"), good) // *.txt would be read as lines
 		}, nil, 0, []string{"no files matching", "--include"}},
 	}
 	for _, c := range cases {

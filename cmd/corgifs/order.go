@@ -34,6 +34,9 @@ frame's size.`, stderr)
 	if err != nil {
 		return err
 	}
+	if err := checkParts(*parts); err != nil {
+		return err
+	}
 	// --format named the output before the records' format had a flag:
 	// the two sets of values do not overlap.
 	if f := d.format.name; f == "file" || f == "dali" {
