@@ -282,7 +282,7 @@ func slice(n, part, parts int) (lo, hi int) {
 // corgipile permutes all blocks per epoch and gives each part a contiguous
 // slice of that permutation; records are shuffled inside each buffer.
 func corgipile(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	return order{Blocks: seq.share(part, parts), Shuffle: true}
+	return order{Blocks: pl.share(seq, part, parts), Shuffle: true}
 }
 
 // blockOnly is corgipile without the shuffle inside buffers (the paper's
@@ -295,8 +295,7 @@ func blockOnly(pl *Planner, seq *sequence, epoch, part, parts int) order {
 
 // none serves the source order, split into contiguous parts.
 func none(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	lo, hi := slice(seq.n, part, parts)
-	return order{Blocks: span(lo, hi)}
+	return order{Blocks: pl.share(seq, part, parts)}
 }
 
 func span(lo, hi int) []int32 {
@@ -310,7 +309,7 @@ func span(lo, hi int) []int32 {
 // full serves a share of the epoch's permutation of all records: a new one
 // every epoch (the paper's Epoch Shuffle) or, for once, the same one.
 func full(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	return order{Records: seq.share(part, parts)}
+	return order{Records: pl.share(seq, part, parts)}
 }
 
 // window is the sliding-window shuffle of tf.data's Dataset.shuffle: part i
@@ -318,8 +317,7 @@ func full(pl *Planner, seq *sequence, epoch, part, parts int) order {
 // filled in source order, and each step emits a uniformly chosen slot and
 // refills it with the next record. W holds about --buffer bytes of records.
 func window(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	lo, hi := slice(seq.n, part, parts)
-	src := span(lo, hi)
+	src := pl.share(seq, part, parts)
 	var bytes int64
 	for _, r := range src {
 		bytes += int64(pl.ix.Frames[r])
