@@ -162,3 +162,24 @@ func TestBalancedPartsAgreeWithTheirLargestCount(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBalancedPartBounds finds the units of one part of 100,000 in an
+// epoch of 1M blocks of varying length: after the epoch's prefix sums
+// (once), two binary searches and at most 128 units.
+func BenchmarkBalancedPartBounds(b *testing.B) {
+	frames := make([]uint32, 1_000_000)
+	for i := range frames {
+		frames[i] = uint32(50 + i%97)
+	}
+	ix := sizedIndex(frames, 1) // a block per record
+	pl, err := NewPlanner(ix, Params{Strategy: "corgipile", Seed: 1, Buffer: BufferSize{Percent: 5}, MaxMemory: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seq := pl.sequence(0)
+	pl.prefixes(seq)
+	b.ResetTimer()
+	for i := range b.N {
+		pl.bounds(seq, i%100_000, 100_000)
+	}
+}
