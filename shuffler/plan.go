@@ -316,9 +316,10 @@ func full(pl *Planner, seq *sequence, epoch, part, parts int) order {
 }
 
 // window is the sliding-window shuffle of tf.data's Dataset.shuffle: part i
-// takes a contiguous run of the source records, balanced by bytes; a window of W records is
-// filled in source order, and each step emits a uniformly chosen slot and
-// refills it with the next record. W holds about --buffer bytes of records.
+// takes a contiguous run of the source records, balanced by bytes; a window
+// of W records is filled in source order, and each step emits a uniformly
+// chosen slot and refills it with the next record. W holds about --buffer
+// bytes of records.
 func window(pl *Planner, seq *sequence, epoch, part, parts int) order {
 	src := pl.share(seq, part, parts)
 	var bytes int64
