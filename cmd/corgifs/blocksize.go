@@ -92,8 +92,9 @@ func (d *datasetFlags) warnBlockSize(blockSize, fit, target, part int64, parts i
 
 // warnParts warns when an epoch has more parts than blocks: some parts
 // are then empty, and --equal-parts fills every part to the largest one.
+// (A dataset of no records is said by the index.)
 func (d *datasetFlags) warnParts(ix *blockcache.Index, pl *shuffler.Planner, parts int, log *slog.Logger) {
-	if shuffler.ReadsRecords(d.strategy) || parts <= len(ix.Blocks) {
+	if shuffler.ReadsRecords(d.strategy) || parts <= len(ix.Blocks) || len(ix.Blocks) == 0 {
 		return
 	}
 	if !d.equalParts {
