@@ -77,7 +77,7 @@ func (d *datasetFlags) warnBlockSize(blockSize, fit, target, part int64, parts i
 		hint = fmt.Sprintf("use --block-size %s or less (or leave --block-size out to have it chosen), or a larger --buffer",
 			humanize.IBytes(uint64(floorPow2(fit))))
 	case d.blockSizeGiven:
-		hint = fmt.Sprintf("use a smaller --block-size (%s at least for a useful read), and a larger --buffer (at least %s) or fewer --parts",
+		hint = fmt.Sprintf("use --block-size %s (smaller reads cost more than they save) with a larger --buffer (at least %s) or fewer --parts",
 			humanize.IBytes(minAutoBlock), humanize.IBytes(uint64(minBlocksPerBuffer*minAutoBlock)))
 	default:
 		// Lowered as far as is useful: only the buffer or K can change.
