@@ -27,12 +27,12 @@ import (
 // prefixStride is the distance between the kept prefix sums.
 const prefixStride = 64
 
-// weight returns the bytes of unit id of seq.
+// weight returns the bytes unit id of seq is served as: what plans count.
 func (pl *Planner) weight(seq *sequence, id int32) int64 {
 	if seq.records {
-		return int64(pl.ix.Frames[id])
+		return pl.recordBytes(id)
 	}
-	return pl.ix.Blocks[id].Len
+	return pl.blockBytes(id)
 }
 
 // unitRecords returns the records of unit id of seq.
@@ -40,7 +40,7 @@ func (pl *Planner) unitRecords(seq *sequence, id int32) int64 {
 	if seq.records {
 		return 1
 	}
-	return int64(pl.ix.Blocks[id].Records)
+	return int64(pl.blockRecords(id))
 }
 
 // prefixes computes seq's total bytes and its prefix sums, once.
