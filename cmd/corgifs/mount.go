@@ -36,6 +36,10 @@ type info struct {
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
 	Padded  int         `json:"equal_parts_padding_epoch0"`
 	Dataset datasetInfo `json:"dataset"`
+
+	// The default block size, when it was lowered for this dataset
+	// (blocksize.go); block_size is the one used.
+	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
 }
 
 type datasetInfo struct {
@@ -126,6 +130,9 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		}
 		return err
 	}
+	if ix, pl, err = d.fitBlocks(ctx, src, ix, pl, seed, *parts, log, stderr); err != nil {
+		return err
+	}
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
@@ -152,9 +159,11 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		}
 		defer pprof.StopCPUProfile()
 	}
+	in := newInfo(ix, pl, *epochs, *parts)
+	in.BlockSizeFrom = d.blockSizeFrom
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: newInfo(ix, pl, *epochs, *parts), AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
