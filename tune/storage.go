@@ -1,0 +1,93 @@
+package tune
+
+import (
+	"time"
+)
+
+// DefaultSizes are the block sizes Probe measures by default: 64 KiB to
+// 32 MiB, doubling.
+func DefaultSizes() []int64 {
+	var s []int64
+	for n := int64(64 << 10); n <= 32<<20; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// ProbeFile is one source file to read.
+type ProbeFile struct {
+	Path string
+	Size int64
+}
+
+// ProbeOptions bound a storage probe.
+type ProbeOptions struct {
+	Sizes    []int64       // block sizes to measure (default DefaultSizes)
+	Bytes    int64         // bytes read per size at most (default 256 MiB)
+	Time     time.Duration // time spent per size at most (default 10 s)
+	InFlight int           // reads in flight at once (default 8)
+	Seed     uint64        // chooses the offsets
+	// Progress, if set, is called as bytes are read, with the total
+	// the probe reads at most.
+	Progress func(done, total int64)
+}
+
+func (o *ProbeOptions) fill() {
+	if len(o.Sizes) == 0 {
+		o.Sizes = DefaultSizes()
+	}
+	if o.Bytes <= 0 {
+		o.Bytes = 256 << 20
+	}
+	if o.Time <= 0 {
+		o.Time = 10 * time.Second
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 8
+	}
+}
+
+// Throughput is the speed measured at one block size.
+type Throughput struct {
+	BlockSize int64   `json:"block_size"`
+	Reads     int64   `json:"reads"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	MBps      float64 `json:"mb_per_s"` // 10^6 bytes a second
+	// Skipped says why the size was not measured (no file that large).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// StorageReport is what Probe found.
+type StorageReport struct {
+	Sizes []Throughput `json:"sizes"`
+	// Direct is false when the file system refused O_DIRECT and the
+	// files were read through the page cache.
+	Direct bool `json:"direct"`
+	// Cached is the fraction of the files' bytes that were in the page
+	// cache before the probe (-1 when it could not be told).
+	Cached float64 `json:"cached"`
+	// Warm is set when the figures are the page cache's rather than the
+	// storage's: read through the page cache while much of it was there.
+	Warm bool `json:"warm"`
+	// Recommended is the smallest block size within 10% of the best.
+	Recommended int64 `json:"recommended"`
+	Best        int64 `json:"best"`
+}
+
+// Recommend returns the smallest measured block size whose throughput is
+// at least 90% of the best, and the best.
+func Recommend(sizes []Throughput) (rec, best int64) {
+	var top float64
+	for _, t := range sizes {
+		if t.Skipped == "" && t.MBps > top {
+			top, best = t.MBps, t.BlockSize
+		}
+	}
+	for _, t := range sizes {
+		if t.Skipped == "" && t.MBps >= 0.9*top && (rec == 0 || t.BlockSize < rec) {
+			rec = t.BlockSize
+		}
+	}
+	return rec, best
+}
