@@ -62,4 +62,3 @@ func TestProbeReadsEachSizeWithinItsBudgetAndSkipsSizesLargerThanEveryFile(t *te
 		t.Errorf("read through the page cache while it held the data, but not called warm: %+v", rep)
 	}
 }
-
