@@ -207,8 +207,16 @@ func TestNeededBlocksIsTheSmallestBufferMeetingTheBound(t *testing.T) {
 func TestRecommendIsTheSmallestSizeWithinTenPercentOfTheBest(t *testing.T) {
 	ts := []Throughput{{BlockSize: 1, MBps: 100}, {BlockSize: 2, MBps: 890}, {BlockSize: 4, MBps: 950},
 		{BlockSize: 8, MBps: 1000}, {BlockSize: 16, MBps: 990}, {BlockSize: 32, Skipped: "no file"}}
-	if rec, best := Recommend(ts); rec != 4 || best != 8 {
+	if rec, best := Recommend(ts, 0); rec != 4 || best != 8 {
 		t.Errorf("Recommend = %d, %d; want 4, 8", rec, best)
+	}
+	if rec, _ := Recommend(ts, 5); rec != 8 {
+		t.Errorf("Recommend at least 5 = %d, want 8", rec)
+	}
+	// No size at or above the floor within 10%: the fastest of them.
+	ts[3].MBps, ts[4].MBps = 700, 800
+	if rec, best := Recommend(ts, 5); rec != 16 || best != 4 {
+		t.Errorf("Recommend at least 5, slow there = %d (best %d), want 16 (4)", rec, best)
 	}
 }
 

@@ -26,7 +26,12 @@ type ProbeOptions struct {
 	Bytes    int64         // bytes read per size at most (default 256 MiB)
 	Time     time.Duration // time spent per size at most (default 10 s)
 	InFlight int           // reads in flight at once (default 8)
+	Rounds   int           // passes over all sizes; a size's figure is their median (default 3)
 	Seed     uint64        // chooses the offsets
+	// Floor is the smallest size Recommended may be: a mount reads
+	// smaller blocks through the page cache (blockcache.MinDirectBlock),
+	// not at the speed direct reads measure.
+	Floor int64
 	// Progress, if set, is called as bytes are read, with the total
 	// the probe reads at most.
 	Progress func(done, total int64)
@@ -45,6 +50,9 @@ func (o *ProbeOptions) fill() {
 	if o.InFlight <= 0 {
 		o.InFlight = 8
 	}
+	if o.Rounds <= 0 {
+		o.Rounds = 3
+	}
 }
 
 // Throughput is the speed measured at one block size.
@@ -53,7 +61,8 @@ type Throughput struct {
 	Reads     int64   `json:"reads"`
 	Bytes     int64   `json:"bytes"`
 	Seconds   float64 `json:"seconds"`
-	MBps      float64 `json:"mb_per_s"` // 10^6 bytes a second
+	// MBps is in 10^6 bytes a second: the median over the rounds.
+	MBps float64 `json:"mb_per_s"`
 	// Skipped says why the size was not measured (no file that large).
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -70,24 +79,38 @@ type StorageReport struct {
 	// Warm is set when the figures are the page cache's rather than the
 	// storage's: read through the page cache while much of it was there.
 	Warm bool `json:"warm"`
-	// Recommended is the smallest block size within 10% of the best.
+	// Smallest is the smallest block size within 10% of the best, the
+	// paper's rule; Recommended the same among sizes of at least
+	// ProbeOptions.Floor.
+	Smallest    int64 `json:"smallest"`
 	Recommended int64 `json:"recommended"`
 	Best        int64 `json:"best"`
 }
 
-// Recommend returns the smallest measured block size whose throughput is
-// at least 90% of the best, and the best.
-func Recommend(sizes []Throughput) (rec, best int64) {
-	var top float64
+// Recommend returns the smallest measured block size of at least floor
+// whose throughput is at least 90% of the best of all sizes (the fastest
+// size of at least floor if none is), and the best.
+func Recommend(sizes []Throughput, floor int64) (rec, best int64) {
+	var top, topFloor float64
+	var bestFloor int64
 	for _, t := range sizes {
-		if t.Skipped == "" && t.MBps > top {
+		if t.Skipped != "" {
+			continue
+		}
+		if t.MBps > top {
 			top, best = t.MBps, t.BlockSize
+		}
+		if t.BlockSize >= floor && t.MBps > topFloor {
+			topFloor, bestFloor = t.MBps, t.BlockSize
 		}
 	}
 	for _, t := range sizes {
-		if t.Skipped == "" && t.MBps >= 0.9*top && (rec == 0 || t.BlockSize < rec) {
+		if t.Skipped == "" && t.BlockSize >= floor && t.MBps >= 0.9*top && (rec == 0 || t.BlockSize < rec) {
 			rec = t.BlockSize
 		}
+	}
+	if rec == 0 {
+		rec = bestFloor
 	}
 	return rec, best
 }

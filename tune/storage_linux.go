@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,7 +25,8 @@ const dioAlign = 4096
 // its own page-aligned buffer, at random offsets aligned to 4 KiB in a
 // file chosen in proportion to the offsets it offers; a size stops after
 // o.Bytes (or every byte of the files that are large enough, if fewer) or
-// o.Time. A size larger than every file is skipped.
+// o.Time, split evenly over o.Rounds rounds. A size larger than every file
+// is skipped.
 func Probe(ctx context.Context, files []ProbeFile, o ProbeOptions) (StorageReport, error) {
 	o.fill()
 	var rep StorageReport
@@ -61,21 +63,61 @@ func Probe(ctx context.Context, files []ProbeFile, o ProbeOptions) (StorageRepor
 			pmu.Unlock()
 		}
 	}
-	for i, size := range o.Sizes {
-		if err := ctx.Err(); err != nil {
-			return rep, err
+	// Every size is measured in o.Rounds rounds over all sizes, and its
+	// figure is the median of its rounds: on a shared machine a burst of
+	// someone else's I/O then spoils one round of a size, not its figure.
+	rounds := make([][]Throughput, len(o.Sizes))
+	round := o
+	round.Time = o.Time / time.Duration(o.Rounds)
+	for r := range o.Rounds {
+		for i, size := range o.Sizes {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			round.Bytes = max(1, min(o.Bytes, eligible(files, size))/int64(o.Rounds))
+			t, err := probeSize(ctx, files, fds, size, round, uint64(r*len(o.Sizes)+i), progress)
+			if err != nil {
+				return rep, err
+			}
+			rounds[i] = append(rounds[i], t)
 		}
-		t, err := probeSize(ctx, files, fds, size, o, uint64(i), progress)
-		if err != nil {
-			return rep, err
-		}
-		rep.Sizes = append(rep.Sizes, t)
 	}
-	rep.Recommended, rep.Best = Recommend(rep.Sizes)
+	for _, ts := range rounds {
+		rep.Sizes = append(rep.Sizes, median(ts))
+	}
+	rep.Smallest, rep.Best = Recommend(rep.Sizes, 0)
+	rep.Recommended, _ = Recommend(rep.Sizes, o.Floor)
+	if rep.Recommended == 0 {
+		// No file is as large as the floor: its blocks are small anyway.
+		rep.Recommended = rep.Smallest
+	}
 	if o.Progress != nil {
 		o.Progress(total, total)
 	}
 	return rep, nil
+}
+
+// median sums the reads, bytes and seconds of the rounds of one size,
+// and takes the median of their throughputs.
+func median(ts []Throughput) Throughput {
+	t := ts[0]
+	if t.Skipped != "" {
+		return t
+	}
+	speeds := []float64{t.MBps}
+	for _, u := range ts[1:] {
+		t.Reads += u.Reads
+		t.Bytes += u.Bytes
+		t.Seconds += u.Seconds
+		speeds = append(speeds, u.MBps)
+	}
+	slices.Sort(speeds)
+	if n := len(speeds); n%2 == 1 {
+		t.MBps = speeds[n/2]
+	} else {
+		t.MBps = (speeds[n/2-1] + speeds[n/2]) / 2
+	}
+	return t
 }
 
 // eligible returns the bytes of the files at least size long.

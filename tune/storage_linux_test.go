@@ -17,8 +17,9 @@ func writeRandom(t *testing.T, path string, n int) {
 	}
 }
 
-// A size reads its byte budget in whole reads (the reads in flight claim
-// their bytes first, so the budget is not overshot), a dataset smaller
+// A size reads its byte budget in whole reads, split over the rounds (the
+// reads in flight claim their bytes first, so the budget is not
+// overshot), a dataset smaller
 // than the budget is read once per size, and a size no file can hold is
 // skipped, not measured on short reads.
 func TestProbeReadsEachSizeWithinItsBudgetAndSkipsSizesLargerThanEveryFile(t *testing.T) {
@@ -29,7 +30,7 @@ func TestProbeReadsEachSizeWithinItsBudgetAndSkipsSizesLargerThanEveryFile(t *te
 	files := []ProbeFile{{a, 3<<20 + 0}, {b, 512<<10 + 100}}
 	var last, total int64
 	rep, err := Probe(context.Background(), files, ProbeOptions{
-		Sizes: []int64{64 << 10, 1 << 20, 4 << 20, 8 << 20}, Bytes: 2 << 20, InFlight: 3, Seed: 1,
+		Sizes: []int64{64 << 10, 1 << 20, 4 << 20, 8 << 20}, Bytes: 2 << 20, InFlight: 3, Seed: 1, Rounds: 2,
 		Progress: func(d, tot int64) { last, total = d, tot },
 	})
 	if err != nil {

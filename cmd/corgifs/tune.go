@@ -28,7 +28,8 @@ const tuneAbout = `Tells which --block-size and --buffer SRC needs, with the evi
 Storage: reads SRC's files at random 4 KiB-aligned offsets with O_DIRECT,
 --in-flight reads at a time, at each block size from --min-block to
 --max-block, and recommends the smallest block within 10% of the fastest
-(the CorgiPile paper's advice). The source must be cold (not in the page
+(the CorgiPile paper's advice) among those of at least 1 MiB, which a mount
+reads with O_DIRECT too (smaller ones go through the page cache). The source must be cold (not in the page
 cache) for the figures to be the storage's; tune says when they are not.
 
 Data (with --label): cuts SRC into blocks as a mount would (the index, at
@@ -64,6 +65,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	fset.Var(&probeBytes, "probe-bytes", "`bytes` read per block size at most (a smaller dataset is read once per size)")
 	probeTime := fset.Duration("probe-time", 10*time.Second, "time spent per block size at most")
 	inFlight := fset.Int("in-flight", 8, "reads in flight at once during the probe")
+	rounds := fset.Int("rounds", 3, "passes over all block sizes, each reading a share of --probe-bytes; a size's\nfigure is the median of its passes (steadier on a shared machine)")
 	minBlock, maxBlock := sizeFlag(64<<10), sizeFlag(32<<20)
 	fset.Var(&minBlock, "min-block", "smallest block `size` probed")
 	fset.Var(&maxBlock, "max-block", "largest block `size` probed (sizes double from --min-block)")
@@ -83,8 +85,8 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if minBlock > maxBlock {
 		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
 	}
-	if *inFlight < 1 {
-		return fmt.Errorf("--in-flight %d: want at least 1", *inFlight)
+	if *inFlight < 1 || *rounds < 1 {
+		return fmt.Errorf("--in-flight %d, --rounds %d: want at least 1", *inFlight, *rounds)
 	}
 	src := pos[0]
 	log := newLogger(stderr, d.debug)
@@ -98,12 +100,19 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// A mount reads blocks under MinDirectBlock through the page cache,
+		// whose cold reads cost CPU and fall behind the device, so the
+		// block it is told to use is one it reads directly.
+		var floor int64
+		if d.directIO {
+			floor = blockcache.MinDirectBlock
+		}
 		var sizes []int64
 		for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
 			sizes = append(sizes, n)
 		}
 		rep, err := tune.Probe(ctx, files, tune.ProbeOptions{
-			Sizes: sizes, Bytes: int64(probeBytes), Time: *probeTime, InFlight: *inFlight, Seed: *seed,
+			Sizes: sizes, Bytes: int64(probeBytes), Time: *probeTime, InFlight: *inFlight, Rounds: *rounds, Seed: *seed, Floor: floor,
 			Progress: progressFunc(stderr, "probing"),
 		})
 		if err != nil {
@@ -195,15 +204,29 @@ func bufferAdvice(rep tune.DataReport, ix *blockcache.Index) *bufferChoice {
 }
 
 func mountLine(src string, block int64, buf *bufferChoice) string {
-	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", shellQuote(src), strings.ReplaceAll(humanize.IBytes(uint64(block)), " ", ""))
+	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", shellQuote(src), flagSize(block))
 	if buf != nil {
 		s += fmt.Sprintf(" --buffer %g%%", buf.Percent)
 		// Two buffers (the one served and the next) must fit in --max-memory.
 		if need := 2 * buf.Bytes; need > 1<<30 {
-			s += " --max-memory " + strings.ReplaceAll(humanize.IBytes(uint64(need+need/8)), " ", "")
+			s += " --max-memory " + flagSize(need+need/8)
 		}
 	}
 	return s
+}
+
+// flagSize writes n as a size flag takes it: 32KiB, 4MiB, or, when not a
+// whole number of them, rounded up to a whole MiB.
+func flagSize(n int64) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n < 1<<20 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	case n < 1<<20:
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%dMiB", (n+1<<20-1)>>20)
 }
 
 func shellQuote(s string) string {
@@ -239,15 +262,22 @@ func printTune(w io.Writer, o tuneOutput, log *slog.Logger) {
 				continue
 			}
 			note := ""
-			if t.BlockSize == s.Recommended {
-				note = "  <- smallest within 10% of the best"
+			if t.BlockSize == s.Smallest {
+				note = "  smallest within 10% of the best"
 			}
 			if t.BlockSize == s.Best {
 				note += "  (best)"
 			}
+			if t.BlockSize == s.Recommended {
+				note += "  <- recommended"
+			}
 			fmt.Fprintf(tw, "  %s\t%.0f\t%d\t%s\n", humanize.IBytes(uint64(t.BlockSize)), t.MBps, t.Reads, note)
 		}
 		tw.Flush()
+		if s.Recommended != s.Smallest {
+			fmt.Fprintf(w, "  recommended %s: a mount reads blocks under %s through the page cache, where cold reads\n  cost CPU and fall behind the device (--direct-io=false removes this floor)\n",
+				humanize.IBytes(uint64(s.Recommended)), humanize.IBytes(blockcache.MinDirectBlock))
+		}
 		fmt.Fprintln(w)
 	}
 	if dr := o.Data; dr != nil {
