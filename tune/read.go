@@ -56,29 +56,30 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 		if f == nil {
 			var err error
 			if f, err = os.Open(ix.Path(blk.File)); err != nil {
-				return DataReport{}, fmt.Errorf("tune: %w", err)
+				return DataReport{}, err
 			}
 			files[blk.File] = f
 		}
 		br.Reset(io.NewSectionReader(f, blk.Offset, blk.Len))
 		rr := o.Format.NewReader(br)
 		a.StartBlock()
-		for r := 0; ; r++ {
+		for off := blk.Offset; ; {
 			rec, err := rr.Next()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
-				return DataReport{}, fmt.Errorf("tune: %s, block at offset %d, record %d: %w", ix.Files[blk.File].Path, blk.Offset, r, err)
+				return DataReport{}, fmt.Errorf("%s, record at offset %d: %w", ix.Path(blk.File), off, err)
 			}
 			label, feats, err := dec.Decode(rec, x[:0])
 			if err != nil {
-				return DataReport{}, fmt.Errorf("tune: %s, block at offset %d, record %d: %w", ix.Files[blk.File].Path, blk.Offset, r, err)
+				return DataReport{}, fmt.Errorf("%s, record at offset %d: %w", ix.Path(blk.File), off, err)
 			}
 			x = feats
 			if err := a.Record(label, feats); err != nil {
-				return DataReport{}, fmt.Errorf("tune: %s, block at offset %d: %w", ix.Files[blk.File].Path, blk.Offset, err)
+				return DataReport{}, fmt.Errorf("%s, record at offset %d: %w", ix.Path(blk.File), off, err)
 			}
+			off += int64(len(rec))
 		}
 		a.EndBlock()
 		done += blk.Len
@@ -88,7 +89,7 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 	}
 	rep, err := a.Report(o.Seed)
 	if err != nil {
-		return rep, fmt.Errorf("tune: %s: %w", ix.Root, err)
+		return rep, fmt.Errorf("%s: %w", ix.Root, err)
 	}
 	rep.BlocksInAll = len(ix.Blocks)
 	return rep, nil

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -82,6 +81,9 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if *features != "" && *label == "" {
 		return fmt.Errorf("--features needs --label: h_D is the gradient of a classifier")
 	}
+	if !*probe && *label == "" {
+		return fmt.Errorf("nothing to measure: --probe=false and no --label")
+	}
 	if minBlock > maxBlock {
 		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
 	}
@@ -153,7 +155,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	printTune(stdout, out, log)
+	printTune(stdout, out)
 	return nil
 }
 
@@ -172,13 +174,22 @@ type tuneOutput struct {
 // bufferChoice is the buffer the bound asks for, and the bound at a few
 // common buffer sizes for comparison.
 type bufferChoice struct {
-	Blocks  int          `json:"blocks"`  // n: blocks per buffer
-	Of      int          `json:"of"`      // N: blocks of the dataset
-	Percent float64      `json:"percent"` // --buffer, in percent of a part of --parts 1
-	Bytes   int64        `json:"bytes"`
-	Bound   float64      `json:"bound"` // (1-alpha)*h_D at Blocks
+	Blocks int     `json:"blocks"` // n: the fewest blocks per buffer meeting the bound
+	Of     int     `json:"of"`     // N: blocks of the dataset
+	Bound  float64 `json:"bound"`  // (1-alpha)*h_D at Blocks
+	// Percent is the --buffer of the mount line, in percent of a part
+	// (of the dataset with --parts 1; with K parts, the bound over a
+	// part's N/K blocks asks for about the same percentage): Blocks,
+	// and at least minBufferBlocks, rounded up to a whole percent.
+	Percent float64      `json:"percent"`
+	Bytes   int64        `json:"bytes"` // of a buffer of Percent, with --parts 1
 	At      []boundPoint `json:"at"`
 }
+
+// minBufferBlocks is the fewest blocks a buffer should hold whatever the
+// bound says: fewer hardly shuffle, and a mount lowers the block size (or
+// warns) below it.
+const minBufferBlocks = 16
 
 type boundPoint struct {
 	Percent float64 `json:"percent"`
@@ -191,7 +202,8 @@ func bufferAdvice(rep tune.DataReport, ix *blockcache.Index) *bufferChoice {
 	n := tune.NeededBlocks(rep.HD, all)
 	// A whole percent, rounded up, so that the mount's buffer holds at
 	// least n blocks.
-	pct := math.Min(100, math.Max(1, math.Ceil(100*float64(n)/float64(all)-1e-9)))
+	want := max(n, min(minBufferBlocks, all))
+	pct := math.Min(100, math.Max(1, math.Ceil(100*float64(want)/float64(all)-1e-9)))
 	c := &bufferChoice{Blocks: n, Of: all, Percent: pct, Bound: tune.BoundAt(rep.HD, n, all)}
 	if all > 0 {
 		c.Bytes = int64(float64(ix.Bytes) * pct / 100)
@@ -239,7 +251,7 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func printTune(w io.Writer, o tuneOutput, log *slog.Logger) {
+func printTune(w io.Writer, o tuneOutput) {
 	if s := o.Storage; s != nil {
 		how := "direct I/O (O_DIRECT)"
 		if !s.Direct {
@@ -304,16 +316,19 @@ func printTune(w io.Writer, o tuneOutput, log *slog.Logger) {
 				}
 				fmt.Fprintf(w, "  %5g%%  %7d   %12.2f%s\n", p.Percent, p.Blocks, p.Bound, mark)
 			}
-			fmt.Fprintf(w, "  needed: %d of %d blocks per buffer, --buffer %g%% (%s), for (1-alpha)*h_D <= 1\n",
-				b.Blocks, b.Of, b.Percent, humanize.IBytes(uint64(b.Bytes)))
-			if b.Blocks < 16 && b.Of >= 16 {
-				fmt.Fprintf(w, "  (a buffer of fewer than 16 blocks shuffles little: consider a smaller --block-size)\n")
+			fmt.Fprintf(w, "  needed for (1-alpha)*h_D <= 1: %d of %d blocks per buffer\n", b.Blocks, b.Of)
+			if b.Blocks < minBufferBlocks && b.Of > b.Blocks {
+				fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(minBufferBlocks, b.Of))
+			}
+			fmt.Fprintf(w, "  --buffer %g%%: %s a buffer, %s of memory for two\n", b.Percent, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
+			if b.Percent > 50 {
+				fmt.Fprintf(w, "  The bound asks for more than half of the data in a buffer: the source order is\n"+
+					"  clustered at this block size, and only a shuffle of nearly everything is sure to\n"+
+					"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
+					"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
 			}
 		}
 		fmt.Fprintln(w)
-	}
-	if o.Storage == nil && o.Data == nil {
-		log.Warn("nothing measured: --probe=false and no --label")
 	}
 	fmt.Fprintf(w, "%s\n", o.Mount)
 }
