@@ -27,7 +27,8 @@ type DataOptions struct {
 }
 
 // Data reads the records of the blocks of ix (or of a sample of them) and
-// reports how clustered their order is; see the package comment.
+// reports how clustered their order is; see the package comment. Files
+// that were not in the page cache are dropped from it once read.
 func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions) (DataReport, error) {
 	if o.Format == nil {
 		o.Format = formats.TFRecord{}
@@ -37,10 +38,22 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 	for _, b := range blocks {
 		total += ix.Blocks[b].Len
 	}
-	files := map[int32]*os.File{}
+	// A file that was mostly out of the page cache when opened is dropped
+	// from it as it is read (up to the end of the block just read; the
+	// kernel's readahead beyond is for the next block) and whole when
+	// closed: the data pass leaves the cache as it found it, so that a
+	// probe or a benchmark run next still meets a cold source.
+	type open struct {
+		f    *os.File
+		cold bool
+	}
+	files := map[int32]open{}
 	defer func() {
 		for _, f := range files {
-			f.Close()
+			if f.cold {
+				dropRange(f.f, 0, 0)
+			}
+			f.f.Close()
 		}
 	}()
 	a := NewAnalysis()
@@ -52,14 +65,16 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 			return DataReport{}, err
 		}
 		blk := ix.Blocks[b]
-		f := files[blk.File]
-		if f == nil {
-			var err error
-			if f, err = os.Open(ix.Path(blk.File)); err != nil {
+		of, ok := files[blk.File]
+		if !ok {
+			f, err := os.Open(ix.Path(blk.File))
+			if err != nil {
 				return DataReport{}, err
 			}
-			files[blk.File] = f
+			of = open{f, coldRange(f, 0, ix.Files[blk.File].Size)}
+			files[blk.File] = of
 		}
+		f := of.f
 		br.Reset(io.NewSectionReader(f, blk.Offset, blk.Len))
 		rr := o.Format.NewReader(br)
 		a.StartBlock()
@@ -82,6 +97,9 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 			off += int64(len(rec))
 		}
 		a.EndBlock()
+		if of.cold {
+			dropRange(f, 0, blk.Offset+blk.Len)
+		}
 		done += blk.Len
 		if o.Progress != nil {
 			o.Progress(done, total)

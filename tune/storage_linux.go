@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -298,29 +297,5 @@ func cachedPages(pf ProbeFile) (int64, bool) {
 		return 0, false
 	}
 	defer f.Close()
-	rng := unix.CachestatRange{Off: 0, Len: uint64(pf.Size)}
-	var st unix.Cachestat_t
-	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, f.Fd(), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
-	if errno == 0 {
-		return int64(st.Cache), true
-	}
-	if pf.Size == 0 {
-		return 0, true
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(pf.Size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 0, false
-	}
-	defer unix.Munmap(m)
-	page := int64(os.Getpagesize())
-	vec := make([]byte, (pf.Size+page-1)/page)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		return 0, false
-	}
-	var c int64
-	for _, v := range vec {
-		c += int64(v & 1)
-	}
-	// Count in 4 KiB pages, as the caller does.
-	return c * page / dioAlign, true
+	return cachedRange(f, 0, pf.Size)
 }
