@@ -8,9 +8,15 @@
 // Probe reads the source files at random 4 KiB-aligned offsets with
 // O_DIRECT, several reads in flight as the loader issues them, for each
 // block size from 64 KiB to 32 MiB, within a byte and a time budget per
-// size. The recommended block is the smallest whose throughput is within
-// 10% of the best, the advice the CorgiPile paper draws from its fio runs:
-// larger blocks then cost memory and shuffle quality for nothing.
+// size, in a few rounds over all sizes whose median is the size's figure.
+// The smallest block whose throughput is within 10% of the best is the
+// CorgiPile paper's advice from its fio runs (larger blocks then cost
+// memory and shuffle quality for nothing); the recommendation applies it
+// to sizes of at least ProbeOptions.Floor, because a mount reads smaller
+// blocks through the page cache, not at the speed direct reads measure.
+// O_DIRECT reads bypass the page cache, so the figures are the storage's
+// even when the data is cached; where the file system refuses O_DIRECT
+// they are read through it, and are the cache's if the data is there.
 //
 // # Data
 //
