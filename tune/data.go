@@ -209,6 +209,9 @@ func (a *Analysis) Record(label int64, x []float32) error {
 	}
 	c, ok := a.classes[label]
 	if !ok {
+		if (len(a.classes)+1)*(a.dim+1) > maxClassValues {
+			return fmt.Errorf("the label has more than %d distinct values: h_D keeps %d sums per class (is it a class label, and are the features right?)", len(a.classes), a.dim+1)
+		}
 		c = int32(len(a.classes))
 		a.classes[label] = c
 	}
@@ -225,6 +228,10 @@ func (a *Analysis) EndBlock() {
 	a.ends = append(a.ends, int64(len(a.labels)))
 	a.g.endBlock(int64(len(a.labels) - a.start))
 }
+
+// maxClassValues bounds the per-class sums h_D keeps (two float64 each):
+// 256 MiB of them.
+const maxClassValues = 1 << 24
 
 // ErrNoRecords is returned by Report when no record was added.
 var ErrNoRecords = errors.New("no records")

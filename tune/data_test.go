@@ -178,6 +178,16 @@ func TestRecordsWithDifferentFeatureCountsAreRefused(t *testing.T) {
 	if err := a.Record(1, []float32{1}); err == nil || !strings.Contains(err.Error(), "1 features") {
 		t.Errorf("err = %v", err)
 	}
+	// An id taken for the label would make a class of every record.
+	a = NewAnalysis()
+	x := make([]float32, 1000)
+	var err error
+	for i := int64(0); err == nil && i < 1<<20; i++ {
+		err = a.Record(i, x)
+	}
+	if err == nil || !strings.Contains(err.Error(), "distinct values") {
+		t.Errorf("a label of a million distinct values: err = %v", err)
+	}
 	if _, err := NewAnalysis().Report(1); err != ErrNoRecords {
 		t.Errorf("empty report: err = %v", err)
 	}
