@@ -262,21 +262,30 @@ func (a *Analysis) Report(seed uint64) (DataReport, error) {
 }
 
 // labelTV is the record-weighted mean over blocks of the TV distance
-// between a block's label distribution and the global one.
+// between a block's label distribution and the global one. A block's sum
+// runs over its own labels only: a label it lacks adds its global share,
+// so TV = (1 + Σ_{c in B} (|q_c − P_c| − P_c)) / 2, and the cost does not
+// grow with the number of labels.
 func labelTV(labels []int32, ends []int64, counts []int64) float64 {
 	m := float64(len(labels))
 	in := make([]int64, len(counts))
+	var present []int32
 	var sum float64
 	var from int64
 	for _, end := range ends {
-		clear(in)
+		present = present[:0]
 		for _, c := range labels[from:end] {
+			if in[c] == 0 {
+				present = append(present, c)
+			}
 			in[c]++
 		}
 		b := float64(end - from)
-		var tv float64
-		for c, n := range in {
-			tv += math.Abs(float64(n)/b - float64(counts[c])/m)
+		tv := 1.0
+		for _, c := range present {
+			p := float64(counts[c]) / m
+			tv += math.Abs(float64(in[c])/b-p) - p
+			in[c] = 0
 		}
 		sum += b * tv / 2
 		from = end
