@@ -47,6 +47,10 @@ type info struct {
 	RecordSize        int64  `json:"record_size,omitempty"`
 	HeaderBytes       *int64 `json:"header_bytes,omitempty"`
 	SourceHeaderBytes int64  `json:"source_header_bytes,omitempty"`
+
+	// The default block size, when it was lowered for this dataset
+	// (blocksize.go); block_size is the one used.
+	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
 }
 
 type datasetInfo struct {
@@ -149,6 +153,9 @@ parts of an epoch hold every record once.`, stderr)
 		}
 		return err
 	}
+	if ix, pl, err = d.fitBlocks(ctx, src, ix, pl, seed, *parts, log, stderr); err != nil {
+		return err
+	}
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
@@ -175,9 +182,11 @@ parts of an epoch hold every record once.`, stderr)
 		}
 		defer pprof.StopCPUProfile()
 	}
+	in := newInfo(ix, pl, *epochs, *parts)
+	in.BlockSizeFrom = d.blockSizeFrom
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: newInfo(ix, pl, *epochs, *parts), AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})

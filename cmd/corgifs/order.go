@@ -51,8 +51,11 @@ frame's size.`, stderr)
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ix, pl, _, err := d.open(ctx, pos[0], log, stderr)
+	ix, pl, seed, err := d.open(ctx, pos[0], log, stderr)
 	if err != nil {
+		return err
+	}
+	if ix, pl, err = d.fitBlocks(ctx, pos[0], ix, pl, seed, *parts, log, stderr); err != nil {
 		return err
 	}
 	if *output == "dali" && ix.Format != "tfrecord" {
