@@ -171,6 +171,9 @@ func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions 
 // slabs get less.
 func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
 	est := 4 * ix.Records
+	if ix.RecordCRCs != nil {
+		est += 4 * ix.Records // a CRC32C per record, for formats without checksums
+	}
 	if recordStrategy {
 		est += 16 * ix.Records
 	}
