@@ -180,6 +180,32 @@ func (r *aheadReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// view returns the n bytes at off in place, without copying, when one
+// chunk that has been read holds them all: the bytes a scanner has just
+// read. The slice is valid until the next ReadAt.
+func (r *aheadReader) view(off, n int64) ([]byte, bool) {
+	k := off / scanChunk
+	if n <= 0 || (off+n-1)/scanChunk != k {
+		return nil, false
+	}
+	for _, c := range r.slots {
+		if c == nil || c.k != k {
+			continue
+		}
+		select {
+		case <-c.done:
+		default:
+			return nil, false
+		}
+		at := off - k*scanChunk
+		if c.err != nil || at+n > int64(c.n) {
+			return nil, false
+		}
+		return c.buf[at : at+n], true
+	}
+	return nil, false
+}
+
 // newest returns the highest chunk number held, or noChunk.
 func (r *aheadReader) newest() int64 {
 	k := int64(noChunk)

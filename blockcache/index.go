@@ -684,7 +684,12 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 
 // sumRecord returns the CRC32C of the stored bytes of rec, read through r
 // a chunk at a time, and adds them to the CRC of its block.
-func sumRecord(r io.ReaderAt, chunk []byte, rec formats.Record, block *uint32) (uint32, error) {
+func sumRecord(r *aheadReader, chunk []byte, rec formats.Record, block *uint32) (uint32, error) {
+	if b, ok := r.view(rec.Offset, rec.Len); ok {
+		// The bytes the scanner has just read, still in r's chunk.
+		*block = formats.UpdateChecksum(*block, b)
+		return formats.UpdateChecksum(0, b), nil
+	}
 	var crc uint32
 	for off, n := rec.Offset, rec.Len; n > 0; {
 		b := chunk[:min(n, int64(len(chunk)))]
