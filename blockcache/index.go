@@ -93,10 +93,7 @@ type Index struct {
 	Format        string
 	FormatOptions formats.Options
 	Head          formats.Head
-	// Include is the list of patterns the files were selected with: the
-	// --include setting, else the format's own.
-	Include []string
-	format  formats.Format
+	format        formats.Format
 
 	recOnce   sync.Once
 	sidecar   string // path of the sidecar this index is saved in, if any
@@ -384,12 +381,12 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("source %s is not a directory", root)
 	}
-	files, f, include, err := selectFiles(root, o)
+	files, f, err := selectFiles(root, o)
 	if err != nil {
 		return nil, err
 	}
 	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
-		Format: f.Name(), FormatOptions: formats.OptionsOf(f), Include: include, format: f}
+		Format: f.Name(), FormatOptions: formats.OptionsOf(f), format: f}
 	o.Format = f
 	var total int64
 	for _, f := range files {
@@ -489,10 +486,9 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 
 // selectFiles lists the files of the dataset under root and the format
 // they are read in: o.Format, or the one their names say (formats.Detect,
-// over the names of every format's files when o.Include is empty), with
-// the include patterns the files were selected with. Build and the check
-// of a cached index select files the same way.
-func selectFiles(root string, o Options) ([]File, formats.Format, []string, error) {
+// over the names of every format's files when o.Include is empty). Build
+// and the check of a cached index select files the same way.
+func selectFiles(root string, o Options) ([]File, formats.Format, error) {
 	include := o.Include
 	switch {
 	case len(include) > 0:
@@ -503,10 +499,10 @@ func selectFiles(root string, o Options) ([]File, formats.Format, []string, erro
 	}
 	files, err := listFiles(root, include, o.FollowSymlinks, o.Logger)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if len(files) == 0 {
-		return nil, nil, nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names, --format to say the format)", strings.Join(include, " or "), root)
+		return nil, nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names, --format to say the format)", strings.Join(include, " or "), root)
 	}
 	f := o.Format
 	if f == nil {
@@ -522,7 +518,7 @@ func selectFiles(root string, o Options) ([]File, formats.Format, []string, erro
 			// a file that is not fails its frame check when indexed.
 			f = formats.TFRecord{}
 		case err != nil:
-			return nil, nil, nil, fmt.Errorf("source %s: %w", root, err)
+			return nil, nil, fmt.Errorf("source %s: %w", root, err)
 		}
 		if len(o.Include) == 0 {
 			// Detect passed over names of no format and a README.txt
@@ -536,7 +532,7 @@ func selectFiles(root string, o Options) ([]File, formats.Format, []string, erro
 			})
 		}
 	}
-	return files, f, include, nil
+	return files, f, nil
 }
 
 // fileScan is what indexing found in one file.

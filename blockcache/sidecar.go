@@ -180,7 +180,7 @@ func MarkStale(root string, o Options, reason string) error {
 // The files are selected as Build selects them, with the options o.
 func (ix *Index) changed(o Options) string {
 	o.FollowSymlinks = ix.FollowSymlinks
-	files, f, _, err := selectFiles(ix.Root, o)
+	files, f, err := selectFiles(ix.Root, o)
 	if err != nil {
 		return err.Error()
 	}

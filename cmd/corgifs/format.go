@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/corgifs/corgifs/formats"
@@ -31,17 +32,16 @@ func (f *formatFlags) register(fs *flag.FlagSet) {
 		f.name = s
 		return nil
 	})
-	fs.Func("header", "csv: the first row of every file is the header, served once at the start of\nevery part (default true; --header=false: none)", func(s string) error {
-		if s != "true" && s != "false" {
-			return fmt.Errorf("want true or false")
-		}
-		f.header, f.set["header"] = s == "true", true
-		return nil
-	})
 	f.header = true
+	fs.BoolFunc("header", "csv: the first row of every file is the header, served once at the start of\nevery part (default true; --header=false: none)", func(s string) error {
+		b, err := strconv.ParseBool(s)
+		f.header, f.set["header"] = b, true
+		return err
+	})
 	fs.BoolFunc("check", "jsonl: check that every line is one JSON value when indexing", func(s string) error {
-		f.check, f.set["check"] = s == "true", true
-		return nil
+		b, err := strconv.ParseBool(s)
+		f.check, f.set["check"] = b, true
+		return err
 	})
 	fs.Func("record-size", "fixed: `bytes` of every record", func(s string) error {
 		_, err := fmt.Sscan(s, &f.recordSize)
