@@ -455,3 +455,31 @@ func TestBrokenSourcesAreRefusedNamingFileAndOffset(t *testing.T) {
 		})
 	}
 }
+
+// The format flags are checked: an option of another format, a fixed
+// format without its record size, an unknown name, and DALI's index of
+// a source that is not TFRecord are errors saying so.
+func TestFormatFlagsAreCheckedWithClearErrors(t *testing.T) {
+	src := formatSet{files: map[string][]byte{"a.csv": []byte("id,x\n1,2\n3,4\n")}}.write(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"index", src, "--record-size", "8"}, "--record-size is an option of --format fixed"},
+		{[]string{"index", src, "--format", "jsonl", "--header=false"}, "--header is an option of --format csv"},
+		{[]string{"index", src, "--format", "fixed"}, "format fixed needs --record-size"},
+		{[]string{"index", src, "--format", "parquet"}, "known formats: tfrecord, csv"},
+		{[]string{"order", src, "--seed", "1", "--output", "dali"}, "the DALI index is for TFRecord"},
+		{[]string{"order", src, "--seed", "1", "--format", "dali"}, "the DALI index is for TFRecord"},
+	} {
+		_, stderr, code := run(append(c.args, "--cache-dir", t.TempDir())...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("corgifs %s: exit %d, want an error saying %q:\n%s", strings.Join(c.args, " "), code, c.want, stderr)
+		}
+	}
+	// --header=false reads the first row as a record.
+	out, _, code := run("index", src, "--header=false", "--cache-dir", t.TempDir())
+	if code != 0 || !strings.Contains(out, "records     3") {
+		t.Errorf("index --header=false: exit %d\n%s", code, out)
+	}
+}
