@@ -45,6 +45,9 @@ func wdsBytes(t testing.TB, prefix string, n int) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w := tar.NewWriter(&b)
+	// A directory entry first: it belongs to no sample, so the file's
+	// records start after it.
+	w.WriteHeader(&tar.Header{Name: prefix + "dir/", Typeflag: tar.TypeDir, Mode: 0o755})
 	for i := range n {
 		key := fmt.Sprintf("%s%04d", prefix, i)
 		for _, m := range []struct{ ext, data string }{{".cls", fmt.Sprint(i % 10)}, {".bin", strings.Repeat(string(rune('a'+i%26)), 100+i)}} {
@@ -247,14 +250,14 @@ func TestAFlippedByteInAFormatWithoutChecksumsIsEIOForItsBlockOnly(t *testing.T)
 func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.T) {
 	tarShard := wdsBytes(t, "k", 3)
 	badSum := bytes.Clone(tarShard)
-	badSum[1024+100] ^= 1 // the mode field of the second member's header
+	badSum[1536+100] ^= 1 // the mode field of the second sample member's header
 	for _, c := range []struct {
 		name  string
 		files map[string][]byte
 		want  []string
 	}{
 		{"csv headers differ", map[string][]byte{"a.csv": []byte("id,v\n1,2\n"), "b.csv": []byte("id,w\n1,2\n")}, []string{"a.csv", "b.csv", `"id,v\n"`, `"id,w\n"`}},
-		{"tar header checksum", map[string][]byte{"a.tar": badSum}, []string{"a.tar", "offset 1024"}},
+		{"tar header checksum", map[string][]byte{"a.tar": badSum}, []string{"a.tar", "offset 1536"}},
 		{"truncated tar", map[string][]byte{"a.tar": tarShard[:1024]}, []string{"a.tar", "truncated"}},
 		{"npy shorter than its header says", map[string][]byte{"a.npy": npyBytes(5, 4, 0)[:128+4*4+2]}, []string{"a.npy"}},
 		{"sample split across shards", map[string][]byte{"a.tar": wdsBytes(t, "k", 3), "b.tar": wdsBytes(t, "k", 2)}, []string{"a.tar", "b.tar", "sample key", "is also in shard"}},
