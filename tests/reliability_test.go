@@ -90,7 +90,11 @@ func runTimed(t *testing.T, limit time.Duration, args ...string) (string, string
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	// A race-detector build otherwise sleeps a second at exit.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	err := cmd.Run()
+	peak, err := launched(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("corgifs %s did not finish within %v\n%s", strings.Join(args, " "), limit, errb.String())
 	}
@@ -100,11 +104,7 @@ func runTimed(t *testing.T, limit time.Duration, args ...string) (string, string
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss
-	}
-	return out.String(), errb.String(), code, rss
+	return out.String(), errb.String(), code, peak()
 }
 
 // orderedPart is the expected content of one part, assembled from the
