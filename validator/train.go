@@ -3,7 +3,6 @@ package validator
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ const DefaultDecay = 0.95
 
 const (
 	readBufSize = 1 << 20 // read buffer of a stream
-	maxRecord   = 1 << 30 // longest record accepted, a guard against a bad length
 	checkEvery  = 1024    // records between context checks
 )
 
@@ -47,7 +45,7 @@ type Trainer struct {
 	// Logger, if not nil, gets one Info line per epoch from Train.
 	Logger *slog.Logger
 
-	frames frameReader
+	br     *bufio.Reader
 	x      []float32
 	gradW  []float64 // gradient sums of the current mini-batch
 	gradB  []float64
@@ -75,8 +73,8 @@ func (t *Trainer) check() error {
 	switch {
 	case t.Model == nil:
 		return errors.New("validator: the Trainer has no Model")
-	case t.Decoder.Label == "" || t.Decoder.Features == "":
-		return fmt.Errorf("validator: the Decoder needs the names of the label and features features, got %+v", t.Decoder)
+	case t.Decoder == nil:
+		return errors.New("validator: the Trainer has no Decoder")
 	case !(t.LR > 0) || math.IsInf(t.LR, 0):
 		return fmt.Errorf("validator: LR must be a positive number, got %v", t.LR)
 	case t.Decay < 0 || t.Decay > 1 || math.IsNaN(t.Decay):
@@ -89,10 +87,12 @@ func (t *Trainer) check() error {
 	return nil
 }
 
-// TrainEpoch trains the model for one epoch on the TFRecord stream r, such
-// as a part file of a corgifs mount, read from start to end. It checks both
-// CRCs of every record. Once its buffers have grown it does not allocate
-// per record.
+// TrainEpoch trains the model for one epoch on the stream r, such as a
+// part file of a corgifs mount, read from start to end by the reader of
+// the Decoder's format (which checks TFRecord CRCs, tar header checksums,
+// the .npy header). Once its buffers have grown it does not allocate per
+// record (for TFRecord, .npy and fixed-size records; text and tar
+// decoders allocate a little).
 func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (EpochStats, error) {
 	if err := t.check(); err != nil {
 		return EpochStats{}, err
@@ -104,7 +104,7 @@ func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (Epoch
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
-	t.frames.reset(r)
+	rr := t.records(r)
 
 	var st EpochStats
 	var lossSum float64
@@ -116,15 +116,20 @@ func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (Epoch
 				return EpochStats{}, err
 			}
 		}
-		payload, err := t.frames.next()
+		rec, err := rr.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, err)
+			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, rr.wrap(err))
+		}
+		if st.Records == 0 {
+			if err := t.Decoder.Begin(rr.Prologue()); err != nil {
+				return EpochStats{}, fmt.Errorf("validator: epoch %d: %w", epoch, err)
+			}
 		}
 		var label int
-		label, t.x, err = t.Decoder.Decode(payload, st.Records, t.x[:0])
+		label, t.x, err = t.Decoder.Decode(rec, st.Records, t.x[:0])
 		if err != nil {
 			return EpochStats{}, fmt.Errorf("validator: epoch %d: %w", epoch, err)
 		}
@@ -276,37 +281,43 @@ func (ts *TestSet) Classes() int {
 	return n
 }
 
-// LoadTestSet reads the TFRecord files paths, checking every CRC, and
-// decodes all their records with dec. Every record must have as many
-// features as the first.
+// LoadTestSet reads the files paths, of the Decoder's format, and decodes
+// all their records with dec. Every record must have as many features as
+// the first.
 func LoadTestSet(dec Decoder, paths ...string) (*TestSet, error) {
 	ts := &TestSet{}
-	var fr frameReader
+	var t Trainer
 	for _, path := range paths {
-		if err := ts.load(&fr, dec, path); err != nil {
+		if err := ts.load(&t, dec, path); err != nil {
 			return nil, fmt.Errorf("validator: test set %s: %w", path, err)
 		}
 	}
 	return ts, nil
 }
 
-func (ts *TestSet) load(fr *frameReader, dec Decoder, path string) error {
+func (ts *TestSet) load(t *Trainer, dec Decoder, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fr.reset(f)
+	t.Decoder = dec
+	rr := t.records(f)
 	for i := int64(0); ; i++ {
-		payload, err := fr.next()
+		rec, err := rr.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record %d: %w", i, err)
+			return fmt.Errorf("record %d: %w", i, rr.wrap(err))
+		}
+		if i == 0 {
+			if err := dec.Begin(rr.Prologue()); err != nil {
+				return err
+			}
 		}
 		n := len(ts.X)
-		label, x, err := dec.Decode(payload, i, ts.X)
+		label, x, err := dec.Decode(rec, i, ts.X)
 		if err != nil {
 			return err
 		}
@@ -321,59 +332,40 @@ func (ts *TestSet) load(fr *frameReader, dec Decoder, path string) error {
 	}
 }
 
-// A frameReader reads TFRecord frames from a stream, checking both CRCs of
-// each, into a reused buffer.
-type frameReader struct {
-	br  *bufio.Reader
-	hdr [formats.HeaderLen]byte
-	buf []byte
-	off int64 // stream offset of the next frame
-}
-
-func (fr *frameReader) reset(r io.Reader) {
-	if fr.br == nil {
-		fr.br = bufio.NewReaderSize(r, readBufSize)
+// records returns a reader of the records of r in the Decoder's format,
+// through the Trainer's read buffer.
+func (t *Trainer) records(r io.Reader) *recordReader {
+	if t.br == nil {
+		t.br = bufio.NewReaderSize(r, readBufSize)
 	} else {
-		fr.br.Reset(r)
+		t.br.Reset(r)
 	}
-	fr.off = 0
+	rr := &recordReader{br: t.br}
+	rr.RecordReader = t.Decoder.Format().NewReader(rr)
+	return rr
 }
 
-// next returns the payload of the next frame, valid until the next call, or
-// io.EOF at a clean end of the stream. A damaged or truncated frame gives a
-// *formats.CorruptError.
-func (fr *frameReader) next() ([]byte, error) {
-	n, err := io.ReadFull(fr.br, fr.hdr[:])
-	switch {
-	case err == io.EOF:
-		return nil, io.EOF
-	case err == io.ErrUnexpectedEOF:
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("truncated frame header: %d of %d bytes", n, formats.HeaderLen)}
-	case err != nil:
-		return nil, fmt.Errorf("reading at offset %d: %w", fr.off, err)
+// recordReader is the format's RecordReader over a buffered stream, which
+// counts the bytes it consumed so that a read error can say where it
+// happened.
+type recordReader struct {
+	formats.RecordReader
+	br  *bufio.Reader
+	off int64
+}
+
+func (r *recordReader) Read(p []byte) (int, error) {
+	n, err := r.br.Read(p)
+	r.off += int64(n)
+	return n, err
+}
+
+// wrap adds the stream offset to a read error; the format's errors
+// (*formats.CorruptError) already have theirs.
+func (r *recordReader) wrap(err error) error {
+	var ce *formats.CorruptError
+	if errors.As(err, &ce) {
+		return err
 	}
-	if formats.MaskedCRC(fr.hdr[:8]) != binary.LittleEndian.Uint32(fr.hdr[8:]) {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: "length CRC mismatch"}
-	}
-	length := binary.LittleEndian.Uint64(fr.hdr[:8])
-	if length > maxRecord {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("record length %d is more than the %d accepted", length, maxRecord)}
-	}
-	need := int(length) + formats.FooterLen
-	if cap(fr.buf) < need {
-		fr.buf = make([]byte, need)
-	}
-	fr.buf = fr.buf[:need]
-	if n, err := io.ReadFull(fr.br, fr.buf); err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("truncated frame: %d of %d data and CRC bytes", n, need)}
-		}
-		return nil, fmt.Errorf("reading at offset %d: %w", fr.off+formats.HeaderLen+int64(n), err)
-	}
-	data := fr.buf[:length]
-	if formats.MaskedCRC(data) != binary.LittleEndian.Uint32(fr.buf[length:]) {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: "data CRC mismatch"}
-	}
-	fr.off += int64(formats.HeaderLen + need)
-	return data, nil
+	return fmt.Errorf("reading at offset %d: %w", r.off, err)
 }
