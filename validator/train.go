@@ -98,69 +98,117 @@ func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (Epoch
 		return EpochStats{}, err
 	}
 	m := t.Model
-	lr := t.LearningRate(epoch)
-	batch := max(t.Batch, 1)
-	if batch > 1 && len(t.gradW) != len(m.W) {
+	ep := epochState{lr: t.LearningRate(epoch), batch: max(t.Batch, 1), epoch: epoch}
+	if ep.batch > 1 && len(t.gradW) != len(m.W) {
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
-	rr := t.records(r)
-
-	var st EpochStats
-	var lossSum float64
-	var right int64
-	inBatch := 0
-	for ; ; st.Records++ {
-		if st.Records%checkEvery == 0 {
-			if err := ctx.Err(); err != nil {
+	if seq, ok := r.(*Sequence); ok {
+		for _, path := range seq.Paths {
+			if err := t.trainFile(ctx, &ep, path); err != nil {
 				return EpochStats{}, err
+			}
+		}
+	} else if err := t.trainStream(ctx, &ep, r); err != nil {
+		return EpochStats{}, err
+	}
+	if ep.inBatch > 0 {
+		t.applyBatch(ep.lr, ep.inBatch)
+	}
+	st := ep.st
+	if st.Records > 0 {
+		st.TrainLoss = ep.lossSum / float64(st.Records)
+		st.TrainAcc = float64(ep.right) / float64(st.Records)
+	}
+	return st, nil
+}
+
+// epochState is the progress of an epoch, which may span several streams.
+type epochState struct {
+	epoch   int
+	lr      float64
+	batch   int
+	st      EpochStats
+	lossSum float64
+	right   int64
+	inBatch int // records in the current mini-batch
+}
+
+func (t *Trainer) trainFile(ctx context.Context, ep *epochState, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+	}
+	defer f.Close()
+	if err := t.trainStream(ctx, ep, f); err != nil {
+		return fmt.Errorf("%w (in %s)", err, path)
+	}
+	return nil
+}
+
+// trainStream trains on the records of one stream.
+func (t *Trainer) trainStream(ctx context.Context, ep *epochState, r io.Reader) error {
+	m := t.Model
+	rr := t.records(r)
+	for n := int64(0); ; n++ {
+		if ep.st.Records%checkEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 		}
 		rec, err := rr.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, rr.wrap(err))
+			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, rr.wrap(err))
 		}
-		if st.Records == 0 {
+		if n == 0 {
 			if err := t.Decoder.Begin(rr.Prologue()); err != nil {
-				return EpochStats{}, fmt.Errorf("validator: epoch %d: %w", epoch, err)
+				return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
 			}
 		}
 		var label int
-		label, t.x, err = t.Decoder.Decode(rec, st.Records, t.x[:0])
+		label, t.x, err = t.Decoder.Decode(rec, n, t.x[:0])
 		if err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: %w", epoch, err)
+			return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
 		}
 		if err := m.checkExample(t.x, label); err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, err)
+			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, err)
 		}
+		ep.st.Records++
 		m.forward(t.x)
 		loss, ok := m.lossGrad(label)
-		lossSum += loss
+		ep.lossSum += loss
 		if ok {
-			right++
+			ep.right++
 		}
-		if batch == 1 {
-			t.step(lr, t.x)
+		if ep.batch == 1 {
+			t.step(ep.lr, t.x)
 			continue
 		}
 		t.accumulate(t.x)
-		if inBatch++; inBatch == batch {
-			t.applyBatch(lr, inBatch)
-			inBatch = 0
+		if ep.inBatch++; ep.inBatch == ep.batch {
+			t.applyBatch(ep.lr, ep.inBatch)
+			ep.inBatch = 0
 		}
 	}
-	if inBatch > 0 {
-		t.applyBatch(lr, inBatch)
-	}
-	if st.Records > 0 {
-		st.TrainLoss = lossSum / float64(st.Records)
-		st.TrainAcc = float64(right) / float64(st.Records)
-	}
-	return st, nil
 }
+
+// A Sequence is an epoch made of whole files read one after the other,
+// such as the source files of a dataset in their order. The Trainer reads
+// each with its own reader, so that the second file's CSV header or .npy
+// header is not taken for a record; mini-batches run on across files.
+// It is not read as a plain stream.
+type Sequence struct {
+	Paths []string
+}
+
+func (s *Sequence) Read([]byte) (int, error) {
+	return 0, errors.New("validator: a Sequence is read by the Trainer file by file")
+}
+
+func (s *Sequence) Close() error { return nil }
 
 // step applies the gradient of one record, whose features are x and whose
 // loss gradient is in m.grad, with learning rate lr.
