@@ -45,10 +45,10 @@ type Trainer struct {
 	// Logger, if not nil, gets one Info line per epoch from Train.
 	Logger *slog.Logger
 
-	br     *bufio.Reader
-	x      []float32
-	gradW  []float64 // gradient sums of the current mini-batch
-	gradB  []float64
+	br    *bufio.Reader
+	x     []float32
+	gradW []float64 // gradient sums of the current mini-batch
+	gradB []float64
 }
 
 // EpochStats describes one training epoch. The loss and accuracy of each
