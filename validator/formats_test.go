@@ -284,3 +284,28 @@ func TestTextAndRowDecodersDoNotAllocatePerRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedRecordsReadAsFloat32Rows reads the rows of .npy files as
+// fixed-size records after a header of the .npy header's length: the same
+// records as the .npy decoder gives.
+func TestFixedRecordsReadAsFloat32Rows(t *testing.T) {
+	s := datagen.Synthetic{Records: 200, Features: 6, Classes: 3, Files: 1, Seed: 2}
+	files := writeFormat(t, s, datagen.FormatNPY)
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hlen := 10 + int64(binary.LittleEndian.Uint16(b[8:10]))
+	want, err := LoadTestSet(&RowDecoder{Label: 0, Ignore: []int{1}}, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := formats.Fixed{RecordSize: 4 * (6 + 2), HeaderBytes: hlen}
+	got, err := LoadTestSet(&RowDecoder{Fixed: &fixed, Label: 0, Ignore: []int{1}}, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != 200 || got.Dim != 6 || !slices.Equal(got.X, want.X) || !slices.Equal(got.Labels, want.Labels) {
+		t.Errorf("fixed: %d records of %d features, not the .npy decoder's %d of %d", got.Len(), got.Dim, want.Len(), want.Dim)
+	}
+}
