@@ -146,3 +146,23 @@ func TestValidateTellsWhatItCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestGenAndValidateHelpNameTheFormatFlags: the help of gen and validate
+// lists --format with the formats, and validate's per-format flags.
+func TestGenAndValidateHelpNameTheFormatFlags(t *testing.T) {
+	for cmd, want := range map[string][]string{
+		"gen synthetic":     {"-format", `(default "tfrecord")`, "csv, jsonl, libsvm, wds, npy", "qid"},
+		"gen fashion-mnist": {"-format", `(default "tfrecord")`, "KEY.pixels"},
+		"validate":          {"-format", "-label-column", "-ignore-columns", "-divide", "-header", "-record-size", "files (the --data files"},
+	} {
+		_, stderr, code := run(append(strings.Fields(cmd), "--help")...)
+		if code != 0 {
+			t.Errorf("%s --help: exit code %d", cmd, code)
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s --help does not mention %q:\n%s", cmd, w, stderr)
+			}
+		}
+	}
+}

@@ -36,6 +36,9 @@ type CSVDecoder struct {
 	// Ignore lists columns (names or numbers) that are not features,
 	// such as an id. A name the header does not have is ignored.
 	Ignore []string
+	// Divide, if not 0, divides every feature (e.g. 255 for 0–255 pixels,
+	// which then match the uint8 formats' scaling).
+	Divide float32
 
 	header   []string
 	label    int
@@ -136,7 +139,7 @@ func (d *CSVDecoder) Decode(row []byte, n int64, x []float32) (int, []float32, e
 		if err != nil {
 			return 0, x, fmt.Errorf("row %d: column %s is not a number (leave it out with --ignore-columns): %w", n, d.name(i), err)
 		}
-		out = append(out, float32(v))
+		out = append(out, divide(float32(v), d.Divide))
 	}
 	return label, out, nil
 }
@@ -152,8 +155,9 @@ func (d *CSVDecoder) name(i int) string {
 // A JSONLDecoder reads JSON lines: objects holding a number under Label
 // and an array of numbers under Features.
 type JSONLDecoder struct {
-	Label    string // key of the label; "" means "label"
-	Features string // key of the features; "" means "features"
+	Label    string  // key of the label; "" means "label"
+	Features string  // key of the features; "" means "features", or "pixels" if there is no "features"
+	Divide   float32 // if not 0, divides every feature
 
 	fields map[string]json.RawMessage
 	values []float32
@@ -180,13 +184,20 @@ func (d *JSONLDecoder) Decode(line []byte, n int64, x []float32) (int, []float32
 		return 0, x, fmt.Errorf("line %d: %w", n, err)
 	}
 	raw, ok := d.fields[fk]
+	if !ok && d.Features == "" {
+		raw, ok = d.fields["pixels"]
+	}
 	if !ok {
 		return 0, x, fmt.Errorf("line %d: no key %q (the features)", n, fk)
 	}
 	if err := json.Unmarshal(raw, &d.values); err != nil {
 		return 0, x, fmt.Errorf("line %d: key %q (the features) is not an array of numbers: %w", n, fk, err)
 	}
-	return label, append(x, d.values...), nil
+	out := x
+	for _, v := range d.values {
+		out = append(out, divide(v, d.Divide))
+	}
+	return label, out, nil
 }
 
 // A LibSVMDecoder reads LIBSVM lines, "label [qid:N] index:value …" with
@@ -194,7 +205,8 @@ func (d *JSONLDecoder) Decode(line []byte, n int64, x []float32) (int, []float32
 // not name are 0). A qid and a "#" comment are ignored. Labels follow
 // classOf: binary data labelled -1 and +1 gives classes 0 and 1.
 type LibSVMDecoder struct {
-	Dim int // features per record; see LibSVMDim
+	Dim    int     // features per record; see LibSVMDim
+	Divide float32 // if not 0, divides every feature
 
 	words [][]byte
 }
@@ -241,7 +253,7 @@ func (d *LibSVMDecoder) Decode(line []byte, n int64, x []float32) (int, []float3
 		if err != nil {
 			return 0, x, fmt.Errorf("line %d: index %d: %w", n, idx, err)
 		}
-		out[base+idx-1] = float32(f)
+		out[base+idx-1] = divide(float32(f), d.Divide)
 	}
 	return class, out, nil
 }
@@ -456,4 +468,12 @@ func (d *WDSDecoder) Decode(sample []byte, n int64, x []float32) (int, []float32
 		return 0, x, fmt.Errorf("sample %d: no member %s (the features)", n, want)
 	}
 	return label, out, nil
+}
+
+// divide returns v/by, or v when by is 0.
+func divide(v, by float32) float32 {
+	if by == 0 {
+		return v
+	}
+	return v / by
 }

@@ -102,8 +102,8 @@ func TestEveryFormatTrainsLikeTFRecordInSourceOrder(t *testing.T) {
 }
 
 // TestFashionFormatsDecodeToTheSamePixels converts a tiny Fashion-MNIST
-// into tfrecord, wds and npy: every decoder gives the same scaled pixels
-// and labels.
+// into every format: every decoder gives the same scaled pixels and
+// labels (the text formats' 0-255 pixels divided by 255).
 func TestFashionFormatsDecodeToTheSamePixels(t *testing.T) {
 	from := tinyFashion(t)
 	var want *TestSet
@@ -114,6 +114,9 @@ func TestFashionFormatsDecodeToTheSamePixels(t *testing.T) {
 		{datagen.FormatTFRecord, ExampleDecoder{Label: datagen.LabelFeature, Features: datagen.ImageFeature}},
 		{datagen.FormatWDS, &WDSDecoder{}},
 		{datagen.FormatNPY, &RowDecoder{Label: 0}},
+		{datagen.FormatCSV, &CSVDecoder{Ignore: []string{"id"}, Divide: 255}},
+		{datagen.FormatJSONL, &JSONLDecoder{Divide: 255}},
+		{datagen.FormatLibSVM, &LibSVMDecoder{Dim: 784, Divide: 255}},
 	} {
 		f := datagen.FashionMNIST{From: from, Files: 2, Seed: 3, Format: c.format}
 		train, _, err := f.Write(context.Background(), t.TempDir(), nil)

@@ -44,6 +44,7 @@ type validateFlags struct {
 	labelColumn             string
 	ignoreColumns           listFlag
 	ignoreSet               bool // --ignore-columns was given
+	divide                  float64
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
@@ -58,7 +59,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&v.decay, "decay", validator.DefaultDecay, "learning rate decay per epoch: lr * decay^epoch")
 	fs.Float64Var(&v.l2, "l2", 0, "L2 regularisation strength")
 	fs.StringVar(&v.label, "label", "", "`name` of the label: tfrecord: the int64_list feature (default label);\njsonl: the key (default label); wds: the member extension (default cls)")
-	fs.StringVar(&v.features, "features", "", "the features: tfrecord: the `name` of a float_list, or of a bytes_list of uint8\npixels (default features); jsonl: the key of a number array (default features);\nwds: the member extension, float32 little-endian, or uint8 if \"pixels\" (default: bin\nor pixels); libsvm: the number of features (default: the largest index in --data and --test)")
+	fs.StringVar(&v.features, "features", "", "the features: tfrecord: the `name` of a float_list, or of a bytes_list of uint8\npixels (default features); jsonl: the key of a number array (default features,\nor pixels); wds: the member extension, float32 little-endian, or uint8 if \"pixels\" (default: bin\nor pixels); libsvm: the number of features (default: the largest index in --data and --test)")
 	fs.StringVar(&v.via, "via", "mount", "how epochs are read: mount (through a real corgifs mount), direct (the same bytes,\nin-process) or files (the --data files in their order, each epoch; --strategies none)")
 	fs.StringVar(&v.format, "format", "", "`format` of --data and --test: "+strings.Join(formats.Names(), ", ")+"\n(default: chosen from the file extensions)")
 	fs.BoolFunc("header", "csv: the first row of every file is the header (default true; --header=false: none)", func(s string) error {
@@ -69,6 +70,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&v.recordSize, "record-size", 0, "fixed: `bytes` per record (little-endian float32 values)")
 	fs.Int64Var(&v.headerBytes, "header-bytes", 0, "fixed: `bytes` of header before the records of every file")
 	fs.StringVar(&v.labelColumn, "label-column", "", "csv: the label `column`, a header name or a number from 0 (default label);\nnpy, fixed: its number from 0 (default 0)")
+	fs.Float64Var(&v.divide, "divide", 0, "csv, jsonl, libsvm: divide every feature by `N` (255 for the 0-255 pixels of\n`corgifs gen fashion-mnist`, to match the uint8 formats, which are always scaled to [0, 1])")
 	fs.Func("ignore-columns", "comma separated `columns` that are not features: csv: names or numbers (default id);\nnpy, fixed: numbers (default none; 1 for `corgifs gen synthetic --format npy`, whose\ncolumns are label, id, features)", func(s string) error {
 		v.ignoreSet = true
 		return v.ignoreColumns.Set(s)
@@ -327,22 +329,22 @@ func (v *validateFlags) decoder(f formats.Format, files []string) (validator.Dec
 		if !v.ignoreSet {
 			ignore = []string{"id"}
 		}
-		return &validator.CSVDecoder{NoHeader: !f.Header, Label: cmp.Or(v.labelColumn, "label"), Ignore: ignore}, nil
+		return &validator.CSVDecoder{NoHeader: !f.Header, Label: cmp.Or(v.labelColumn, "label"), Ignore: ignore, Divide: float32(v.divide)}, nil
 	case formats.JSONL:
-		return &validator.JSONLDecoder{Label: v.label, Features: v.features}, nil
+		return &validator.JSONLDecoder{Label: v.label, Features: v.features, Divide: float32(v.divide)}, nil
 	case formats.LibSVM:
 		if v.features != "" {
 			n, err := strconv.Atoi(v.features)
 			if err != nil || n < 1 {
 				return nil, fmt.Errorf("--features %q: for libsvm, the number of features", v.features)
 			}
-			return &validator.LibSVMDecoder{Dim: n}, nil
+			return &validator.LibSVMDecoder{Dim: n, Divide: float32(v.divide)}, nil
 		}
 		dim, err := validator.LibSVMDim(func(p string) (io.ReadCloser, error) { return os.Open(p) }, files...)
 		if err != nil {
 			return nil, err
 		}
-		return &validator.LibSVMDecoder{Dim: dim}, nil
+		return &validator.LibSVMDecoder{Dim: dim, Divide: float32(v.divide)}, nil
 	case formats.WDS:
 		return &validator.WDSDecoder{Label: v.label, Features: v.features}, nil
 	case formats.NPY, formats.Fixed:
