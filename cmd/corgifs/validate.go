@@ -222,6 +222,14 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
+		if v.format != "tfrecord" {
+			// Reached once the mount serves other formats (see the
+			// --via files guard in validate), when mount has these flags.
+			flags = append(flags, "--format", v.format, "--header="+strconv.FormatBool(!v.noHeader))
+			if v.format == "fixed" {
+				flags = append(flags, "--record-size", fmt.Sprint(v.recordSize), "--header-bytes", fmt.Sprint(v.headerBytes))
+			}
+		}
 		m, err := startChildMount(v.data, work, flags...)
 		if err != nil {
 			return nil, nil, err
@@ -310,11 +318,12 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("--format: %w", err)
 	}
-	include := []string(d.include)
-	if slices.Equal(include, blockcache.DefaultInclude) {
-		include = f.Include()
+	if slices.Equal(d.include, blockcache.DefaultInclude) {
+		// The default --include is TFRecord's; the index and child
+		// mounts then take the format's own.
+		d.include = listFlag(f.Include())
 	}
-	files, err := formatFiles(v.data, include)
+	files, err := formatFiles(v.data, d.include)
 	return f, files, err
 }
 
