@@ -2,6 +2,7 @@ package validator
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/binary"
@@ -310,5 +311,35 @@ func TestFixedRecordsReadAsFloat32Rows(t *testing.T) {
 	}
 	if got.Len() != 200 || got.Dim != 6 || !slices.Equal(got.X, want.X) || !slices.Equal(got.Labels, want.Labels) {
 		t.Errorf("fixed: %d records of %d features, not the .npy decoder's %d of %d", got.Len(), got.Dim, want.Len(), want.Dim)
+	}
+}
+
+// TestSequenceTrainsLikeTheConcatenatedFiles: an epoch over a Sequence of
+// TFRecord files, whose mini-batches run across file ends, updates the
+// model exactly as one stream of the files' bytes does.
+func TestSequenceTrainsLikeTheConcatenatedFiles(t *testing.T) {
+	files := writeFormat(t, datagen.Synthetic{Records: 1000, Features: 4, Classes: 3, Files: 3, Seed: 8}, datagen.FormatTFRecord)
+	var all []byte
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	weights := func(r io.Reader) []float64 {
+		m, err := NewModel(Softmax, 4, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &Trainer{Model: m, Decoder: formatDecoder(datagen.FormatTFRecord, 4), LR: 0.05, Batch: 48}
+		st, err := tr.TrainEpoch(context.Background(), 0, r)
+		if err != nil || st.Records != 1000 {
+			t.Fatalf("%d records, %v", st.Records, err)
+		}
+		return append(m.W, m.B...)
+	}
+	if a, b := weights(&Sequence{Paths: files}), weights(bytes.NewReader(all)); !slices.Equal(a, b) {
+		t.Errorf("a Sequence gives weights %v, the concatenated stream %v", a, b)
 	}
 }

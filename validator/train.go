@@ -149,7 +149,7 @@ func (t *Trainer) trainFile(ctx context.Context, ep *epochState, path string) er
 // trainStream trains on the records of one stream.
 func (t *Trainer) trainStream(ctx context.Context, ep *epochState, r io.Reader) error {
 	m := t.Model
-	rr := t.records(r)
+	rr := records(&t.br, t.Decoder.Format(), r)
 	for n := int64(0); ; n++ {
 		if ep.st.Records%checkEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -334,23 +334,22 @@ func (ts *TestSet) Classes() int {
 // the first.
 func LoadTestSet(dec Decoder, paths ...string) (*TestSet, error) {
 	ts := &TestSet{}
-	var t Trainer
+	var br *bufio.Reader
 	for _, path := range paths {
-		if err := ts.load(&t, dec, path); err != nil {
+		if err := ts.load(&br, dec, path); err != nil {
 			return nil, fmt.Errorf("validator: test set %s: %w", path, err)
 		}
 	}
 	return ts, nil
 }
 
-func (ts *TestSet) load(t *Trainer, dec Decoder, path string) error {
+func (ts *TestSet) load(br **bufio.Reader, dec Decoder, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	t.Decoder = dec
-	rr := t.records(f)
+	rr := records(br, dec.Format(), f)
 	for i := int64(0); ; i++ {
 		rec, err := rr.Next()
 		if err == io.EOF {
@@ -380,16 +379,16 @@ func (ts *TestSet) load(t *Trainer, dec Decoder, path string) error {
 	}
 }
 
-// records returns a reader of the records of r in the Decoder's format,
-// through the Trainer's read buffer.
-func (t *Trainer) records(r io.Reader) *recordReader {
-	if t.br == nil {
-		t.br = bufio.NewReaderSize(r, readBufSize)
+// records returns a reader of the records of r in format f, through the
+// read buffer *br, which it makes on first use.
+func records(br **bufio.Reader, f formats.Format, r io.Reader) *recordReader {
+	if *br == nil {
+		*br = bufio.NewReaderSize(r, readBufSize)
 	} else {
-		t.br.Reset(r)
+		(*br).Reset(r)
 	}
-	rr := &recordReader{br: t.br}
-	rr.RecordReader = t.Decoder.Format().NewReader(rr)
+	rr := &recordReader{br: *br}
+	rr.RecordReader = f.NewReader(rr)
 	return rr
 }
 
