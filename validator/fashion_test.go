@@ -64,7 +64,7 @@ func TestSoftmaxOnRealFashionMNISTConvergesOnlyWhenShuffled(t *testing.T) {
 	shuffledMin := []float64{0.78, 0.79, 0.80}
 	clusteredMax := []float64{0.2, 0.4, 0.5}
 
-	dec := Decoder{Label: datagen.LabelFeature, Features: datagen.ImageFeature}
+	dec := ExampleDecoder{Label: datagen.LabelFeature, Features: datagen.ImageFeature}
 	for _, clustered := range []bool{false, true} {
 		train, test, err := datagen.FashionMNIST{Clustered: clustered, Files: 2, Seed: 1}.Write(context.Background(), t.TempDir(), nil)
 		if err != nil {
