@@ -3,6 +3,7 @@ package datagen
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"math"
 	"os/exec"
 	"slices"
@@ -83,7 +84,7 @@ json.dump(out, sys.stdout)
 func needPython(t *testing.T) {
 	t.Helper()
 	if out, err := exec.Command(python, "-c", "import numpy, sklearn.datasets").CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import numpy and sklearn (Debian: apt-get install python3-numpy python3-sklearn): %v\n%s", python, err, out)
+		testenv.Missing(t, "%s cannot import numpy and sklearn (Debian: apt-get install python3-numpy python3-sklearn): %v\n%s", python, err, out)
 	}
 }
 

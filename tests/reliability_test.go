@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -787,7 +788,7 @@ func rssMargin() int64 {
 // must come back to where they were.
 func TestLoadManyReadersAndFioServeExactBytesWithinMemoryWithoutLeaks(t *testing.T) {
 	if _, err := exec.LookPath("fio"); err != nil {
-		t.Skip("no fio")
+		testenv.Missing(t, "no fio")
 	}
 	src := genSynthetic(t, 24000, 16, 4, 4, "shuffled")
 	const budget = 4 << 20

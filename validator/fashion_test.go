@@ -2,6 +2,7 @@ package validator
 
 import (
 	"context"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"os"
 	"testing"
@@ -50,7 +51,7 @@ func TestSoftmaxOnRealFashionMNISTConvergesOnlyWhenShuffled(t *testing.T) {
 		t.Skip("trains on 60000 real images; skipped with -short")
 	}
 	if _, err := os.Stat(datagen.DefaultFashionDir); err != nil {
-		t.Skipf("Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
+		testenv.Missing(t, "Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
 	}
 	// Test accuracy bounds after each epoch: softmax regression on raw
 	// pixels, batch 64, learning rate 0.05, reaches about 0.80, 0.815 and
