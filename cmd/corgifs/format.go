@@ -18,7 +18,7 @@ type formatFlags struct {
 	recordSize  int64
 	headerBytes int64
 	// set records which of the format's options were given, so that one
-	// given for another format is an error rather than ignored.
+	// given a value for another format is an error rather than ignored.
 	set map[string]bool
 
 	format  formats.Format // nil: chosen from the file names
@@ -59,8 +59,11 @@ func (f *formatFlags) register(fs *flag.FlagSet) {
 // chosen from the file names.
 func (f *formatFlags) resolve() error {
 	f.options = formats.Options{NoHeader: !f.header, CheckJSON: f.check, RecordSize: f.recordSize, HeaderBytes: f.headerBytes}
+	// An option of another format is an error unless it has its default
+	// value (a script may pass --header=true whatever the format).
+	changed := map[string]bool{"header": !f.header, "check": f.check, "record-size": f.recordSize != 0, "header-bytes": f.headerBytes != 0}
 	for opt, of := range map[string]string{"header": "csv", "check": "jsonl", "record-size": "fixed", "header-bytes": "fixed"} {
-		if f.set[opt] && f.name != of && (f.name != "" || of == "fixed") {
+		if f.set[opt] && changed[opt] && f.name != of && (f.name != "" || of == "fixed") {
 			return fmt.Errorf("--%s is an option of --format %s", opt, of)
 		}
 	}
