@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // formatSet is a small dataset of one format, written by the test, and
@@ -233,7 +235,7 @@ func pythonChecksParts(t *testing.T, format string, sources []string, epochs [][
 	t.Helper()
 	if format == "npy" || format == "libsvm" {
 		if out, err := exec.Command(python, "-c", "import numpy, sklearn").CombinedOutput(); err != nil {
-			t.Skipf("%s cannot import numpy and sklearn (Debian: apt-get install python3-sklearn): %v\n%s", python, err, out)
+			testenv.Missing(t, "%s cannot import numpy and sklearn (Debian: apt-get install python3-sklearn; .ci/run does): %v\n%s", python, err, out)
 		}
 	}
 	spec, _ := json.Marshal(map[string]any{"format": format, "sources": sources, "epochs": epochs})
