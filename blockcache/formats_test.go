@@ -277,3 +277,52 @@ func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.
 		})
 	}
 }
+
+// A sidecar re-sealed with a valid checksum but records in a file's header
+// (the CSV header row served as a record), a tail moved to another block,
+// or record checksums missing, is rebuilt rather than served.
+func TestPlantedSidecarServingHeadersOrWithoutRecordChecksumsIsRebuilt(t *testing.T) {
+	var csvCase formatCase
+	for _, c := range formatCases(t) {
+		if c.format.Name() == "csv" {
+			csvCase = c
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(ix *Index)
+	}{
+		{"the header row served as a record", func(ix *Index) {
+			f := &ix.Files[0]
+			h := f.Head.Start
+			f.From, f.Records = 0, f.Records+1
+			ix.Blocks[0].Offset, ix.Blocks[0].Len, ix.Blocks[0].Records = 0, ix.Blocks[0].Len+h, ix.Blocks[0].Records+1
+			ix.Frames = slices.Insert(ix.Frames, 0, uint32(h))
+			ix.RecordCRCs = slices.Insert(ix.RecordCRCs, 0, 0)
+			ix.Records++
+			ix.Bytes += h
+		}},
+		{"the records start before the file's head says", func(ix *Index) { ix.Files[0].Head.Start = ix.Files[0].From + 1 }},
+		{"no record checksums", func(ix *Index) { ix.RecordCRCs = nil }},
+		{"a record checksum dropped", func(ix *Index) { ix.RecordCRCs = ix.RecordCRCs[1:] }},
+		{"another format's name", func(ix *Index) { ix.Format = "tfrecord" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := csvCase.write(t)
+			cache := t.TempDir()
+			o := Options{BlockSize: 150, CacheDir: cache}
+			want, _, _ := openLogged(t, root, o)
+			resealSidecar(t, sidecars(t, cache)[0], tc.spoil)
+			ix, fromCache, log := openLogged(t, root, o)
+			if fromCache {
+				t.Fatalf("the planted sidecar was used; log:\n%s", log)
+			}
+			if !strings.Contains(log, "rebuilding index") {
+				t.Fatalf("log does not say it rebuilds:\n%s", log)
+			}
+			if ix.Records != want.Records || !slices.Equal(ix.Blocks, want.Blocks) {
+				t.Fatal("the rebuilt index differs from the built one")
+			}
+		})
+	}
+}
