@@ -593,10 +593,7 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	// summed from the bytes the scanner has just read (still in rd's
 	// chunks), so the file is read once.
 	sum := !format.Checksummed()
-	var chunk []byte
-	if sum {
-		chunk = make([]byte, 256<<10)
-	}
+	var chunk []byte // for bytes rd no longer holds; made when first needed
 	cur := Block{File: fi, Offset: -1}
 	flush := func() {
 		if cur.Records > 0 {
@@ -627,7 +624,7 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 			}
 			out.frames = append(out.frames, uint32(rec.Len))
 			if sum {
-				rc, err := sumRecord(rd, chunk, rec, &cur.CRC)
+				rc, err := sumRecord(rd, &chunk, rec, &cur.CRC)
 				if err != nil {
 					return out, fmt.Errorf("index: %s: %w", path, err)
 				}
@@ -678,17 +675,21 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	return out, nil
 }
 
-// sumRecord returns the CRC32C of the stored bytes of rec, read through r
-// a chunk at a time, and adds them to the CRC of its block.
-func sumRecord(r *aheadReader, chunk []byte, rec formats.Record, block *uint32) (uint32, error) {
+// sumRecord returns the CRC32C of the stored bytes of rec and adds them to
+// the CRC of its block: in place in r's chunk when it holds them all, else
+// read a piece at a time into *chunk.
+func sumRecord(r *aheadReader, chunk *[]byte, rec formats.Record, block *uint32) (uint32, error) {
 	if b, ok := r.view(rec.Offset, rec.Len); ok {
 		// The bytes the scanner has just read, still in r's chunk.
 		*block = formats.UpdateChecksum(*block, b)
 		return formats.UpdateChecksum(0, b), nil
 	}
+	if *chunk == nil {
+		*chunk = make([]byte, 256<<10)
+	}
 	var crc uint32
 	for off, n := rec.Offset, rec.Len; n > 0; {
-		b := chunk[:min(n, int64(len(chunk)))]
+		b := (*chunk)[:min(n, int64(len(*chunk)))]
 		k, err := r.ReadAt(b, off)
 		if k < len(b) {
 			if err == nil || err == io.EOF {
