@@ -326,3 +326,42 @@ func TestPlantedSidecarServingHeadersOrWithoutRecordChecksumsIsRebuilt(t *testin
 		})
 	}
 }
+
+// The CRCs of records are the same whether the read-ahead chunk holds
+// them (summed in place) or not (a record across two chunks, or one behind
+// the chunks held, read again).
+func TestRecordCRCsAreRightAcrossReadAheadChunks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.bin")
+	data := make([]byte, 2*scanChunk+4096)
+	for i := range data {
+		data[i] = byte(i * 7 / 3)
+	}
+	writeBytes(t, path, data)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rd aheadReader
+	defer rd.free()
+	rd.reset(f, nil, int64(len(data)))
+	var chunk []byte
+	for _, rec := range []formats.Record{
+		{Offset: 0, Len: 100},
+		{Offset: scanChunk - 50, Len: 100},     // across the first boundary
+		{Offset: scanChunk + 10, Len: 1 << 20}, // inside the second chunk
+		{Offset: 2*scanChunk - 1, Len: 4097},   // across the second, to the end
+		{Offset: 5, Len: 10},                   // behind the chunks held
+	} {
+		var block uint32
+		// The scanner has read the record before its CRC is taken.
+		if _, err := rd.ReadAt(make([]byte, rec.Len), rec.Offset); err != nil {
+			t.Fatal(err)
+		}
+		got, err := sumRecord(&rd, &chunk, rec, &block)
+		want := formats.UpdateChecksum(0, data[rec.Offset:rec.Offset+rec.Len])
+		if err != nil || got != want || block != want {
+			t.Fatalf("record %+v: CRC %08x (block %08x), %v; want %08x", rec, got, block, err, want)
+		}
+	}
+}
