@@ -184,7 +184,7 @@ type Options struct {
 // Deprecated: an empty Options.Include selects the files of the format;
 // use formats.Format.Include. Kept until cmd/corgifs's validate.go moves
 // to it.
-var DefaultInclude = formats.TFRecord{}.Include()
+func DefaultInclude() []string { return formats.TFRecord{}.Include() }
 
 func (o *Options) fill() {
 	if o.Format != nil {

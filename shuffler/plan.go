@@ -133,18 +133,6 @@ var strategies = map[string]strategyInfo{
 // unknown one.
 func Description(strategy string) string { return strategies[strategy].describe }
 
-// Describe maps each strategy to its Description, made from the table.
-//
-// Deprecated: use Description and IsStrategy; kept until cmd/corgifs's
-// validate.go moves to them.
-var Describe = func() map[string]string {
-	m := make(map[string]string, len(strategies))
-	for n, s := range strategies {
-		m[n] = s.describe
-	}
-	return m
-}()
-
 // IsStrategy reports whether name is a strategy.
 func IsStrategy(name string) bool {
 	_, ok := strategies[name]

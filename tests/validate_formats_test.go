@@ -15,7 +15,7 @@ var genFormats = []string{"tfrecord", "csv", "jsonl", "libsvm", "wds", "npy"}
 // add csv, jsonl, libsvm, wds and npy once blockcache, shuffler and fs
 // serve them (and remove the --via files guard in cmd/corgifs/validate.go);
 // TestValidateEveryFormatThroughAMountTrainsLikeTFRecord then covers them.
-var servedFormats = map[string]bool{"tfrecord": true}
+var servedFormats = map[string]bool{"tfrecord": true, "csv": true, "jsonl": true, "libsvm": true, "wds": true, "npy": true}
 
 // genFormat writes the same synthetic training and test sets in format
 // and returns their directories.

@@ -105,7 +105,7 @@ type datasetFlags struct {
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.blockSize = 8 << 20
-	d.include = listFlag(blockcache.DefaultInclude)
+	d.include = listFlag(blockcache.DefaultInclude())
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
 	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")

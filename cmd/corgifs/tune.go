@@ -336,7 +336,7 @@ func printTune(w io.Writer, o tuneOutput) {
 // probeFiles lists the files of src that a mount would index.
 func probeFiles(src string, include []string, follow bool) ([]tune.ProbeFile, error) {
 	if len(include) == 0 {
-		include = blockcache.DefaultInclude
+		include = blockcache.DefaultInclude()
 	}
 	var files []tune.ProbeFile
 	err := filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {

@@ -137,7 +137,7 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		return report, fmt.Errorf("--via %q: want mount, direct or files", v.via)
 	}
 	for _, s := range v.strategies {
-		if _, ok := shuffler.Describe[s]; !ok {
+		if !shuffler.IsStrategy(s) {
 			return report, fmt.Errorf("unknown strategy %q in --strategies (choose from %s)", s, strings.Join(shuffler.Strategies(), ", "))
 		}
 	}
@@ -147,10 +147,6 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	f, dataFiles, err := v.dataFormat(d)
 	if err != nil {
 		return report, err
-	}
-	if f.Name() != "tfrecord" && v.via != "files" {
-		// TODO(wiring): remove once the index and the mount serve every format.
-		return report, fmt.Errorf("--format %s: the mount serves TFRecord only for now; read the files with --via files --strategies none", f.Name())
 	}
 	testFiles, err := formatFiles(v.test, f.Include())
 	if err != nil {
@@ -318,11 +314,14 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("--format: %w", err)
 	}
-	if slices.Equal(d.include, blockcache.DefaultInclude) {
+	if slices.Equal(d.include, blockcache.DefaultInclude()) {
 		// The default --include is TFRecord's; the index and child
 		// mounts then take the format's own.
 		d.include = listFlag(f.Include())
 	}
+	// The index of --via direct and of the orders reads the records as
+	// the flags say (fixed is never detected; --header=false).
+	d.format = &formatFlags{format: f, options: formats.OptionsOf(f)}
 	files, err := formatFiles(v.data, d.include)
 	return f, files, err
 }
