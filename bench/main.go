@@ -26,6 +26,12 @@
 // bench/fio on a part file, and the first byte, epoch boundary and reader
 // waits of one corgipile mount.
 //
+// With --formats it writes, per record size, the same records in every
+// format of `corgifs gen synthetic --format` (256 MiB of TFRecord each
+// unless --size is given) and compares a warm corgipile epoch and the index
+// time of each format against TFRecord's (issue 13). Given alone, it runs
+// only that section.
+//
 // Usage, as root from the repository root:
 //
 //	go run ./bench [flags]
@@ -58,6 +64,8 @@ type options struct {
 	keep        bool
 	out         string
 	profile     bool
+	sizeSet     bool // --size was given (the formats section has its own default)
+	formats     bool // run the formats section (issue 13)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency bool
@@ -102,6 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.e2e, "e2e", false, "run end to end against Shuffle Once (issue 4; drops the page cache) (default false)")
 	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and the source files (issue 4) (default false)")
 	fs.BoolVar(&o.latency, "latency", false, "run first byte, epoch boundary and reader waits (issue 4; drops the page cache) (default false)")
+	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
+		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
+		"of TFRecord per record size; a few minutes) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency, and the issue 4 targets (default false)")
 	fs.Usage = func() {
@@ -120,6 +131,12 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	o.sizeSet = given["size"]
+	if o.formats && !given["warm"] {
+		o.warm = false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
@@ -147,6 +164,7 @@ Flags:
 	}
 	if all {
 		o.warm, o.cold, o.e2e, o.fio, o.latency = true, true, true, true, true
+		o.formats = true
 	}
 	if o.fioRuntime < time.Second {
 		fmt.Fprintf(stderr, "bench: --fio-runtime must be at least 1s\n")
@@ -248,7 +266,12 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
-	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}, {bins.loopback, "./bench/loopback"}}
+	// Only the formats section needs no dataset of datagen's and no loopback.
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency
+	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
+	if needsDatasets {
+		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
+	}
 	if o.cold || o.e2e {
 		builds = append(builds, [2]string{bins.randread, "./bench/randread"}, [2]string{bins.shufflecopy, "./bench/shufflecopy"})
 	}
@@ -262,6 +285,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	h := &harness{o: o, bins: bins, root: root, stderr: stderr}
 	genStart := time.Now()
 	for _, rs := range o.recordSizes {
+		if !needsDatasets {
+			break
+		}
 		dir := filepath.Join(work, datasetDir(rs))
 		ds, err := ensureDataset(ctx, dir, o.size, rs, stderr)
 		if err != nil {
@@ -304,6 +330,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			}
 		}
 		if err := write(s.heading, s.markdown(h, time.Since(start))); err != nil {
+			return err
+		}
+	}
+	if o.formats {
+		start := time.Now()
+		res, err := h.runFormats(ctx, work)
+		if err != nil {
+			return fmt.Errorf("formats: %w", err)
+		}
+		if err := write(formatsHeading, h.formatsMarkdown(res, time.Since(start))); err != nil {
 			return err
 		}
 	}
