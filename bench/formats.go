@@ -447,9 +447,9 @@ func (fr *formatsRun) markdown(o options) string {
 	p("%s\n", loadLine(fr.load))
 
 	p("#### Warm epoch\n\n")
-	p("| format | bytes per record | epoch MB | median records/s | × TFRecord (records/s) | per-run × TFRecord | median MB/s | min–max MB/s | daemon CPU s per M records | target %.1f× |\n", formatsTarget)
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
-	tfRate := tf.recordsPerSec(fr.records).med
+	p("| format | bytes per record | epoch MB | median records/s | × TFRecord (records/s) | per-run × TFRecord | median MB/s | min–max MB/s | × TFRecord (MB/s) | daemon CPU s per M records | per GiB | %.1f× in records/s |\n", formatsTarget)
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	tfRate, tfMB := tf.recordsPerSec(fr.records).med, tf.mbps().med
 	var missed []string
 	for _, s := range fr.sets {
 		rate := s.recordsPerSec(fr.records)
@@ -462,9 +462,11 @@ func (fr *formatsRun) markdown(o options) string {
 			verdict = "**missed**"
 			missed = append(missed, fmt.Sprintf("%s (%.2f×)", s.format, ratio))
 		}
-		p("| %s | %.0f | %.1f | %.0f | %.2f | %s | %.0f | %.0f–%.0f | %.2f | %s |\n", s.format,
+		cpu := s.cpuPerMillion(fr.records)
+		p("| %s | %.0f | %.1f | %.0f | %.2f | %s | %.0f | %.0f–%.0f | %.2f | %.2f | %.2f | %s |\n", s.format,
 			float64(s.bytes)/float64(fr.records), float64(s.partLen)/1e6, rate.med, ratio,
-			join(roundRatios(s, tf), "%.2f"), mb.med, mb.lo, mb.hi, s.cpuPerMillion(fr.records), verdict)
+			join(roundRatios(s, tf), "%.2f"), mb.med, mb.lo, mb.hi, mb.med/tfMB,
+			cpu, cpu*float64(fr.records)/1e6/(float64(s.partLen)/(1<<30)), verdict)
 	}
 	p("\n")
 
