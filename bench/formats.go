@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,6 +44,7 @@ type formatSet struct {
 	partLen int64  // bytes of one served epoch (a CSV header, a tar end marker included)
 	samples []sample
 	index   []float64 // seconds of `corgifs index` with a fresh cache
+	idxCPU  []float64 // its user+system CPU seconds
 	rss     int64
 	stalls  int64
 }
@@ -235,14 +237,20 @@ func (h *harness) timeIndex(ctx context.Context, fr *formatsRun) error {
 		if err := os.RemoveAll(cache); err != nil {
 			return err
 		}
-		secs, err := timeCmd(ctx, nil, h.bins.corgifs, "index", s.dir, "--format", s.format,
+		cmd := exec.CommandContext(ctx, h.bins.corgifs, "index", s.dir, "--format", s.format,
 			"--cache-dir", cache, "--block-size", strconv.FormatInt(fr.blockSize, 10))
-		if err != nil {
-			return err
+		var out limitedBuffer
+		cmd.Stderr = &out
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("corgifs index %s: %w: %s", s.dir, err, out.b)
 		}
-		s.index = append(s.index, secs)
-		fmt.Fprintf(h.stderr, "index run %d/%d  %-8s %6.2fs  %5.2f s/GiB\n", r, h.o.runs, s.format, secs,
-			secs/(float64(s.bytes)/(1<<30)))
+		secs := time.Since(start).Seconds()
+		cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+		s.index, s.idxCPU = append(s.index, secs), append(s.idxCPU, cpu)
+		gib := float64(s.bytes) / (1 << 30)
+		fmt.Fprintf(h.stderr, "index run %d/%d  %-8s %6.2fs  %5.2f s/GiB, CPU %5.2f s/GiB\n", r, h.o.runs, s.format, secs,
+			secs/gib, cpu/gib)
 		return os.RemoveAll(cache)
 	})
 }
@@ -474,13 +482,13 @@ func (fr *formatsRun) markdown(o options) string {
 	p("\n")
 
 	p("#### Index\n\n")
-	p("| format | source GiB | median s | min–max s | s per GiB | records/s |\n")
-	p("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| format | source GiB | median s | min–max s | s per GiB | records/s | CPU s per GiB (user+sys, median) |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range fr.sets {
 		d := summarize(s.index)
 		gib := float64(s.bytes) / (1 << 30)
-		p("| %s | %.3f | %.2f | %.2f–%.2f | %.2f | %.0f |\n", s.format, gib, d.med, d.lo, d.hi, d.med/gib,
-			float64(fr.records)/d.med)
+		p("| %s | %.3f | %.2f | %.2f–%.2f | %.2f | %.0f | %.2f |\n", s.format, gib, d.med, d.lo, d.hi, d.med/gib,
+			float64(fr.records)/d.med, summarize(s.idxCPU).med/gib)
 	}
 	p("\n")
 
