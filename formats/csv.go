@@ -23,6 +23,8 @@ func (CSV) Include() []string { return []string{"*.csv"} }
 func (CSV) Ext() string       { return ".csv" }
 func (CSV) Checksummed() bool { return false }
 
+var comma = []byte{','}
+
 // maxCSVHeader bounds the header row Head reads.
 const maxCSVHeader = 1 << 20
 
@@ -109,6 +111,29 @@ func cutCSVRow(data []byte, atEOF bool) (int, error) {
 
 // cutCSV cuts the first row of data and counts its fields.
 func cutCSV(data []byte, atEOF bool) (n, fields int, err error) {
+	// Most rows (numbers, plain text) have no quote: such a row ends at
+	// its first "\n" and has a field more than it has commas. Vectorised
+	// scans find that; the byte loop below, in which splitting loaded
+	// blocks spent most of a warm CSV epoch's CPU, is left for rows with
+	// quotes.
+	nl := bytes.IndexByte(data, '\n')
+	row := data
+	if nl >= 0 {
+		row = data[:nl+1]
+	}
+	if bytes.IndexByte(row, '"') < 0 {
+		switch {
+		case nl >= 0, atEOF && len(data) > 0:
+			return len(row), bytes.Count(row, comma) + 1, nil
+		default:
+			return 0, 0, nil
+		}
+	}
+	return cutQuotedCSV(data, atEOF)
+}
+
+// cutQuotedCSV is cutCSV for any row, quoted fields included.
+func cutQuotedCSV(data []byte, atEOF bool) (n, fields int, err error) {
 	i := 0
 	for {
 		fields++
