@@ -2,6 +2,7 @@ package formats
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -596,18 +597,47 @@ func tarChecksum(h []byte) error {
 	if err != nil {
 		return fmt.Errorf("checksum field: %v", err)
 	}
-	var u, s int64
-	for i, c := range h[:tarBlock] {
-		if i >= 148 && i < 156 {
-			c = ' '
-		}
-		u += int64(c)
-		s += int64(int8(c))
+	// The checksum field counts as eight spaces.
+	u := unsignedSum(h[:tarBlock]) - unsignedSum(h[148:156]) + 8*' '
+	if want == u {
+		return nil
 	}
-	if want != u && want != s {
+	// Some old tar programs summed signed bytes.
+	var s int64 = 8 * ' '
+	for i, c := range h[:tarBlock] {
+		if i < 148 || i >= 156 {
+			s += int64(int8(c))
+		}
+	}
+	if want != s {
 		return fmt.Errorf("header checksum mismatch: stored %d, computed %d", want, u)
 	}
 	return nil
+}
+
+// unsignedSum is the sum of the bytes of b, eight at a time: a header
+// checksum byte by byte took a quarter of a warm epoch's daemon CPU for
+// samples of small members.
+func unsignedSum(b []byte) int64 {
+	const lanes = 0x00ff00ff00ff00ff
+	var sum int64
+	for len(b) >= 8 {
+		// Up to 128 words per round: each 16-bit lane then holds at most
+		// 256 bytes' worth, 65280.
+		var acc uint64
+		n := min(len(b)/8, 128)
+		for i := range n {
+			w := binary.LittleEndian.Uint64(b[8*i:])
+			acc += w&lanes + (w>>8)&lanes
+		}
+		acc = acc&0x0000ffff0000ffff + (acc>>16)&0x0000ffff0000ffff
+		sum += int64(acc&0xffffffff + acc>>32)
+		b = b[8*n:]
+	}
+	for _, c := range b {
+		sum += int64(c)
+	}
+	return sum
 }
 
 // tarNumber parses a numeric header field: octal text, or GNU base-256
