@@ -99,12 +99,15 @@ def test_every_reader_reads_the_parts_of_a_mount_as_the_source_records(served, f
     assert r.name == fmt and r.ext == cfg["extension"]
     want = collections.Counter(canon(x) for x in source_records(s, decode=False))
     assert sum(want.values()) == s.records
+    # Epoch 1 is read in chunks of 777 bytes: records across chunk ends.
+    small = corgifs.reader_of(s.dir)
+    small.chunk = 777
     orders = []
     for epoch, k in ((0, FORMAT_PARTS), (1, FORMAT_PARTS), (0, 2)):
         got, order = collections.Counter(), []
         for i in range(k):
             path = part_path(s, epoch, i, k)
-            recs, ends = read_part(r, path)
+            recs, ends = read_part(small if epoch == 1 else r, path)
             size = os.path.getsize(path)
             if fmt == "npy":
                 assert np.load(path, mmap_mode="r").shape[0] == len(recs), "the .npy header's row count"
@@ -208,6 +211,29 @@ def test_resume_inside_a_part_with_a_prologue_gives_the_remaining_records(torch,
     assert got == want, "resuming missed, repeated or reordered records"
 
 
+def check_order(corgifs_bin, mount, src, fmt, epoch, i, k):
+    """corgifs.order(mount) names, line by line, the source bytes of the
+    records served in part i of k, which tile the part after its prologue."""
+    r = corgifs.reader_of(mount.dir)
+    path = os.path.join(mount.dir, corgifs.part_name(epoch, i, k, r.ext))
+    with open(path, "rb") as f:
+        part = f.read()
+    _, ends = read_part(r, path)
+    order = corgifs.order(mount.dir, epoch=epoch, part=i, binary=corgifs_bin, cache_dir=mount.cache)
+    assert len(order) == len(ends)
+    prev = prologue_len(fmt, path) if getattr(r, "header", True) else 0  # a headerless CSV has none
+    for (name, off, n), end in zip(order, ends):
+        with open(os.path.join(src, name), "rb") as f:
+            f.seek(off)
+            data = f.read(n)
+        assert len(data) == n
+        if fmt in TEXT and not data.endswith(b"\n"):
+            data += b"\n"  # a file's last line is served with a line end
+        assert end - prev == len(data), f"{name}@{off}: served as {end - prev} bytes, source {len(data)}"
+        assert part[prev:end] == data, f"{name}@{off}: the served bytes differ from the source's"
+        prev = end
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_order_agrees_with_the_served_parts(served, corgifs_bin, fmt):
     """corgifs.order(mount) passes the mount's data format flags from
@@ -215,22 +241,18 @@ def test_order_agrees_with_the_served_parts(served, corgifs_bin, fmt):
     size): each line names the source bytes of the record served at that
     place, and the records tile the part after its prologue."""
     s = served(fmt)
-    r = corgifs.reader_of(s.dir)
     for epoch, i in ((0, 0), (1, 2)):
-        path = part_path(s, epoch, i, FORMAT_PARTS)
-        with open(path, "rb") as f:
-            part = f.read()
-        _, ends = read_part(r, path)
-        order = corgifs.order(s.dir, epoch=epoch, part=i, binary=corgifs_bin, cache_dir=s.mount.cache)
-        assert len(order) == len(ends)
-        prev = prologue_len(fmt, path)
-        for (name, off, n), end in zip(order, ends):
-            with open(os.path.join(s.src, name), "rb") as f:
-                f.seek(off)
-                src = f.read(n)
-            assert len(src) == n
-            if fmt in TEXT and not src.endswith(b"\n"):
-                src += b"\n"  # a file's last line is served with a line end
-            assert end - prev == len(src), f"{name}@{off}: served as {end - prev} bytes, source {len(src)}"
-            assert part[prev:end] == src, f"{name}@{off}: the served bytes differ from the source's"
-            prev = end
+        check_order(corgifs_bin, s.mount, s.src, fmt, epoch, i, FORMAT_PARTS)
+
+
+def test_order_reproduces_a_headerless_csv_mount_with_a_lowered_block_size(served, mounter, corgifs_bin):
+    """--header=false makes every file's first row a record, and the block
+    size chosen by the mount is not the default: order() must pass both."""
+    s = served("csv")
+    m = mounter(s.src, "--header=false", "--seed", "6", "--parts", "2")
+    cfg = corgifs.config(m.dir)
+    assert cfg["header"] is False and cfg["dataset"]["records"] == s.records + 3
+    assert cfg.get("block_size_lowered_from"), "the test needs a block size the mount chose"
+    assert corgifs.reader_of(m.dir).header is False
+    for epoch, i in ((0, 1), (3, 0)):
+        check_order(corgifs_bin, m, s.src, "csv", epoch, i, 2)
