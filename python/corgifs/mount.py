@@ -28,7 +28,8 @@ def _config_or_none(mount):
 def reader_of(mount, format=None, verify=True, **options):
     """The Reader of the parts a mount serves: the format given, else the
     one its config.json names, else TFRecord. Format options the config
-    states (CSV header, fixed record size) are used unless given."""
+    states (CSV header, fixed record size) are used unless given; chunk=
+    sets the bytes read at a time."""
     cfg = _config_or_none(mount) or {}
     name = format or cfg.get("format") or "tfrecord"
     if isinstance(name, dict):  # {"name": ..., options...}
@@ -40,7 +41,7 @@ def reader_of(mount, format=None, verify=True, **options):
     # Options a format does not take (a CSV header for a TFRecord mount)
     # are dropped rather than refused: they may come from the config.
     name = canonical(name)
-    keep = {"csv": ("header",), "fixed": ("record_size", "header_bytes")}.get(name, ())
+    keep = ("chunk",) + {"csv": ("header",), "fixed": ("record_size", "header_bytes")}.get(name, ())
     r = reader(name, verify=verify, **{k: v for k, v in options.items() if k in keep})
     ext = cfg.get("extension") or cfg.get("ext")
     if ext and not format:

@@ -100,8 +100,8 @@ def test_every_reader_reads_the_parts_of_a_mount_as_the_source_records(served, f
     want = collections.Counter(canon(x) for x in source_records(s, decode=False))
     assert sum(want.values()) == s.records
     # Epoch 1 is read in chunks of 777 bytes: records across chunk ends.
-    small = corgifs.reader_of(s.dir)
-    small.chunk = 777
+    small = corgifs.reader_of(s.dir, chunk=777)
+    assert small.chunk == 777
     orders = []
     for epoch, k in ((0, FORMAT_PARTS), (1, FORMAT_PARTS), (0, 2)):
         got, order = collections.Counter(), []
@@ -256,3 +256,18 @@ def test_order_reproduces_a_headerless_csv_mount_with_a_lowered_block_size(serve
     assert corgifs.reader_of(m.dir).header is False
     for epoch, i in ((0, 1), (3, 0)):
         check_order(corgifs_bin, m, s.src, "csv", epoch, i, 2)
+
+
+def test_order_of_a_source_directory_takes_the_format_flags_as_keywords(served, corgifs_bin):
+    """Given the source instead of the mount, order() passes its keywords
+    as flags (--format=fixed --record-size=24 --header-bytes=16 ...): the
+    same order as the mount's."""
+    from conftest import FIXED_HEADER, FIXED_RECORD
+    s = served("fixed")
+    want = corgifs.order(s.dir, epoch=1, part=1, binary=corgifs_bin, cache_dir=s.mount.cache)
+    got = corgifs.order(s.src, epoch=1, part=1, parts=FORMAT_PARTS, binary=corgifs_bin, cache_dir=s.mount.cache,
+                        seed=5, block_size="2KiB", buffer="20%", format="fixed", record_size=FIXED_RECORD,
+                        header_bytes=FIXED_HEADER, equal_parts=False)
+    assert got == want and len(got) > 0
+    with pytest.raises(RuntimeError, match="record-size"):
+        corgifs.order(s.src, binary=corgifs_bin, cache_dir=s.mount.cache, seed=5, format="fixed")
