@@ -76,9 +76,13 @@ class Mount:
         self.log.seek(0)
         return self.log.read()
 
-    def stop(self):
+    def terminate(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.terminate()
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -100,6 +104,8 @@ def mounter(corgifs_bin, tmp_path_factory):
         return m
 
     yield start
+    for m in mounts:  # all at once: each takes a moment to unmount
+        m.terminate()
     for m in mounts:
         m.stop()
 

@@ -241,7 +241,7 @@ def test_order_agrees_with_the_served_parts(served, corgifs_bin, fmt):
     size): each line names the source bytes of the record served at that
     place, and the records tile the part after its prologue."""
     s = served(fmt)
-    for epoch, i in ((0, 0), (1, 2)):
+    for epoch, i in ((1, 2),) + (((0, 0),) if fmt in ("csv", "npy") else ()):
         check_order(corgifs_bin, s.mount, s.src, fmt, epoch, i, FORMAT_PARTS)
 
 
