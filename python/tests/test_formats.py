@@ -14,7 +14,6 @@ import pytest
 
 import corgifs
 from conftest import FORMAT_PARTS, FORMAT_RECORDS
-from corgifs.formats import reader
 
 FORMATS = sorted(FORMAT_RECORDS)
 TEXT = ("csv", "jsonl", "libsvm", "lines")
