@@ -14,6 +14,7 @@ package validator
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/tfexample"
@@ -82,10 +83,10 @@ func (d ExampleDecoder) DecodeExample(payload []byte, record int64, x []float32)
 		return 0, x, fmt.Errorf("record %d: %w", record, err)
 	}
 	if !haveLabel {
-		return 0, x, fmt.Errorf("record %d: no feature %q (the label)", record, d.Label)
+		return 0, x, fmt.Errorf("record %d: no feature %q (the label); the record has %s", record, d.Label, featureNames(payload))
 	}
 	if !haveFeatures {
-		return 0, x, fmt.Errorf("record %d: no feature %q (the features)", record, d.Features)
+		return 0, x, fmt.Errorf("record %d: no feature %q (the features); the record has %s", record, d.Features, featureNames(payload))
 	}
 
 	if lf.Kind() != tfexample.KindInt64 {
@@ -141,4 +142,18 @@ func classOf(v float64) (int, error) {
 		return 0, fmt.Errorf("label %v is not a class number (an integer from 0, or -1 for 0)", v)
 	}
 	return int(v), nil
+}
+
+// featureNames lists the features of an Example for an error message, so a
+// user who named a missing feature sees the ones there are.
+func featureNames(payload []byte) string {
+	var names []string
+	tfexample.Features(payload, func(name []byte, f tfexample.Feature) error {
+		names = append(names, fmt.Sprintf("%q (%v)", name, f.Kind()))
+		return nil
+	})
+	if len(names) == 0 {
+		return "no features"
+	}
+	return strings.Join(names, ", ")
 }

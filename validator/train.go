@@ -72,15 +72,15 @@ func (t *Trainer) LearningRate(epoch int) float64 {
 func (t *Trainer) check() error {
 	switch {
 	case t.Model == nil:
-		return errors.New("validator: the Trainer has no Model")
+		return errors.New("the Trainer has no Model")
 	case t.Decoder == nil:
-		return errors.New("validator: the Trainer has no Decoder")
+		return errors.New("the Trainer has no Decoder")
 	case !(t.LR > 0) || math.IsInf(t.LR, 0):
-		return fmt.Errorf("validator: LR must be a positive number, got %v", t.LR)
+		return fmt.Errorf("LR must be a positive number, got %v", t.LR)
 	case t.Decay < 0 || t.Decay > 1 || math.IsNaN(t.Decay):
-		return fmt.Errorf("validator: Decay must be in (0, 1] (0 for the default %v), got %v", DefaultDecay, t.Decay)
+		return fmt.Errorf("Decay must be in (0, 1] (0 for the default %v), got %v", DefaultDecay, t.Decay)
 	case t.L2 < 0 || math.IsNaN(t.L2) || math.IsInf(t.L2, 0):
-		return fmt.Errorf("validator: L2 must be a non-negative number, got %v", t.L2)
+		return fmt.Errorf("L2 must be a non-negative number, got %v", t.L2)
 	case t.Batch < 0:
 		return fmt.Errorf("validator: Batch must not be negative, got %d", t.Batch)
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -29,6 +31,9 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprint(stdout, genUsage)
 			return nil
 		}
+		if len(args) > 0 {
+			return fmt.Errorf("unknown kind %q: want synthetic or fashion-mnist (corgifs gen --help)", args[0])
+		}
 		fmt.Fprint(stderr, genUsage)
 		return errUsage
 	}
@@ -50,12 +55,26 @@ Gaussian clusters, separable by a linear model but not trivially.
 	seed := fset.Uint64("seed", 1, "seed of the generator (the class centers depend on it alone)")
 	firstID := fset.Int("first-id", 0, "number the records from this id on; a set made with the same --seed and\nids past another set's holds new points of the same classes (a held-out test set)")
 	format := genFormatFlag(fset)
+	force := fset.Bool("force", false, "write into OUT even if it is not empty (files of the same names are replaced)")
 	pos, err := parse(fset, args[1:], 1)
 	if err != nil {
 		return err
 	}
 	if *order != "clustered" && *order != "shuffled" {
 		return fmt.Errorf("--order %q: want clustered or shuffled", *order)
+	}
+	switch {
+	case *records <= 0:
+		return fmt.Errorf("--records %d: want at least 1", *records)
+	case *features <= 0:
+		return fmt.Errorf("--features %d: want at least 1", *features)
+	case *classes < 2:
+		return fmt.Errorf("--classes %d: want at least 2", *classes)
+	case *files < 1 || *files > *records:
+		return fmt.Errorf("--files %d: want 1 to --records (%d)", *files, *records)
+	}
+	if err := checkEmptyOut(pos[0], *force); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -92,12 +111,19 @@ label, p0..p783).`, stderr)
 	files := fset.Int("files", 8, "number of training files (the test set is written as as many)")
 	seed := fset.Uint64("seed", 1, "seed of the shuffled order")
 	format := genFormatFlag(fset)
+	force := fset.Bool("force", false, "write into OUT even if it is not empty (files of the same names are replaced)")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
 	if *order != "clustered" && *order != "shuffled" {
 		return fmt.Errorf("--order %q: want clustered or shuffled", *order)
+	}
+	if *files < 1 {
+		return fmt.Errorf("--files %d: want at least 1", *files)
+	}
+	if err := checkEmptyOut(pos[0], *force); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -113,4 +139,24 @@ label, p0..p783).`, stderr)
 // genFormatFlag registers gen's --format.
 func genFormatFlag(fset *flag.FlagSet) *string {
 	return fset.String("format", datagen.FormatTFRecord, "file `format`: "+strings.Join(datagen.Formats(), ", "))
+}
+
+// checkEmptyOut refuses an output directory that already holds something,
+// so that gen never mixes a new dataset into an old one (a mount of OUT
+// would serve both) unless --force.
+func checkEmptyOut(dir string, force bool) error {
+	if force {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%s is not empty (%d entries, such as %s): choose a new directory or pass --force", dir, len(entries), entries[0].Name())
+	}
+	return nil
 }

@@ -92,6 +92,13 @@ shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}
+	var strategyGiven bool
+	fset.Visit(func(f *flag.Flag) { strategyGiven = strategyGiven || f.Name == "strategy" })
+	if strategyGiven {
+		// The dataset flags include mount's --strategy; validate trains
+		// on each of --strategies, so a --strategy would be ignored.
+		return fmt.Errorf("validate has no --strategy: it trains on each order of --strategies (for example --strategies %s)", d.strategy)
+	}
 	if v.data == "" || v.test == "" {
 		return fmt.Errorf("--data and --test are required")
 	}

@@ -76,9 +76,13 @@ class Mount:
         self.log.seek(0)
         return self.log.read()
 
-    def stop(self):
+    def terminate(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.terminate()
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -100,6 +104,8 @@ def mounter(corgifs_bin, tmp_path_factory):
         return m
 
     yield start
+    for m in mounts:  # all at once: each takes a moment to unmount
+        m.terminate()
     for m in mounts:
         m.stop()
 
@@ -126,3 +132,82 @@ def torch():
         _need("torch", f"{e} (Debian: apt-get install python3-torch)")
     torch.set_num_threads(1)
     return torch
+
+
+# One small source of every format but TFRecord, mounted once per session
+# (the first test that asks for a format mounts it): what each reader is
+# tested against. Sizes keep the whole suite short on a loaded machine.
+FORMAT_RECORDS = {"csv": 1500, "jsonl": 1200, "libsvm": 1200, "wds": 240, "npy": 1500, "lines": 900,
+                  "fixed": 1000}
+GENERATED = ("csv", "jsonl", "libsvm", "wds", "npy")
+FIXED_RECORD, FIXED_HEADER = 24, 16
+FORMAT_PARTS = 3
+FORMAT_FLAGS = ("--block-size", "2KiB", "--buffer", "20%", "--seed", "5", "--parts", str(FORMAT_PARTS))
+
+
+def _write_lines(d, n):
+    """Three .txt files of n lines "rec-ID ..." in all, varied lengths; one
+    CRLF line, and the last file's last line without a line end (the mount
+    serves it with one)."""
+    os.makedirs(d)
+    per = n // 3
+    for k in range(3):
+        ids = range(k * per, n if k == 2 else (k + 1) * per)
+        lines = [f"rec-{i} " + "xyz"[i % 3] * (i % 41) for i in ids]
+        if k == 0:
+            lines[3] += "\r"
+        text = "\n".join(lines) + ("" if k == 2 else "\n")
+        with open(os.path.join(d, f"lines-{k}.txt"), "w", newline="") as f:
+            f.write(text)
+
+
+def _write_fixed(d, n):
+    """Three .bin files: a FIXED_HEADER-byte header, then records of
+    FIXED_RECORD bytes: the id (uint64 LE) and 16 bytes made from it."""
+    import struct
+    os.makedirs(d)
+    per = n // 3
+    for k in range(3):
+        ids = range(k * per, n if k == 2 else (k + 1) * per)
+        with open(os.path.join(d, f"fixed-{k}.bin"), "wb") as f:
+            f.write(b"HEADER-%08d\n" % k)
+            for i in ids:
+                f.write(struct.pack("<Q", i) + bytes((i * 7 + j) % 256 for j in range(FIXED_RECORD - 8)))
+
+
+class Served:
+    """A source of one format and its mount."""
+
+    def __init__(self, fmt, src, mount, records, source_options):
+        self.format, self.src, self.mount, self.records = fmt, src, mount, records
+        self.source_options = source_options  # the reader's options for the source files
+
+    @property
+    def dir(self):
+        return self.mount.dir
+
+
+@pytest.fixture(scope="session")
+def served(corgifs_bin, mounter, tmp_path_factory):
+    """served(fmt): the Served of a format, made and mounted on first use."""
+    made = {}
+
+    def get(fmt):
+        if fmt in made:
+            return made[fmt]
+        n = FORMAT_RECORDS[fmt]
+        src = str(tmp_path_factory.mktemp("src-" + fmt) / "src")
+        flags, opts = list(FORMAT_FLAGS), {}
+        if fmt in GENERATED:
+            run(corgifs_bin, "gen", "synthetic", src, "--format", fmt, "--records", str(n), "--features", "4",
+                "--classes", "3", "--files", "3", "--order", "clustered", "--seed", "4")
+        elif fmt == "lines":
+            _write_lines(src, n)
+        else:
+            _write_fixed(src, n)
+            flags += ["--format", "fixed", "--record-size", str(FIXED_RECORD), "--header-bytes", str(FIXED_HEADER)]
+            opts = {"record_size": FIXED_RECORD, "header_bytes": FIXED_HEADER}
+        made[fmt] = Served(fmt, src, mounter(src, *flags), n, opts)
+        return made[fmt]
+
+    return get
