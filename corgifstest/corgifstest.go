@@ -141,94 +141,94 @@ func Mount(tb testing.TB, src string, opts ...Option) *Daemon {
 	for _, o := range opts {
 		o(&s)
 	}
-	m := &Daemon{Dir: filepath.Join(base, "mnt"), tb: tb, grace: s.grace}
-	argv := append(slices.Clone(s.wrapper), bin, "mount", src, m.Dir, "--cache-dir", s.cacheDir)
+	d := &Daemon{Dir: filepath.Join(base, "mnt"), tb: tb, grace: s.grace}
+	argv := append(slices.Clone(s.wrapper), bin, "mount", src, d.Dir, "--cache-dir", s.cacheDir)
 	argv = append(argv, s.args...)
-	var out io.Writer = &m.log
+	var out io.Writer = &d.log
 	if s.output != nil {
-		out = io.MultiWriter(&m.log, s.output)
+		out = io.MultiWriter(&d.log, s.output)
 	}
 	// The cleanup of tb.TempDir() runs after this package's: the mount is
 	// gone before its directory is removed.
-	m.child, err = childmount.Start(context.Background(), childmount.Config{Argv: argv, Dir: m.Dir, Log: out, Timeout: s.timeout})
+	d.child, err = childmount.Start(context.Background(), childmount.Config{Argv: argv, Dir: d.Dir, Log: out, Timeout: s.timeout})
 	if err != nil {
-		tb.Fatalf("corgifstest: mount %s: %v\n%s", src, err, m.log.String())
+		tb.Fatalf("corgifstest: mount %s: %v\n%s", src, err, d.log.String())
 	}
-	tb.Cleanup(m.cleanup)
-	return m
+	tb.Cleanup(d.cleanup)
+	return d
 }
 
 // Log returns what the daemon has written so far (its slog lines).
-func (m *Daemon) Log() string { return m.log.String() }
+func (d *Daemon) Log() string { return d.log.String() }
 
 // PID returns the process id of the daemon, for /proc/PID/status.
-func (m *Daemon) PID() int { return m.child.PID() }
+func (d *Daemon) PID() int { return d.child.PID() }
 
 // Process returns the daemon's process, to send it a signal. Do not Wait
 // for it: use Done and ExitErr.
-func (m *Daemon) Process() *os.Process { return m.child.Cmd.Process }
+func (d *Daemon) Process() *os.Process { return d.child.Cmd.Process }
 
 // Done is closed when the daemon has exited.
-func (m *Daemon) Done() <-chan struct{} { return m.child.Done() }
+func (d *Daemon) Done() <-chan struct{} { return d.child.Done() }
 
 // ExitErr waits for the daemon to exit and returns its exit status (nil
 // for 0).
-func (m *Daemon) ExitErr() error { return m.child.Err() }
+func (d *Daemon) ExitErr() error { return d.child.Err() }
 
 // Unmount stops the daemon now, with SIGTERM, and fails the test unless it
 // exits 0 within the stop timeout, leaves nothing mounted and reports no
 // data race. A daemon that has already exited is checked the same way.
 // Later calls do nothing.
-func (m *Daemon) Unmount() {
-	m.tb.Helper()
-	if !m.end() {
+func (d *Daemon) Unmount() {
+	d.tb.Helper()
+	if !d.end() {
 		return
 	}
 	var err error
-	if !m.child.Exited() || m.child.Err() != nil || childmount.Mounted(m.Dir) {
-		err = m.child.Stop(m.grace)
+	if !d.child.Exited() || d.child.Err() != nil || childmount.Mounted(d.Dir) {
+		err = d.child.Stop(d.grace)
 	}
 	if err != nil {
-		m.tb.Errorf("corgifstest: unmount %s: %v\n%s", m.Dir, err, m.Log())
+		d.tb.Errorf("corgifstest: unmount %s: %v\n%s", d.Dir, err, d.Log())
 	}
-	if strings.Contains(m.Log(), "DATA RACE") {
-		m.tb.Errorf("corgifstest: the daemon of %s reported a data race\n%s", m.Dir, m.Log())
+	if strings.Contains(d.Log(), "DATA RACE") {
+		d.tb.Errorf("corgifstest: the daemon of %s reported a data race\n%s", d.Dir, d.Log())
 	}
 }
 
 // Kill ends the daemon at once (SIGKILL) and detaches its mount, without
 // checking how it exits: for a test that ended it on purpose, or that
 // tests what a crash leaves. Later calls, and Unmount, do nothing.
-func (m *Daemon) Kill() {
-	m.tb.Helper()
-	if !m.end() {
+func (d *Daemon) Kill() {
+	d.tb.Helper()
+	if !d.end() {
 		return
 	}
-	if err := m.child.Kill(m.grace); err != nil {
-		m.tb.Errorf("corgifstest: kill the daemon of %s: %v", m.Dir, err)
+	if err := d.child.Kill(d.grace); err != nil {
+		d.tb.Errorf("corgifstest: kill the daemon of %s: %v", d.Dir, err)
 	}
 }
 
 // end marks the mount ended and reports whether it was not already.
-func (m *Daemon) end() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ended {
+func (d *Daemon) end() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ended {
 		return false
 	}
-	m.ended = true
+	d.ended = true
 	return true
 }
 
 // cleanup runs when the test ends, however it ends.
-func (m *Daemon) cleanup() {
-	m.Unmount()
-	if !m.child.Exited() {
-		m.child.Kill(m.grace)
+func (d *Daemon) cleanup() {
+	d.Unmount()
+	if !d.child.Exited() {
+		d.child.Kill(d.grace)
 	}
-	if childmount.Mounted(m.Dir) {
-		err := childmount.Detach(m.Dir)
-		m.tb.Errorf("corgifstest: %s still mounted when the test ended (detached: %v)", m.Dir, err)
+	if childmount.Mounted(d.Dir) {
+		err := childmount.Detach(d.Dir)
+		d.tb.Errorf("corgifstest: %s still mounted when the test ended (detached: %v)", d.Dir, err)
 	}
 }
 
@@ -243,41 +243,41 @@ type servingConfig struct {
 
 // config reads config.json once. Mounts that do not say their format
 // serve TFRecord.
-func (m *Daemon) config() *servingConfig {
-	m.tb.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cfg != nil {
-		return m.cfg
+func (d *Daemon) config() *servingConfig {
+	d.tb.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cfg != nil {
+		return d.cfg
 	}
-	b, err := os.ReadFile(filepath.Join(m.Dir, ".corgifs", "config.json"))
+	b, err := os.ReadFile(filepath.Join(d.Dir, ".corgifs", "config.json"))
 	if err != nil {
-		m.tb.Fatalf("corgifstest: %v\n%s", err, m.Log())
+		d.tb.Fatalf("corgifstest: %v\n%s", err, d.Log())
 	}
 	var c servingConfig
 	if err := json.Unmarshal(b, &c); err != nil {
-		m.tb.Fatalf("corgifstest: %s/.corgifs/config.json: %v", m.Dir, err)
+		d.tb.Fatalf("corgifstest: %s/.corgifs/config.json: %v", d.Dir, err)
 	}
 	c.Format = cmp.Or(c.Format, "tfrecord")
 	c.Extension = cmp.Or(c.Extension, ".tfrecord")
-	m.cfg = &c
-	return m.cfg
+	d.cfg = &c
+	return d.cfg
 }
 
 // Part returns the path of part i of k of epoch e. Any k resolves, not
 // only the --parts one.
-func (m *Daemon) Part(epoch, i, k int) string {
-	m.tb.Helper()
-	return filepath.Join(m.Dir, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d%s", i, k, m.config().Extension))
+func (d *Daemon) Part(epoch, i, k int) string {
+	d.tb.Helper()
+	return filepath.Join(d.Dir, fmt.Sprintf("epoch-%04d", epoch), fmt.Sprintf("part-%05d-of-%05d%s", i, k, d.config().Extension))
 }
 
 // ReadPart returns the bytes of part i of k of epoch e, failing the test
 // on a read error.
-func (m *Daemon) ReadPart(epoch, i, k int) []byte {
-	m.tb.Helper()
-	b, err := os.ReadFile(m.Part(epoch, i, k))
+func (d *Daemon) ReadPart(epoch, i, k int) []byte {
+	d.tb.Helper()
+	b, err := os.ReadFile(d.Part(epoch, i, k))
 	if err != nil {
-		m.tb.Fatalf("corgifstest: read epoch %d part %d of %d: %v\n%s", epoch, i, k, err, m.Log())
+		d.tb.Fatalf("corgifstest: read epoch %d part %d of %d: %v\n%s", epoch, i, k, err, d.Log())
 	}
 	return b
 }
@@ -287,9 +287,9 @@ func (m *Daemon) ReadPart(epoch, i, k int) []byte {
 // record as the part holds it (a whole TFRecord frame, a line with its
 // line end, a whole tar sample), as WriteDataset returns them. The test
 // fails on a read error or a malformed part.
-func (m *Daemon) Records(epoch, i, k int) [][]byte {
-	m.tb.Helper()
-	c := m.config()
+func (d *Daemon) Records(epoch, i, k int) [][]byte {
+	d.tb.Helper()
+	c := d.config()
 	o := formats.Options{RecordSize: c.RecordSize}
 	if c.Header != nil {
 		o.NoHeader = !*c.Header
@@ -299,17 +299,17 @@ func (m *Daemon) Records(epoch, i, k int) [][]byte {
 	}
 	f, err := formats.Lookup(c.Format, o)
 	if err != nil {
-		m.tb.Fatalf("corgifstest: %v", err)
+		d.tb.Fatalf("corgifstest: %v", err)
 	}
-	name := m.Part(epoch, i, k)
+	name := d.Part(epoch, i, k)
 	file, err := os.Open(name)
 	if err != nil {
-		m.tb.Fatalf("corgifstest: %v\n%s", err, m.Log())
+		d.tb.Fatalf("corgifstest: %v\n%s", err, d.Log())
 	}
 	defer file.Close()
 	recs, err := readRecords(f, bufio.NewReaderSize(file, 1<<20))
 	if err != nil {
-		m.tb.Fatalf("corgifstest: %s: %v\n%s", name, err, m.Log())
+		d.tb.Fatalf("corgifstest: %s: %v\n%s", name, err, d.Log())
 	}
 	return recs
 }
