@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +47,7 @@ func runTests(m *testing.M) int {
 func fuseOK(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		testenv.Missing(t, "no /dev/fuse")
 	}
 }
 

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,7 +123,7 @@ func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 // few blocks.
 func TestTuneOnLabelSortedFashionMNISTAsksNoLessThanTheValidatedBuffer(t *testing.T) {
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
-		t.Skip("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
+		testenv.Missing(t, "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
 	}
 	dir := t.TempDir()
 	corgifs(t, "gen", "fashion-mnist", filepath.Join(dir, "sorted"), "--order", "clustered", "--files", "8")
