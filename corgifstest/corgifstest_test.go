@@ -16,6 +16,7 @@ import (
 
 	"github.com/corgifs/corgifs/corgifstest"
 	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // TestMountServesEveryRecordOnceAndLeavesNothingMounted reads both parts
@@ -116,7 +117,7 @@ func TestCleanupRunsWhenTheTestFailsOrPanics(t *testing.T) {
 		t.Skip("helper run")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		testenv.Missing(t, "no /dev/fuse")
 	}
 	for _, how := range []string{"fatal", "panic"} {
 		t.Run(how, func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/corgifs/corgifs/corgifstest"
 	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // bin is the corgifs binary the mounts run: corgifstest's, built once by
