@@ -207,3 +207,30 @@ func checkGone(t *testing.T, dir string, pid int) {
 		}
 	}
 }
+
+// TestRecordsOfEveryFormatAreTheWrittenOnesOncePerEpoch mounts a dataset
+// of every format WriteDataset writes and reads an epoch's two parts with
+// Records: together they hold the written records, once each.
+func TestRecordsOfEveryFormatAreTheWrittenOnesOncePerEpoch(t *testing.T) {
+	bin, err := corgifstest.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, _ := exec.Command(bin, "mount", "--help").CombinedOutput()
+	for _, f := range corgifstest.DatasetFormats() {
+		t.Run(f, func(t *testing.T) {
+			if f != "tfrecord" && !bytes.Contains(help, []byte("  -format ")) {
+				t.Skip("this corgifs mount serves TFRecord only (no --format)")
+			}
+			src := t.TempDir()
+			want := corgifstest.WriteDataset(t, src, 300, corgifstest.Format(f), corgifstest.Files(3))
+			m := corgifstest.Mount(t, src, corgifstest.Seed(2), corgifstest.Parts(2))
+			got := append(m.Records(0, 0, 2), m.Records(0, 1, 2)...)
+			slices.SortFunc(got, bytes.Compare)
+			slices.SortFunc(want, bytes.Compare)
+			if !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("epoch 0 serves %d records, not the %d written once each", len(got), len(want))
+			}
+		})
+	}
+}
