@@ -119,7 +119,7 @@ func (e *runEnv) mountLoopback(ctx context.Context, name string) (*daemon, error
 
 // partPath is the path of part i of K of epoch in a corgifs mount.
 func partPath(mnt string, epoch, i, k int) string {
-	return filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, ".tfrecord"))
+	return shuffler.PartPath(mnt, epoch, i, k, ".tfrecord")
 }
 
 // corgifsStats reads .corgifs/stats.json of a corgifs mount.

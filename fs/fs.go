@@ -195,7 +195,7 @@ func parseEpoch(name string) (int, bool) {
 		return 0, false
 	}
 	e, err := strconv.Atoi(s)
-	if err != nil || e < 0 || fmt.Sprintf("epoch-%04d", e) != name {
+	if err != nil || e < 0 || shuffler.EpochName(e) != name {
 		return 0, false
 	}
 	return e, true

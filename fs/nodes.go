@@ -50,7 +50,7 @@ func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	entries := make([]fuse.DirEntry, 0, r.cfg.Epochs+1)
 	entries = append(entries, fuse.DirEntry{Name: ctlDir, Mode: syscall.S_IFDIR})
 	for e := range r.cfg.Epochs {
-		entries = append(entries, fuse.DirEntry{Name: fmt.Sprintf("epoch-%04d", e), Mode: syscall.S_IFDIR})
+		entries = append(entries, fuse.DirEntry{Name: shuffler.EpochName(e), Mode: syscall.S_IFDIR})
 	}
 	return gofs.NewListDirStream(entries), 0
 }
