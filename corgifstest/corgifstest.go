@@ -27,6 +27,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/corgifs/corgifs/shuffler"
 	"io"
 	"os"
@@ -131,7 +132,7 @@ type Daemon struct {
 func Mount(tb testing.TB, src string, opts ...Option) *Daemon {
 	tb.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		tb.Skip("corgifstest: no /dev/fuse, so no FUSE mount here")
+		testenv.Missing(tb, "corgifstest: no /dev/fuse, so no FUSE mount here")
 	}
 	bin, err := Binary()
 	if err != nil {
