@@ -54,8 +54,18 @@ type Server struct {
 
 // entryTimeout is how long the kernel may cache names and attributes. Every
 // name maps to the same bytes for the life of the mount, so the only reason
-// not to cache forever is to let the kernel reclaim memory.
+// not to cache forever is to let the kernel reclaim memory. Names get it
+// only as rootNode.cacheName says: go-fuse keeps a node for as long
+// as the kernel keeps its name, and the kernel keeps a name with a
+// timeout until memory runs short, so every name it caches is daemon
+// memory too.
 const entryTimeout = time.Hour
+
+// maxCachedInodes bounds the nodes whose names the kernel may cache (about
+// 450 bytes of daemon memory each, measured): beyond it, names are looked
+// up anew each time, and the kernel forgets them as soon as nobody uses
+// them. It is far above the names a mount lists with the default flags.
+const maxCachedInodes = 16 << 10
 
 // Mount mounts corgifs at cfg.Mountpoint and serves it until Unmount. When
 // ctx is done the file system is unmounted.
@@ -70,10 +80,11 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount: config.json: %w", err)
 	}
-	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index())}
+	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index()), forget: newForgetter()}
 	timeout := entryTimeout
 	opts := &gofs.Options{
-		EntryTimeout:    &timeout,
+		// No EntryTimeout: a lookup that sets none gives the kernel 0, so
+		// that it drops the name, and the node, once nobody uses it.
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &timeout,
 		UID:             uint32(os.Getuid()),
@@ -108,6 +119,12 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	s := &Server{srv: srv, mnt: cfg.Mountpoint, log: cfg.Logger}
+	stopForget := make(chan struct{})
+	go root.forget.run(stopForget)
+	go func() {
+		srv.Wait()
+		close(stopForget)
+	}()
 	if err := RaiseReadahead(cfg.Mountpoint); err != nil {
 		cfg.Logger.Debug("could not raise readahead", "err", err)
 	}
