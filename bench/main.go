@@ -114,7 +114,9 @@ measures on each the throughput of reading one epoch through corgifs mounts
 against a go-fuse passthrough mount and the page-cached source files; writes
 the results into --out. --all adds the issue 4 sections (cold cache, end to
 end, fio, latency) and checks the issue's targets; with the default datasets
-that takes 15 to 20 minutes (17 to 19 on 2 vCPUs). Run it as root from the repository root.
+that takes 15 to 20 minutes (17 to 19 on 2 vCPUs), and a few more for the
+memory section of issue 12 (--memory: 48 s with --size 1GiB on 2 vCPUs).
+Run it as root from the repository root.
 
 Flags:
 `)
