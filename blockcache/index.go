@@ -128,6 +128,13 @@ func (o *Options) fill() {
 // directories are followed; a directory reached a second time (a symlink
 // loop, or two links to one directory) is skipped with a log line, and so is
 // a link that leads nowhere.
+//
+// A file is listed once however many names lead to it (a symbolic link to a
+// file already listed, a hard link): its records must be served once per
+// epoch. The name met first in the walk, which visits names in order, is
+// kept and the others are logged. A path longer than the kernel takes
+// (PATH_MAX) is skipped with a log line naming it, rather than failing the
+// whole index: the files are read by their paths.
 func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]File, error) {
 	for _, p := range include {
 		if _, err := filepath.Match(p, ""); err != nil {
@@ -141,12 +148,21 @@ func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]
 		})
 	}
 	var files []File
+	first := map[[2]uint64]string{} // path of every file listed, by device and inode
 	add := func(path string, fi fs.FileInfo) error {
 		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
 		}
-		files = append(files, File{Path: filepath.ToSlash(rel), Size: fi.Size(), Mtime: fi.ModTime().UnixNano()})
+		rel = filepath.ToSlash(rel)
+		if key, ok := fileKey(fi); ok {
+			if p, dup := first[key]; dup {
+				log.Warn("file reached again under another name; skipped so that its records are served once", "path", rel, "same_as", p)
+				return nil
+			}
+			first[key] = rel
+		}
+		files = append(files, File{Path: rel, Size: fi.Size(), Mtime: fi.ModTime().UnixNano()})
 		return nil
 	}
 	var err error
@@ -155,12 +171,18 @@ func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]
 	} else {
 		err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
+				if tooLong(err) && d != nil {
+					return skipTooLong(path, d.IsDir(), log)
+				}
 				return fmt.Errorf("list %s: %w", path, err)
 			}
 			if !d.Type().IsRegular() || !match(d.Name()) {
 				return nil
 			}
 			fi, err := d.Info()
+			if tooLong(err) {
+				return skipTooLong(path, false, log)
+			}
 			if err != nil {
 				return fmt.Errorf("stat %s: %w", path, err)
 			}
@@ -174,16 +196,47 @@ func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]
 	return files, nil
 }
 
+// fileKey returns the device and inode of fi, which name one file
+// whatever path reached it.
+func fileKey(fi fs.FileInfo) ([2]uint64, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return [2]uint64{}, false
+	}
+	return [2]uint64{uint64(st.Dev), uint64(st.Ino)}, true
+}
+
+// tooLong reports whether err is the kernel refusing a path longer than
+// PATH_MAX.
+func tooLong(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }
+
+// skipTooLong logs that path is left out of the index because it is longer
+// than PATH_MAX, and tells filepath.WalkDir to go on without it.
+func skipTooLong(path string, dir bool, log *slog.Logger) error {
+	what := "file"
+	if dir {
+		what = "directory"
+	}
+	log.Warn(what+" path longer than PATH_MAX (4096 bytes); skipped, its records are not indexed (move it higher in the tree to include it)", "path", path, "bytes", len(path))
+	if dir {
+		return filepath.SkipDir
+	}
+	return nil
+}
+
 // walkFollow lists dir like filepath.WalkDir, following symbolic links.
 // seen holds the (device, inode) of every directory entered, so that each
 // is listed once and a loop ends.
 func walkFollow(dir string, match func(string) bool, add func(string, fs.FileInfo) error, seen map[[2]uint64]bool, log *slog.Logger) error {
 	fi, err := os.Stat(dir)
+	if tooLong(err) {
+		skipTooLong(dir, true, log)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
+	if key, ok := fileKey(fi); ok {
 		if seen[key] {
 			log.Warn("directory reached again through a symbolic link; skipped (a loop or a second link)", "path", dir)
 			return nil
@@ -191,12 +244,20 @@ func walkFollow(dir string, match func(string) bool, add func(string, fs.FileInf
 		seen[key] = true
 	}
 	entries, err := os.ReadDir(dir)
+	if tooLong(err) {
+		skipTooLong(dir, true, log)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
 		fi, err := os.Stat(path)
+		if tooLong(err) {
+			skipTooLong(path, e.IsDir(), log)
+			continue
+		}
 		if err != nil {
 			if e.Type()&fs.ModeSymlink != 0 {
 				log.Warn("symbolic link leads nowhere; skipped", "path", path, "err", err)
@@ -336,8 +397,12 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
-	r, err := os.Open(path)
-	if err != nil {
+	// Not blocking, and only a regular file: a named pipe put in place of
+	// a listed file would hang indexing.
+	r, _, err := openRegular("", path)
+	if errors.Is(err, errNotRegular) {
+		return out, fmt.Errorf("index: %s: %w", path, err)
+	} else if err != nil {
 		return out, fmt.Errorf("index: %w", err)
 	}
 	defer r.Close()

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,14 +70,46 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 }
 
 // placeBlock returns where blk starts in its share of a slab, and the size
-// of that share. Blocks that may be read directly get whole pages of their
-// own; small blocks, where those pages would cost much memory, are packed.
-func (l *Loader) placeBlock(blk Block) (lead, span int64) {
-	if !l.direct {
+// of that share.
+func (l *Loader) placeBlock(blk Block) (lead, span int64) { return placeBlock(blk, l.direct) }
+
+// placeBlock returns where blk starts in its share of a slab, and the size
+// of that share. A block that may be read directly gets whole pages of its
+// own: it starts at its offset within a page, and its share ends at a page
+// boundary.
+func placeBlock(blk Block, direct bool) (lead, span int64) {
+	if !direct {
 		return 0, blk.Len
 	}
 	lead = blk.Offset - alignDown(blk.Offset)
 	return lead, alignUp(lead + blk.Len)
+}
+
+// readsDirect reports whether a loader with options o reads the blocks of
+// ix with O_DIRECT when they are not cached.
+func readsDirect(ix *Index, o LoaderOptions) bool {
+	return !o.Buffered && ix.BlockSize >= MinDirectBlock
+}
+
+// MinMemory returns the smallest LoaderOptions.MaxMemory with which a
+// loader with options o can load every buffer of one block, or with
+// records set every buffer of one record: the largest slab such a buffer
+// takes, with the pages of a direct read for a block. Get refuses a buffer
+// larger than the budget by the same measure.
+func MinMemory(ix *Index, o LoaderOptions, records bool) int64 {
+	var m int64
+	if records {
+		for _, n := range ix.Frames {
+			m = max(m, int64(n))
+		}
+		return m
+	}
+	direct := readsDirect(ix, o)
+	for _, blk := range ix.Blocks {
+		_, span := placeBlock(blk, direct)
+		m = max(m, span)
+	}
+	return m
 }
 
 // Buf holds the extents of one unit read into one slab, and where each
@@ -110,6 +140,11 @@ type Buf struct {
 	prev, next *Buf
 	idle       bool
 	dropped    bool // evicted: Data may belong to another Buf now
+	// servers counts the users serving b to a reader (Serve, Pass), and
+	// used is when b was last taken or given back (Loader.clock): see
+	// serveGrace.
+	servers int
+	used    time.Duration
 }
 
 // RecordLen returns the frame length of record i.
@@ -165,12 +200,17 @@ type LoaderOptions struct {
 	// modification time (damaged in place): the check of a cached index
 	// cannot see that, so the CLI marks the sidecar stale with it.
 	OnDamage func(reason string)
+	// MaxOpenFiles bounds the source descriptors open at once; by default
+	// a quarter of the open-file limit, at most 1024.
+	MaxOpenFiles int
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
 // comes from one budget; when the budget is spent, idle Bufs are evicted
-// (least recently used first) and, failing that, Get waits for a Release.
-// Prefetch never waits: it is skipped when memory is short.
+// (least recently used first, but not one another reader is being served
+// from, see Serve) and, failing that, Get waits for a Release or a Pass.
+// Prefetch never waits: it is skipped when memory is short. Source files
+// are opened from a pool of bounded size (see filePool).
 type Loader struct {
 	ix     *Index
 	budget int64
@@ -180,6 +220,9 @@ type Loader struct {
 	onDamage   func(string)
 	damageOnce sync.Once
 	sem        chan struct{}
+	files      *filePool
+
+	start time.Time // of Loader.clock
 
 	mu     sync.Mutex
 	used   int64
@@ -211,10 +254,15 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = poolSize()
+	}
 	return &Loader{
 		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
-		direct: !o.Buffered && ix.BlockSize >= MinDirectBlock,
+		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
+		files:  newFilePool(o.MaxOpenFiles),
+		start:  time.Now(),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
 	}
 }
@@ -285,7 +333,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 			return l.wait(ctx, b)
 		}
 		if b := l.reserve(n, true); b != nil {
-			b.unit, b.hash, b.refs = u.clone(), h, 1
+			b.unit, b.hash, b.refs, b.used = u.clone(), h, 1, l.clock()
 			l.bufs[h] = append(l.bufs[h], b)
 			l.mu.Unlock()
 			start := time.Now()
@@ -297,14 +345,20 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 		ch := l.changed
 		l.waiters++
 		l.mu.Unlock()
+		// Woken by a release, or once the Bufs other readers are serving
+		// may have outlived their grace.
+		t := time.NewTimer(serveGrace / 4)
 		select {
 		case <-ch:
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			l.mu.Lock()
 			l.waiters--
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
+		t.Stop()
 		l.mu.Lock()
 		l.waiters--
 	}
@@ -314,6 +368,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 func (l *Loader) acquire(b *Buf) {
 	l.removeIdle(b)
 	b.refs++
+	b.used = l.clock()
 	if b.prefetched {
 		b.prefetched = false
 		l.prefetchHits.Add(1)
@@ -334,6 +389,7 @@ func (l *Loader) Reacquire(b *Buf) bool {
 	}
 	l.removeIdle(b)
 	b.refs++
+	b.used = l.clock()
 	return true
 }
 
@@ -413,7 +469,12 @@ func (l *Loader) startPrefetch(u Unit) (*Buf, <-chan struct{}) {
 	if b := l.lookup(h, u); b != nil {
 		return nil, b.ready
 	}
-	b := l.reserve(n, false)
+	var b *Buf
+	if l.waiters == 0 {
+		// Readers waiting for memory come first: a prefetch would take
+		// what one of them waits for.
+		b = l.reserve(n, false)
+	}
 	if b == nil {
 		l.prefetchSkip.Add(1)
 		return nil, nil
@@ -440,11 +501,55 @@ func (l *Loader) Forget(units ...Unit) {
 	l.signal()
 }
 
+// serveGrace is how long a Buf that a user serves to a reader is kept
+// from other users' loads after its last use. Readers that share a short
+// budget then take turns: one that waits for memory waits for another to
+// finish its buffer rather than evicting the buffer that reader is in,
+// which it would only load again, evicting another's (8 readers with a
+// budget of two buffers read each byte 6 times). A reader that holds its
+// file open without reading gives its buffer up after this long, so a
+// waiting read always proceeds.
+const serveGrace = time.Second
+
+// clock returns the time since the loader was made.
+func (l *Loader) clock() time.Duration { return time.Since(l.start) }
+
+// protected reports whether b is kept from loads that need memory. l.mu
+// must be held.
+func (l *Loader) protected(b *Buf, now time.Duration) bool {
+	return b.servers > 0 && now-b.used < serveGrace
+}
+
+// Serve tells the loader that the caller, which holds b, serves it to a
+// reader that goes on reading it: other loads leave b alone until the
+// caller passes it, or stops using it for serveGrace. Each Serve is paired
+// with a Pass.
+func (l *Loader) Serve(b *Buf) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b.servers++
+	b.used = l.clock()
+}
+
+// Pass tells the loader that the caller has moved on from b, which it
+// served: b stays cached, but other loads may take its memory.
+func (l *Loader) Pass(b *Buf) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b.servers > 0 {
+		b.servers--
+		if b.servers == 0 {
+			l.signal()
+		}
+	}
+}
+
 // Release drops a reference taken by Get.
 func (l *Loader) Release(b *Buf) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b.refs--
+	b.used = l.clock()
 	if b.refs > 0 {
 		return
 	}
@@ -535,9 +640,10 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 			i++
 		}
 	}
+	now := l.clock()
 	var small *Buf
 	for v := l.idleHead; v != nil; v = v.next {
-		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) {
+		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protected(v, now) {
 			if int64(cap(v.Data)) >= n {
 				l.evictions.Add(1)
 				l.drop(v)
@@ -559,7 +665,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
 	// cached Bufs.
-	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict) {
+	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict, now) {
 		return nil
 	}
 	for l.used+n > l.budget {
@@ -567,12 +673,9 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 			l.unmapLastFree()
 			continue
 		}
-		victim := l.idleHead
-		if victim == nil || !evict && victim.prefetched {
+		victim := l.nextVictim(nil, evict, now)
+		if victim == nil {
 			return nil
-		}
-		if !isReady(victim) {
-			return nil // still loading; cannot evict
 		}
 		l.evictions.Add(1)
 		l.drop(victim)
@@ -643,25 +746,37 @@ func isReady(b *Buf) bool {
 	}
 }
 
-// canFree reports whether reserve can free need bytes: the free slabs, then
-// idle Bufs from the front up to the first it may not evict. l.mu must be
-// held.
-func (l *Loader) canFree(need int64, evict bool) bool {
+// canFree reports whether reserve can free need bytes: the free slabs,
+// then the idle Bufs nextVictim yields. l.mu must be held.
+func (l *Loader) canFree(need int64, evict bool, now time.Duration) bool {
 	for _, f := range l.free {
 		need -= int64(cap(f.Data))
 	}
-	for v := l.idleHead; need > 0 && v != nil; v = v.next {
-		if !evict && v.prefetched {
-			return false
-		}
-		select {
-		case <-v.ready:
-		default:
-			return false
-		}
+	for v := l.nextVictim(nil, evict, now); need > 0 && v != nil; v = l.nextVictim(v, evict, now) {
 		need -= int64(cap(v.Data))
 	}
 	return need <= 0
+}
+
+// nextVictim returns the idle Buf after from (from the front if from is
+// nil) that a load may evict, least recently used first: one that is
+// loaded and that no reader is in (see serveGrace). A prefetch (evict
+// unset) evicts nothing newer than a Buf prefetched for a reader. l.mu
+// must be held.
+func (l *Loader) nextVictim(from *Buf, evict bool, now time.Duration) *Buf {
+	v := l.idleHead
+	if from != nil {
+		v = from.next
+	}
+	for ; v != nil; v = v.next {
+		if !evict && v.prefetched {
+			return nil
+		}
+		if isReady(v) && !l.protected(v, now) {
+			return v
+		}
+	}
+	return nil
 }
 
 // reuse returns a Buf on the smallest free slab of at least n bytes, the
@@ -689,56 +804,37 @@ func (l *Loader) ready(b *Buf, n int64) *Buf {
 
 // load reads the extents of b, several at once, and finds their records.
 func (l *Loader) load(b *Buf) {
-	defer func() {
-		close(b.ready)
-		// Get may be waiting for this Buf to become evictable.
-		l.mu.Lock()
-		if b.err != nil && b.refs == 0 && !b.dropped {
-			// A failed prefetch that nobody holds: forget it, so that the
-			// next Get reads again instead of returning a stale error.
-			l.drop(b)
-		}
-		l.signal()
-		l.mu.Unlock()
-	}()
 	start := time.Now()
-	if err := l.read(b); err != nil {
-		b.err = err
+	err := l.read(b)
+	if err != nil {
 		l.loadErrors.Add(1)
 		l.log.Error("load failed", "err", err)
-		return
+	} else {
+		l.buffersLoaded.Add(1)
+		l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
 	}
-	l.buffersLoaded.Add(1)
-	l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Under l.mu: a Get cancelled while it waited releases b, and Release
+	// reads the error, while this load may be finishing.
+	b.err = err
+	close(b.ready)
+	if err != nil && b.refs == 0 && !b.dropped {
+		// A failed prefetch that nobody holds: forget it, so that the
+		// next Get reads again instead of returning a stale error.
+		l.drop(b)
+	}
+	// Get may be waiting for this Buf to become evictable.
+	l.signal()
 }
 
 func (l *Loader) read(b *Buf) error {
 	b.exts, _ = l.extents(b.unit, b.exts[:0])
 	exts := b.exts
-	// The files of the extents, and for each extent its file's index in
-	// srcs: a unit spans few files, and slices cost fewer allocations
-	// than a map.
-	srcs := make([]source, 0, min(len(exts), len(l.ix.Files)))
-	which := make([]int, len(exts))
-	defer func() {
-		for i := range srcs {
-			srcs[i].close()
-		}
-	}()
-	for i, e := range exts {
-		j := 0
-		for j < len(srcs) && srcs[j].file != e.file {
-			j++
-		}
-		if j == len(srcs) {
-			f, err := l.open(e.file, e.off)
-			if err != nil {
-				return err
-			}
-			srcs = append(srcs, source{File: f, file: e.file, direct: b.unit.Records == nil && l.direct})
-		}
-		which[i] = j
-	}
+	// Files are opened as the workers reach them, not all at once: a unit
+	// may span more files than the process may open.
+	files := l.newFileSet(b.unit.Records == nil && l.direct)
+	defer files.close()
 	// Every extent's records have their place in Starts, from the index's
 	// counts, so that each can be split as soon as it is read.
 	pos := make([]int, len(exts)+1)
@@ -761,14 +857,24 @@ func (l *Loader) read(b *Buf) error {
 		// from every read in flight.
 		workers = min(workers, 4)
 	}
+	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(exts); i = int(next.Add(1) - 1) {
+			for i := int(next.Add(1) - 1); i < len(exts) && !failed.Load(); i = int(next.Add(1) - 1) {
 				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 				l.sem <- struct{}{}
-				err := l.readExtent(&srcs[which[i]], exts[i], b.Data, b.unit.Records != nil, sp.filled)
+				// The file under the read slot: a worker waiting for room
+				// in the pool waits for workers that are reading.
+				f, err := files.acquire(exts[i].file, exts[i].off)
+				if err == nil {
+					err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+					files.release(f)
+				}
 				<-l.sem
-				errs[i] = err
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+				}
 			}
 		})
 	}
@@ -805,7 +911,7 @@ func (sp *splitter) filled(n int64) error {
 	var err error
 	sp.starts, sp.done, err = formats.SplitFilled(b.Data[e.at:e.at+e.n], n, sp.done, e.off, sp.starts)
 	if err != nil {
-		err = fmt.Errorf("%s: %w; the source changed since indexing, remount to reindex", l.ix.Path(e.file), err)
+		err = fmt.Errorf("%s: %w; the source changed since indexing, or its index sidecar is wrong: remount to reindex: %w", l.ix.Path(e.file), err, syscall.EIO)
 		l.damaged(err)
 		return err
 	}
@@ -813,7 +919,7 @@ func (sp *splitter) filled(n int64) error {
 		return nil
 	}
 	if len(sp.starts) != sp.hi-sp.lo {
-		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo)
+		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex: %w", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo, syscall.EIO)
 		l.damaged(err)
 		return err
 	}
@@ -824,60 +930,6 @@ func (sp *splitter) filled(n int64) error {
 		end = b.Starts[j]
 	}
 	return nil
-}
-
-// source is an open source file, with a second descriptor for direct reads
-// opened on first use.
-type source struct {
-	*os.File
-	file   int32
-	direct bool // try direct reads
-
-	once sync.Once
-	dio  *os.File
-	err  error
-}
-
-// directFile returns the O_DIRECT descriptor of s, or nil if direct reads
-// are off or cannot be had.
-func (s *source) directFile() *os.File {
-	if !s.direct {
-		return nil
-	}
-	s.once.Do(func() { s.dio, s.err = openDirect(s.File) })
-	return s.dio
-}
-
-func (s *source) close() {
-	s.File.Close()
-	if s.dio != nil {
-		s.dio.Close()
-	}
-}
-
-// open opens source file i, to read at off first, after checking that it
-// is the file that was indexed.
-func (l *Loader) open(i int32, off int64) (*os.File, error) {
-	path := l.ix.Path(i)
-	var f *os.File
-	var err error
-	if l.ix.FollowSymlinks {
-		f, err = os.Open(path)
-	} else {
-		// Beneath the root only: a file replaced by a symbolic link out of
-		// the source after indexing is not followed out of it.
-		f, err = os.OpenInRoot(l.ix.Root, filepath.FromSlash(l.ix.Files[i].Path))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s at offset %d: %w (the source changed since indexing; remount to reindex)", path, off, err)
-	}
-	want := l.ix.Files[i]
-	if fi, err := f.Stat(); err == nil && (fi.Size() != want.Size || fi.ModTime().UnixNano() != want.Mtime) {
-		f.Close()
-		return nil, fmt.Errorf("read %s at offset %d: file changed since indexing (size %d, was %d; modified %s, was %s); remount to reindex: %w",
-			path, off, fi.Size(), want.Size, fi.ModTime().Format(time.RFC3339Nano), time.Unix(0, want.Mtime).Format(time.RFC3339Nano), syscall.ESTALE)
-	}
-	return f, nil
 }
 
 // damaged reports a block that no longer matches the index to OnDamage.
@@ -897,7 +949,7 @@ const checkChunk = 512 << 10
 // if most of it is not in the page cache and the file allows it, through
 // the page cache if not. It calls check with the bytes read so far, last
 // with all of them.
-func (l *Loader) readExtent(f *source, e extent, slab []byte, record bool, check func(int64) error) error {
+func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) error {
 	dst := slab[e.at : e.at+e.n]
 	got := 0
 	if dio := f.directFile(); dio != nil && !l.noDirect.Load() && uncached(f.File, e.off, e.n) {

@@ -9,10 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/corgifs/corgifs/formats"
 )
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
@@ -33,53 +36,72 @@ type sidecarHeader struct {
 	FollowSymlinks bool
 }
 
-// DefaultCacheDir returns $XDG_CACHE_HOME/corgifs, or ~/.cache/corgifs.
-func DefaultCacheDir() string {
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "corgifs")
+// DefaultCacheDir returns $XDG_CACHE_HOME/corgifs, or ~/.cache/corgifs, or
+// for root without either, /var/cache/corgifs. Never a shared directory
+// such as /tmp: whoever creates the directory first could plant an index
+// there. Without HOME and XDG_CACHE_HOME (a service, a container) a user
+// other than root gets an error saying what to pass instead.
+func DefaultCacheDir() (string, error) {
+	// The XDG spec says to ignore relative paths.
+	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "corgifs"), nil
 	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".cache", "corgifs")
+	if h := os.Getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Join(h, ".cache", "corgifs"), nil
 	}
-	return filepath.Join(os.TempDir(), "corgifs-cache")
+	if os.Geteuid() == 0 {
+		return "/var/cache/corgifs", nil
+	}
+	return "", errors.New("no directory for the index cache: HOME and XDG_CACHE_HOME are both unset, and corgifs does not fall back to a shared directory such as /tmp, where another user could plant an index; pass --cache-dir DIR (a directory that only you can write) or set XDG_CACHE_HOME")
 }
 
-func (h sidecarHeader) path(dir string) string {
+// name is the file name of the sidecar in the cache directory.
+func (h sidecarHeader) name() string {
 	key := fmt.Appendf(nil, "%s\x00%d\x00%s\x00%v", h.Root, h.BlockSize, strings.Join(h.Include, "\x00"), h.SkipCorrupt)
 	if h.FollowSymlinks {
 		key = append(key, "\x00follow-symlinks"...)
 	}
 	sum := sha256.Sum256(key)
-	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".index")
+	return hex.EncodeToString(sum[:12]) + ".index"
 }
 
 // Open returns the index of root: the cached sidecar when every source file
-// is unchanged (same names, sizes and modification times), else a new index,
-// which it saves. Why a sidecar is not used is logged.
+// is unchanged (same names, sizes and modification times) and its blocks
+// tile the files, else a new index, which it saves. Why a sidecar is not
+// used is logged. A cache directory inside the source, or one that another
+// user owns or others may write, is an error.
 func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache bool, err error) {
 	o.fill()
 	root, err = resolveRoot(root)
 	if err != nil {
 		return nil, false, err
 	}
+	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
+	name := h.name()
+	var dir *cacheDir
+	var noDir error // why there is no cache directory to save in
 	if o.CacheDir != "" {
-		// Both paths absolute: filepath.Rel fails on a relative CacheDir,
-		// which would skip the check. A name such as "..cache" is inside.
-		if o.CacheDir, err = filepath.Abs(o.CacheDir); err != nil {
+		path, err := resolveCacheDir(o.CacheDir, root)
+		if err != nil {
 			return nil, false, err
 		}
-		if rel, err := filepath.Rel(root, o.CacheDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return nil, false, fmt.Errorf("cache directory %s is inside the source %s; corgifs never writes inside the source (choose another --cache-dir)", o.CacheDir, root)
+		dir, noDir = openCacheDir(path)
+		if errors.Is(noDir, ErrUnsafeCacheDir) {
+			return nil, false, noDir
+		}
+		if dir != nil {
+			defer dir.Close()
 		}
 	}
-	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
-	if o.CacheDir != "" {
-		path := h.path(o.CacheDir)
+	if dir != nil {
 		var why string
-		if stale, err := os.ReadFile(path + staleSuffix); err == nil {
-			why = "a block failed its check while served, though its file kept its size and modification time: " + string(stale)
+		if dir.exists(name + staleSuffix) {
+			why = "a block failed its check while served, though its file kept its size and modification time"
+			if stale, err := dir.readSmall(name+staleSuffix, 4<<10); err == nil {
+				why += ": " + string(stale)
+			}
 		} else {
-			ix, why = loadSidecar(path, h)
+			ix, why = loadSidecar(dir, name, h)
 			if ix != nil {
 				why = ix.changed(o.Include, o.Logger)
 				if why == "" {
@@ -95,12 +117,15 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	if err != nil {
 		return nil, false, err
 	}
-	if o.CacheDir != "" {
-		if err := saveSidecar(o.CacheDir, h, ix); err != nil {
+	switch {
+	case dir != nil:
+		if err := saveSidecar(dir, name, h, ix); err != nil {
 			o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", err)
-		} else {
-			os.Remove(h.path(o.CacheDir) + staleSuffix)
+		} else if err := dir.remove(name + staleSuffix); err != nil {
+			o.Logger.Warn("could not remove the stale mark of the index sidecar; the next mount will index again", "err", err)
 		}
+	case noDir != nil:
+		o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", noDir)
 	}
 	return ix, false, nil
 }
@@ -121,11 +146,20 @@ func MarkStale(root string, o Options, reason string) error {
 	if err != nil || o.CacheDir == "" {
 		return err
 	}
-	if o.CacheDir, err = filepath.Abs(o.CacheDir); err != nil {
+	path, err := resolveCacheDir(o.CacheDir, root)
+	if err != nil {
 		return err
 	}
+	dir, err := openCacheDir(path)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
 	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include, SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks}
-	return os.WriteFile(h.path(o.CacheDir)+staleSuffix, []byte(reason), 0o644)
+	return dir.write(h.name()+staleSuffix, func(w io.Writer) error {
+		_, err := io.WriteString(w, reason)
+		return err
+	})
 }
 
 // changed says why the index no longer matches the files on disk, or "".
@@ -156,14 +190,16 @@ func (ix *Index) changed(include []string, log *slog.Logger) string {
 	return ""
 }
 
-// loadSidecar reads a sidecar; a missing, corrupt, old or foreign one gives
-// nil and the reason (empty when there simply is none).
-func loadSidecar(path string, want sidecarHeader) (*Index, string) {
-	f, err := os.Open(path)
+// loadSidecar reads the sidecar name in dir; a missing, untrusted,
+// corrupt, old or foreign one, or one whose blocks do not tile its files,
+// gives nil and the reason (empty when there simply is none).
+func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string) {
+	path := filepath.Join(dir.path, name)
+	f, err := dir.open(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ""
 	} else if err != nil {
-		return nil, "cannot read index sidecar: " + err.Error()
+		return nil, "cannot use index sidecar: " + err.Error()
 	}
 	defer f.Close()
 	dec := gob.NewDecoder(bufio.NewReader(f))
@@ -188,6 +224,9 @@ func loadSidecar(path string, want sidecarHeader) (*Index, string) {
 	if err := gob.NewDecoder(bytes.NewReader(body.Index)).Decode(&ix); err != nil {
 		return nil, "index sidecar " + path + " is corrupt: " + err.Error()
 	}
+	if err := ix.checkTiling(); err != nil {
+		return nil, "index sidecar " + path + " does not match how its blocks must cut the files (not written by this corgifs?): " + err.Error()
+	}
 	return &ix, ""
 }
 
@@ -199,37 +238,100 @@ type sidecarBody struct {
 	Index []byte
 }
 
-// saveSidecar writes the index atomically: a temporary file renamed into place.
-func saveSidecar(dir string, h sidecarHeader, ix *Index) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".index-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
-	enc := gob.NewEncoder(w)
-	if err := enc.Encode(h); err != nil {
-		tmp.Close()
-		return err
-	}
+// saveSidecar writes the index as the sidecar name in dir, atomically: a
+// new file renamed into place.
+func saveSidecar(dir *cacheDir, name string, h sidecarHeader, ix *Index) error {
 	var body bytes.Buffer
 	if err := gob.NewEncoder(&body).Encode(ix); err != nil {
-		tmp.Close()
 		return err
 	}
-	if err := enc.Encode(sidecarBody{Sum: sha256.Sum256(body.Bytes()), Index: body.Bytes()}); err != nil {
-		tmp.Close()
-		return err
+	return dir.write(name, func(f io.Writer) error {
+		w := bufio.NewWriter(f)
+		enc := gob.NewEncoder(w)
+		if err := enc.Encode(h); err != nil {
+			return err
+		}
+		if err := enc.Encode(sidecarBody{Sum: sha256.Sum256(body.Bytes()), Index: body.Bytes()}); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
+}
+
+// checkTiling says how the blocks of a decoded index fail to cut its files
+// the way Build cuts them: the blocks of each file, in file order, and its
+// damaged ranges must cover it exactly, from offset 0 to its size, without
+// a gap or an overlap; every block holds records, whose frame lengths add
+// up to its length; and the counts agree. The sidecar's checksum only proves
+// that it is intact: one re-encoded with block 1 replaced by block 0 would
+// serve block 0's records twice and block 1's never. What it cannot check,
+// that the records really start where the frame lengths say, the loader
+// checks as it splits each block.
+func (ix *Index) checkTiling() error {
+	damaged := make(map[string][]Damage)
+	for _, d := range ix.Damaged {
+		damaged[d.File] = append(damaged[d.File], d)
 	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return err
+	var r, records, total int64
+	b := 0
+	for fi, f := range ix.Files {
+		dmg := damaged[f.Path]
+		delete(damaged, f.Path)
+		var at, fileRecords int64
+		for {
+			switch {
+			case b < len(ix.Blocks) && ix.Blocks[b].File == int32(fi) && ix.Blocks[b].Offset == at:
+				blk := ix.Blocks[b]
+				if blk.Records <= 0 || blk.Len <= 0 || r+int64(blk.Records) > int64(len(ix.Frames)) {
+					return fmt.Errorf("block %d (%s at offset %d) has %d records and %d bytes, with %d frame lengths left", b, f.Path, at, blk.Records, blk.Len, int64(len(ix.Frames))-r)
+				}
+				var n int64
+				for _, fr := range ix.Frames[r : r+int64(blk.Records)] {
+					if fr < formats.FrameExtra {
+						return fmt.Errorf("block %d (%s at offset %d) has a frame of %d bytes", b, f.Path, at, fr)
+					}
+					n += int64(fr)
+				}
+				if n != blk.Len {
+					return fmt.Errorf("block %d (%s at offset %d) is %d bytes, its %d frames %d", b, f.Path, at, blk.Len, blk.Records, n)
+				}
+				r += int64(blk.Records)
+				fileRecords += int64(blk.Records)
+				total += blk.Len
+				at += blk.Len
+				b++
+				continue
+			case len(dmg) > 0 && dmg[0].From == at && dmg[0].To > at:
+				at = dmg[0].To
+				dmg = dmg[1:]
+				continue
+			}
+			break
+		}
+		if at != f.Size {
+			next := "nothing"
+			if b < len(ix.Blocks) {
+				next = fmt.Sprintf("block %d (file %d at offset %d)", b, ix.Blocks[b].File, ix.Blocks[b].Offset)
+			}
+			return fmt.Errorf("%s (%d bytes): the blocks stop covering it at offset %d, where %s follows", f.Path, f.Size, at, next)
+		}
+		if len(dmg) > 0 {
+			return fmt.Errorf("%s: damaged range [%d, %d) lies over its blocks", f.Path, dmg[0].From, dmg[0].To)
+		}
+		if fileRecords != f.Records {
+			return fmt.Errorf("%s: its blocks hold %d records, the file %d", f.Path, fileRecords, f.Records)
+		}
+		records += fileRecords
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	switch {
+	case b != len(ix.Blocks):
+		return fmt.Errorf("block %d (file %d at offset %d) is out of place", b, ix.Blocks[b].File, ix.Blocks[b].Offset)
+	case len(damaged) > 0:
+		for p := range damaged {
+			return fmt.Errorf("damaged range of %s, which is not indexed", p)
+		}
+	case r != int64(len(ix.Frames)) || records != ix.Records || total != ix.Bytes:
+		return fmt.Errorf("%d records and %d bytes in the blocks, %d frame lengths, index says %d records and %d bytes", records, total, len(ix.Frames), ix.Records, ix.Bytes)
 	}
-	return os.Rename(tmp.Name(), h.path(dir))
+	return nil
 }

@@ -146,9 +146,23 @@ func (s *Scanner) crcOf(at, n int64) (uint32, error) {
 
 // Resync skips the damage that the last *CorruptError reported, so that Next
 // can continue with the next intact frame. It returns the damaged range
-// [from, to). When only the data CRC failed, the frame's length is trusted
-// and just that frame is skipped; otherwise the scanner looks for the next
-// offset holding a frame whose two CRCs check, or gives up at the end.
+// [from, to).
+//
+// When only the data CRC failed, the frame's length is trusted and just that
+// frame is skipped; so it is when only the length's CRC failed but the data
+// CRC checks with the length as written. Otherwise the damaged frame's extent
+// is unknown, and its payload may itself hold bytes that look like a frame (a
+// record that embeds another TFRecord, or plain chance): a frame found in it
+// must never be served as a record. So the scanner accepts, as the first
+// offset after the damage, only a confirmed frame: both its CRCs check, and
+// it either ends exactly at the end of the range or is followed by 8 length
+// bytes whose CRC checks. A frame inside a payload is followed by more
+// payload (or by the damaged frame's footer), which passes that check with
+// odds of 2^-32. When no offset qualifies, everything to the end of the range
+// is damaged. The rule errs towards skipping: an intact frame followed by a
+// short tail is reported as damaged along with the tail. It cannot tell a
+// payload made of two or more whole frames in a row from records, when the
+// length bytes themselves were hit.
 func (s *Scanner) Resync() (from, to int64, err error) {
 	if s.err == nil {
 		return 0, 0, errors.New("resync without a corrupt record")
@@ -159,37 +173,128 @@ func (s *Scanner) Resync() (from, to int64, err error) {
 	}
 	from = ce.Offset
 	s.err = nil
+	if s.dataLen < 0 {
+		if s.dataLen, err = s.lengthDespiteItsCRC(from); err != nil {
+			s.err = err
+			return 0, 0, err
+		}
+	}
 	if s.dataLen >= 0 {
 		s.off = from + s.dataLen + FrameExtra
 		return from, s.off, nil
 	}
-	for p := from + 1; p+FrameExtra <= s.end; p++ {
-		ok, err := s.intactAt(p)
-		if err != nil {
-			// Keep the read error so that Next stops instead of walking
-			// into the damage again.
-			s.err = err
-			return 0, 0, err
-		}
-		if ok {
-			s.off = p
-			return from, p, nil
-		}
+	to, err = s.nextConfirmed(from + 1)
+	if err != nil {
+		// Keep the read error so that Next stops instead of walking into
+		// the damage again.
+		s.err = err
+		return 0, 0, err
 	}
-	s.off = s.end
-	return from, s.end, nil
+	s.off = to
+	return from, to, nil
 }
 
-// intactAt reports whether an intact frame starts at p.
-func (s *Scanner) intactAt(p int64) (bool, error) {
-	h, err := s.bytesAt(p, HeaderLen)
+// nextConfirmed returns the first offset at or after p where a confirmed
+// frame starts (see Resync), or the end of the range if there is none.
+//
+// Damage can be long (a zeroed or overwritten stretch of a large file), so
+// every offset is first tested on the window's bytes with no call: the
+// length must fit in what is left of the range, which garbage rarely
+// satisfies, and its CRC is computed only when the length differs from the
+// last one tested. Zeros, the commonest damage, have length 0 and a length
+// CRC of 0, which is not the masked CRC of 8 zero bytes, so a run of them is
+// stepped over a word at a time.
+func (s *Scanner) nextConfirmed(p int64) (int64, error) {
+	last := uint64(0)
+	var zero [8]byte
+	lastCRC := MaskedCRC(zero[:])
+	stop := s.end - FrameExtra // the last offset that can start a frame
+	for p <= stop {
+		w, err := s.rest(p)
+		if err != nil {
+			return 0, err
+		}
+		for i := 0; i+HeaderLen <= len(w) && p <= stop; i, p = i+1, p+1 {
+			n := binary.LittleEndian.Uint64(w[i:])
+			if n == 0 && binary.LittleEndian.Uint32(w[i+8:]) == 0 {
+				// 12 zero bytes are no header, nor is any 12 bytes of a
+				// longer run of zeros: step over the run 8 bytes at a time.
+				for i+HeaderLen+8 <= len(w) && p+8 <= stop && binary.LittleEndian.Uint64(w[i+HeaderLen:]) == 0 {
+					i, p = i+8, p+8
+				}
+				continue
+			}
+			if n > uint64(stop-p) {
+				continue
+			}
+			if n != last {
+				last, lastCRC = n, MaskedCRC(w[i:i+8])
+			}
+			if binary.LittleEndian.Uint32(w[i+8:]) != lastCRC {
+				continue
+			}
+			ok, err := s.confirmedAt(p)
+			if err != nil || ok {
+				return p, err
+			}
+			// confirmedAt may have moved the window.
+			p++
+			break
+		}
+	}
+	return s.end, nil
+}
+
+// rest returns the window's bytes from file offset at on, at least
+// HeaderLen of them, reading a new window at at if needed. at+HeaderLen
+// must not pass the end of the range.
+func (s *Scanner) rest(at int64) ([]byte, error) {
+	if at < s.winOff || at+HeaderLen > s.winOff+int64(len(s.win)) {
+		if _, err := s.bytesAt(at, HeaderLen); err != nil {
+			return nil, err
+		}
+	}
+	return s.win[at-s.winOff:], nil
+}
+
+// confirmedAt reports whether a confirmed frame starts at p: intact, and
+// ending at the end of the range or followed by a length with a valid CRC.
+func (s *Scanner) confirmedAt(p int64) (bool, error) {
+	n, ok, err := s.intactAt(p)
+	if err != nil || !ok {
+		return false, err
+	}
+	next := p + n + FrameExtra
+	if next == s.end {
+		return true, nil
+	}
+	if s.end-next < HeaderLen {
+		return false, nil
+	}
+	h, err := s.bytesAt(next, HeaderLen)
 	if err != nil {
 		return false, err
 	}
+	return MaskedCRC(h[:8]) == binary.LittleEndian.Uint32(h[8:]), nil
+}
+
+// intactAt reports whether an intact frame starts at p, and its data length.
+func (s *Scanner) intactAt(p int64) (int64, bool, error) {
+	h, err := s.bytesAt(p, HeaderLen)
+	if err != nil {
+		return 0, false, err
+	}
 	n, herr := checkHeader(h, p, s.end-p)
 	if herr != nil {
-		return false, nil
+		return 0, false, nil
 	}
+	ok, err := s.dataIntact(p, n)
+	return n, ok, err
+}
+
+// dataIntact reports whether the n data bytes of the frame at p match its
+// data CRC. The frame must lie inside the range.
+func (s *Scanner) dataIntact(p, n int64) (bool, error) {
 	crc, err := s.crcOf(p+HeaderLen, n)
 	if err != nil {
 		return false, err
@@ -199,4 +304,27 @@ func (s *Scanner) intactAt(p int64) (bool, error) {
 		return false, err
 	}
 	return mask(crc) == binary.LittleEndian.Uint32(f), nil
+}
+
+// lengthDespiteItsCRC returns the length field of the frame at p if the
+// frame's data matches its data CRC with that length although the length's
+// own CRC did not check, or -1. Then only the length's CRC was hit, and the
+// frame is skipped whole rather than searched for frames inside it.
+func (s *Scanner) lengthDespiteItsCRC(p int64) (int64, error) {
+	if s.end-p < FrameExtra {
+		return -1, nil
+	}
+	h, err := s.bytesAt(p, HeaderLen)
+	if err != nil {
+		return -1, err
+	}
+	n := binary.LittleEndian.Uint64(h)
+	if n > uint64(s.end-p-FrameExtra) {
+		return -1, nil
+	}
+	ok, err := s.dataIntact(p, int64(n))
+	if err != nil || !ok {
+		return -1, err
+	}
+	return int64(n), nil
 }

@@ -138,19 +138,21 @@ func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	plan, err := d.root.cfg.Planner.Plan(d.epoch, i, k)
+	size, err := d.root.cfg.Planner.Size(d.epoch, i, k)
 	if err != nil {
 		return nil, syscall.ENOENT
 	}
-	p := &partNode{counted: counted{&d.root.inodes}, root: d.root, epoch: d.epoch, part: i, parts: k, size: plan.Size}
+	p := &partNode{counted: counted{&d.root.inodes}, root: d.root, epoch: d.epoch, part: i, parts: k, size: size}
 	p.attr(&out.Attr)
 	d.root.cacheName(&d.Inode, name, out, d.epoch < d.root.cfg.Epochs && k == d.root.cfg.Parts)
 	return d.NewInode(ctx, p, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
-// partNode is one part file. It keeps only its size: the plan is made
-// again at open, so that the kernel's cache of looked-up names does not
-// pin plans (a record-level plan holds 4 bytes per record).
+// partNode is one part file. It keeps only its size: the plan is taken
+// at open from the planner, which shares it between the open files of the
+// part and drops it when the last closes, so that the kernel's cache of
+// looked-up names does not pin plans (a record-level plan holds 4 bytes
+// per record).
 type partNode struct {
 	gofs.Inode
 	counted
@@ -184,12 +186,11 @@ func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	plan, err := p.root.cfg.Planner.Plan(p.epoch, p.part, p.parts)
+	s, err := shuffler.OpenStream(p.root.cfg.Planner, p.root.cfg.Loader, p.epoch, p.part, p.parts)
 	if err != nil {
 		p.root.cfg.Logger.Error("open: no plan", "err", err)
 		return nil, 0, syscall.EIO
 	}
-	s := shuffler.NewStream(p.root.cfg.Planner, p.root.cfg.Loader, plan)
 	// The bytes of a part never change, so pages cached by the kernel from
 	// an earlier open stay valid.
 	return &partHandle{s: s, log: p.root.cfg.Logger, node: p}, fuse.FOPEN_KEEP_CACHE, 0
@@ -355,10 +356,13 @@ type processStats struct {
 	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
 	// Inodes are the nodes the kernel has not forgotten (the root aside).
 	Inodes int64 `json:"inodes"`
+	// Plans is the planner's work and memory, outside MemoryBudget.
+	Plans shuffler.PlanStats `json:"plans"`
 }
 
 func (r *rootNode) stats() []byte {
-	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1, Inodes: r.inodes.Load()}
+	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1,
+		Inodes: r.inodes.Load(), Plans: r.cfg.Planner.Stats()}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
 	}

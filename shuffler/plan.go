@@ -93,13 +93,16 @@ type Plan struct {
 
 // order is what a strategy decides for a part: its blocks in order, with
 // or without shuffling records inside buffers; or its records in order.
+// Its slices may be shares of the epoch's sequence, which other parts'
+// plans use too: they are never written.
 type order struct {
 	Blocks  []int32
 	Shuffle bool
 	Records []int32
 }
 
-type strategy func(pl *Planner, epoch, part, parts int) order
+// A strategy gives part of parts its order, from the epoch's sequence.
+type strategy func(pl *Planner, seq *sequence, epoch, part, parts int) order
 
 var strategies = map[string]strategy{
 	"corgipile": corgipile,
@@ -107,7 +110,7 @@ var strategies = map[string]strategy{
 	"none":      none,
 	"window":    window,
 	"full":      full,
-	"once":      once,
+	"once":      full,
 }
 
 // Describe says in one line what each strategy does, for --help.
@@ -130,11 +133,13 @@ func Strategies() []string {
 	return names
 }
 
-// Planner computes plans for one index and one set of parameters.
+// Planner computes plans for one index and one set of parameters, and
+// shares them: see cache.go.
 type Planner struct {
 	ix       *blockcache.Index
 	p        Params
 	strategy strategy
+	cache    planCache
 }
 
 // NewPlanner checks the parameters against the index.
@@ -152,7 +157,9 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least --max-memory %d",
 			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), m)
 	}
-	return &Planner{ix: ix, p: p, strategy: s}, nil
+	pl := &Planner{ix: ix, p: p, strategy: s}
+	pl.cache.init()
+	return pl, nil
 }
 
 // Index returns the planner's index.
@@ -161,12 +168,22 @@ func (pl *Planner) Index() *blockcache.Index { return pl.ix }
 // Params returns the planner's parameters.
 func (pl *Planner) Params() Params { return pl.p }
 
-// Plan returns the order of part of parts in epoch.
+// Plan returns the order of part of parts in epoch. The plan may be shared
+// with the open parts (see Acquire): it must not be modified.
 func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
-	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
-		return nil, fmt.Errorf("no part %d of %d in epoch %d", part, parts, epoch)
+	p, err := pl.Acquire(epoch, part, parts)
+	if err != nil {
+		return nil, err
 	}
-	o := pl.strategy(pl, epoch, part, parts)
+	pl.Release(p)
+	return p, nil
+}
+
+// build computes the plan of part of parts in epoch from the epoch's
+// sequence, in time and memory proportional to the part.
+func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
+	pl.cache.built.Add(1)
+	o := pl.strategy(pl, seq, epoch, part, parts)
 	ids, bytes, records := o.Blocks, pl.blockBytes, pl.blockRecords
 	if o.Records != nil {
 		ids, bytes, records = o.Records, pl.recordBytes, one
@@ -216,77 +233,9 @@ func (pl *Planner) Plan(epoch, part, parts int) (*Plan, error) {
 		add(len(ids))
 	}
 	if pl.p.EqualParts && parts > 1 {
-		pl.pad(p, o)
+		pl.pad(p, seq, o)
 	}
-	return p, nil
-}
-
-// pad appends to p a last buffer of records repeated from the part itself,
-// as many as the largest part of the epoch has more. Which records repeat
-// is drawn with the seed Derive(seed, 6, epoch, part, parts).
-func (pl *Planner) pad(p *Plan, o order) {
-	most := int64(0)
-	for j := range p.Parts {
-		most = max(most, pl.partRecords(p.Epoch, j, p.Parts))
-	}
-	n := int(most - p.Records)
-	if n <= 0 {
-		return
-	}
-	own := o.Records
-	if own == nil {
-		for _, b := range o.Blocks {
-			first := int32(pl.ix.BlockRecords(b))
-			for r := range pl.ix.Blocks[b].Records {
-				own = append(own, first+r)
-			}
-		}
-	} else {
-		own = slices.Clone(own)
-	}
-	if len(own) == 0 {
-		// An empty part (more parts than blocks) repeats records of others.
-		own = span(0, len(pl.ix.Frames))
-	}
-	// Partial Fisher–Yates rounds: each round draws distinct records, so a
-	// record repeats more than once only when the part is smaller than
-	// the padding.
-	var g generator
-	g.seed(Derive(pl.p.Seed, purposePad, uint64(p.Epoch), uint64(p.Part), uint64(p.Parts)))
-	chosen := make([]int32, 0, n)
-	for len(chosen) < n {
-		k := min(n-len(chosen), len(own))
-		for i := range k {
-			j := i + int(g.below(uint64(len(own)-i)))
-			own[i], own[j] = own[j], own[i]
-		}
-		chosen = append(chosen, own[:k]...)
-	}
-	b := Buffer{Records: chosen, Count: n}
-	if g := len(p.Buffers); g > 0 {
-		b.Start = p.Buffers[g-1].Start + p.Buffers[g-1].Size
-	}
-	for _, r := range b.Records {
-		b.Size += int64(pl.ix.Frames[r])
-	}
-	p.Buffers = append(p.Buffers, b)
-	p.Records += int64(n)
-	p.Size += b.Size
-	p.Padding = n
-}
-
-// partRecords returns the number of records part j of parts holds in
-// epoch, before padding.
-func (pl *Planner) partRecords(epoch, j, parts int) int64 {
-	if recordLevel[pl.p.Strategy] {
-		lo, hi := slice(len(pl.ix.Frames), j, parts)
-		return int64(hi - lo)
-	}
-	var n int64
-	for _, b := range pl.strategy(pl, epoch, j, parts).Blocks {
-		n += int64(pl.ix.Blocks[b].Records)
-	}
-	return n
+	return p
 }
 
 // ReadsRecords reports whether strategy reads records one at a time (and
@@ -332,24 +281,21 @@ func slice(n, part, parts int) (lo, hi int) {
 
 // corgipile permutes all blocks per epoch and gives each part a contiguous
 // slice of that permutation; records are shuffled inside each buffer.
-func corgipile(pl *Planner, epoch, part, parts int) order {
-	perm := make([]int32, len(pl.ix.Blocks))
-	permute(perm, Derive(pl.p.Seed, purposeBlocks, uint64(epoch)))
-	lo, hi := slice(len(perm), part, parts)
-	return order{Blocks: perm[lo:hi], Shuffle: true}
+func corgipile(pl *Planner, seq *sequence, epoch, part, parts int) order {
+	return order{Blocks: seq.share(part, parts), Shuffle: true}
 }
 
 // blockOnly is corgipile without the shuffle inside buffers (the paper's
 // Block-Only Shuffle).
-func blockOnly(pl *Planner, epoch, part, parts int) order {
-	o := corgipile(pl, epoch, part, parts)
+func blockOnly(pl *Planner, seq *sequence, epoch, part, parts int) order {
+	o := corgipile(pl, seq, epoch, part, parts)
 	o.Shuffle = false
 	return o
 }
 
 // none serves the source order, split into contiguous parts.
-func none(pl *Planner, epoch, part, parts int) order {
-	lo, hi := slice(len(pl.ix.Blocks), part, parts)
+func none(pl *Planner, seq *sequence, epoch, part, parts int) order {
+	lo, hi := slice(seq.n, part, parts)
 	return order{Blocks: span(lo, hi)}
 }
 
@@ -361,29 +307,18 @@ func span(lo, hi int) []int32 {
 	return ids
 }
 
-// full permutes all records anew every epoch (the paper's Epoch Shuffle).
-func full(pl *Planner, epoch, part, parts int) order {
-	return permutedRecords(pl, Derive(pl.p.Seed, purposeFull, uint64(epoch)), part, parts)
-}
-
-// once permutes all records once and serves that order every epoch.
-func once(pl *Planner, epoch, part, parts int) order {
-	return permutedRecords(pl, Derive(pl.p.Seed, purposeOnce), part, parts)
-}
-
-func permutedRecords(pl *Planner, seed uint64, part, parts int) order {
-	perm := make([]int32, len(pl.ix.Frames))
-	permute(perm, seed)
-	lo, hi := slice(len(perm), part, parts)
-	return order{Records: perm[lo:hi]}
+// full serves a share of the epoch's permutation of all records: a new one
+// every epoch (the paper's Epoch Shuffle) or, for once, the same one.
+func full(pl *Planner, seq *sequence, epoch, part, parts int) order {
+	return order{Records: seq.share(part, parts)}
 }
 
 // window is the sliding-window shuffle of tf.data's Dataset.shuffle: part i
 // takes a contiguous slice of the source records; a window of W records is
 // filled in source order, and each step emits a uniformly chosen slot and
 // refills it with the next record. W holds about --buffer bytes of records.
-func window(pl *Planner, epoch, part, parts int) order {
-	lo, hi := slice(len(pl.ix.Frames), part, parts)
+func window(pl *Planner, seq *sequence, epoch, part, parts int) order {
+	lo, hi := slice(seq.n, part, parts)
 	src := span(lo, hi)
 	var bytes int64
 	for _, r := range src {

@@ -30,14 +30,24 @@ type Stream struct {
 	ld   *blockcache.Loader
 	plan *Plan
 	next *Plan // the same part of the next epoch, once prefetching needs it
+	// owned is set when the stream acquired plan from the planner (see
+	// OpenStream); next is always acquired. Close releases them.
+	owned bool
 	// ctx ends with Close: prefetches not started by then are dropped.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	cur   *view   // the buffer entered last
-	views []*view // every view made so far, for reuse
-	perm  []uint32
+	mu     sync.Mutex
+	closed bool
+	cur    *view   // the buffer entered last
+	views  []*view // every view made so far, for reuse
+	perm   []uint32
+
+	// served is the Buf of buffer servedG, the furthest the stream has
+	// entered, which the loader keeps from other streams (Loader.Serve)
+	// until the stream moves past it or closes.
+	served  *blockcache.Buf
+	servedG int
 }
 
 // view is one loaded buffer as reads see it. Its tables are written only
@@ -60,6 +70,19 @@ func NewStream(pl *Planner, ld *blockcache.Loader, plan *Plan) *Stream {
 	return &Stream{pl: pl, ld: ld, plan: plan, ctx: ctx, cancel: cancel}
 }
 
+// OpenStream returns a Stream that serves part of parts in epoch, with the
+// plan that the planner shares between all the streams of that part; Close
+// gives it back.
+func OpenStream(pl *Planner, ld *blockcache.Loader, epoch, part, parts int) (*Stream, error) {
+	plan, err := pl.Acquire(epoch, part, parts)
+	if err != nil {
+		return nil, err
+	}
+	s := NewStream(pl, ld, plan)
+	s.owned = true
+	return s, nil
+}
+
 // Plan returns the plan the stream serves.
 func (s *Stream) Plan() *Plan { return s.plan }
 
@@ -73,7 +96,17 @@ func (s *Stream) Size() int64 { return s.plan.Size }
 func (s *Stream) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
 	s.cancel()
+	if s.owned {
+		s.pl.Release(s.plan)
+	}
+	// The plan of the next epoch goes back too; the prefetches it started
+	// stay for the reader that opens that epoch.
+	s.pl.Release(s.next)
 	if s.cur != nil {
 		var units []blockcache.Unit
 		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+prefetchDepth)] {
@@ -81,6 +114,7 @@ func (s *Stream) Close() {
 		}
 		s.ld.Forget(units...)
 	}
+	s.pass()
 	for _, v := range s.views {
 		v.buf = nil
 	}
@@ -249,6 +283,14 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	if v.users.Load() > 0 {
 		panic("shuffler: view reused while in use")
 	}
+	// Moving on: other streams may have the buffer left, and this one
+	// waits for memory, if it must, without holding on to it. Not when
+	// going back, as the kernel's readahead does for the end of the
+	// buffer before: the reader is still in the one served.
+	ahead := s.served == nil || g >= s.servedG
+	if ahead {
+		s.pass()
+	}
 	b := &s.plan.Buffers[g]
 	buf, err := s.ld.Get(ctx, b.Unit())
 	if err != nil {
@@ -276,9 +318,22 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	v.g, v.buf = g, buf
 	v.users.Store(1)
+	if ahead {
+		s.ld.Serve(buf)
+		s.served, s.servedG = buf, g
+	}
 	s.cur = v
 	s.prefetch(g)
 	return v, nil
+}
+
+// pass ends the loader's keeping of the buffer served last. s.mu must be
+// held.
+func (s *Stream) pass() {
+	if s.served != nil {
+		s.ld.Pass(s.served)
+		s.served = nil
+	}
 }
 
 // maxViews is how many views a stream keeps: the buffer a reader is in,
@@ -310,8 +365,8 @@ func (s *Stream) prefetch(g int) {
 		units = append(units, s.plan.Buffers[i].Unit())
 	}
 	if len(units) < prefetchDepth {
-		if s.next == nil {
-			s.next, _ = s.pl.Plan(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
+		if s.next == nil && !s.closed {
+			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
 		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
 			units = append(units, s.next.Buffers[i].Unit())

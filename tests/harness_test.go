@@ -109,6 +109,13 @@ func (s *syncBuffer) String() string {
 // flags and waits until it serves. The mount is stopped at the end of the test.
 func startMount(t *testing.T, src string, flags ...string) *mount {
 	t.Helper()
+	return startMountUnder(t, nil, src, flags...)
+}
+
+// startMountUnder is startMount with the daemon run by a command prefix,
+// such as prlimit with its options.
+func startMountUnder(t *testing.T, prefix []string, src string, flags ...string) *mount {
+	t.Helper()
 	fuseOK(t)
 	base := t.TempDir()
 	m := &mount{t: t, dir: filepath.Join(base, "mnt"), log: &syncBuffer{}, done: make(chan struct{})}
@@ -116,7 +123,8 @@ func startMount(t *testing.T, src string, flags ...string) *mount {
 		t.Fatal(err)
 	}
 	args := append([]string{"mount", src, m.dir, "--cache-dir", filepath.Join(base, "cache")}, flags...)
-	m.cmd = exec.Command(bin, args...)
+	argv := append(append(slices.Clone(prefix), bin), args...)
+	m.cmd = exec.Command(argv[0], argv[1:]...)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	// A test binary killed by its timeout must not leave mounts behind.
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

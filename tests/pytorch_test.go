@@ -28,7 +28,8 @@ func torchOK(t *testing.T) {
 	}
 }
 
-// runPython runs a script of examples/pytorch and returns its stdout.
+// runPython runs python with args (a script of examples/pytorch, or -c and
+// code using the corgifs package of python/) and returns its stdout.
 func runPython(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -47,8 +48,8 @@ func runPython(t *testing.T, args ...string) string {
 func TestPyTorchPartPathFollowsTheMappingRule(t *testing.T) {
 	torchOK(t)
 	out := runPython(t, "-c", `
-import sys; sys.path.insert(0, "../examples/pytorch")
-from corgifs_data import part_path
+import sys; sys.path.insert(0, "../python")
+from corgifs import part_path
 for r, R, w, W, e in [(0, 1, 0, 1, 0), (0, 1, 1, 2, 3), (1, 2, 0, 2, 7), (3, 4, 2, 3, 12)]:
     print(part_path("/m", e, r, R, w, W))
 `)

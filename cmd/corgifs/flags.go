@@ -63,6 +63,7 @@ type datasetFlags struct {
 	include     listFlag
 	follow      bool
 	cacheDir    string
+	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
 	directIO    bool
 	strategy    string
@@ -85,7 +86,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
 	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
-	fs.StringVar(&d.cacheDir, "cache-dir", blockcache.DefaultCacheDir(), "`dir`ectory for index sidecars (never inside SRC)")
+	d.registerCacheDir(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -96,7 +97,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
-	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of a few of\ntheir own records, drawn from the seed; the count is in .corgifs/config.json")
+	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
 }
 
 func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
@@ -135,6 +136,22 @@ func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (sl
 	return max(slabs, maxMemory/2), heapLimit
 }
 
+// minMaxMemory returns the smallest --max-memory that gives the slabs at
+// least need bytes. memorySplit gives them at least half, and more memory
+// never gives them less.
+func minMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
+	lo, hi := need, 2*need
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if slabs, _ := memorySplit(ix, mid, recordStrategy); slabs >= need {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
 // parseSeed returns the seed, choosing one when none was given.
 func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 	if d.seed == "" {
@@ -151,6 +168,9 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 
 // open builds or loads the index and a planner for it.
 func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
+	if err := d.checkCacheDir(); err != nil {
+		return nil, nil, 0, err
+	}
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
 		return nil, nil, 0, err
@@ -167,7 +187,16 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if chosen {
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
-	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(d.strategy))
+	recordStrategy := shuffler.ReadsRecords(d.strategy)
+	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
+	// The planner wants room for the largest block with every strategy.
+	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())
+	if d.slabBudget < need {
+		// The smallest workable value in bytes, by the loader's own measure:
+		// a rounded size such as "65 KiB" could be just below the block.
+		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
+			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
+	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
 		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,

@@ -106,6 +106,7 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		return err
 	}
 	log := newLogger(stderr, d.debug)
+	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -245,7 +246,11 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := d.checkCacheDir(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, d.debug)
+	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))

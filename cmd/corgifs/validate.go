@@ -65,6 +65,9 @@ shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	if v.data == "" || v.test == "" {
 		return fmt.Errorf("--data and --test are required")
 	}
+	if err := d.checkCacheDir(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Softmax regression on Fashion-MNIST, read through a corgifs mount by an
-unmodified PyTorch DataLoader with several workers.
+"""Softmax regression on Fashion-MNIST, read through a corgifs mount with
+the corgifs Python package (python/: corgifs.Dataset and a PyTorch
+DataLoader with several workers).
 
     corgifs gen fashion-mnist /data/fmnist --order clustered
     corgifs mount /data/fmnist/train /mnt/corgi --parts 2 --block-size 32KiB --buffer 10% --seed 1 &
@@ -14,6 +15,7 @@ cross-entropy, learning rate lr * decay^epoch.
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -22,10 +24,34 @@ import time
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corgifs_data import CorgiParts, load_tfrecords  # noqa: E402
+try:
+    import corgifs
+except ImportError:  # not installed: the package in this repository
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import corgifs
+
+
+def decode_image(payload):
+    """(pixels float32 tensor [784] in [0, 1], label, id) of a record made by
+    `corgifs gen fashion-mnist`."""
+    ex = corgifs.decode_example(payload, ("image", "label", "id"))
+    try:
+        pixels = np.frombuffer(ex["image"], dtype=np.uint8).astype(np.float32) / 255.0
+        return torch.from_numpy(pixels), int(ex["label"][0]), int(ex["id"][0])
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"record lacks the feature {e}") from None
+
+
+def load_tfrecords(directory):
+    """All records of directory/*.tfrecord, in file-name order, as tensors
+    (images [N, 784], labels [N], ids [N])."""
+    recs = [decode_image(p) for name in sorted(glob.glob(os.path.join(directory, "*.tfrecord")))
+            for p in corgifs.read_records(name, decode=False)]
+    if not recs:
+        raise FileNotFoundError(f"no *.tfrecord records in {directory}")
+    x, y, ids = zip(*recs)
+    return torch.stack(x), torch.tensor(y), torch.tensor(ids)
 
 
 def quiet_worker(_):
@@ -46,14 +72,13 @@ def main():
     torch.set_num_threads(1)
 
     test_x, test_y, _ = load_tfrecords(args.test_dir)
-    test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
     classes = int(test_y.max()) + 1
 
     model = torch.nn.Linear(test_x.shape[1], classes)
     torch.nn.init.zeros_(model.weight)
     torch.nn.init.zeros_(model.bias)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    data = CorgiParts(args.mount)
+    data = corgifs.Dataset(args.mount, decode=decode_image)
     report = {"mount": args.mount, "workers": args.workers, "batch": args.batch, "lr": args.lr, "epochs": []}
 
     for epoch in range(args.epochs):
@@ -61,7 +86,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = args.lr * args.decay ** epoch
         data.set_epoch(epoch)
-        loader = DataLoader(data, batch_size=args.batch, num_workers=args.workers, worker_init_fn=quiet_worker)
+        loader = corgifs.DataLoader(data, batch_size=args.batch, num_workers=args.workers, worker_init_fn=quiet_worker)
         seen, loss_sum = [], 0.0
         for x, y, ids in loader:
             loss = torch.nn.functional.cross_entropy(model(x), y)

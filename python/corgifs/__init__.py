@@ -1,0 +1,33 @@
+"""corgifs: read the parts of a corgifs mount from Python.
+
+    import corgifs, torch
+    ds = corgifs.Dataset("/mnt/corgi")            # rank/world from torch.distributed
+    loader = corgifs.DataLoader(ds, batch_size=64, num_workers=4)
+    for epoch in range(10):
+        ds.set_epoch(epoch)
+        for batch in loader: ...
+
+The readers (read_records, read_tfrecords, decode_example, reader) need
+only numpy; Dataset and DataLoader import torch when first used.
+"""
+
+from .crc import HAVE_FAST_CRC, crc32c, masked_crc32c
+from .formats import EXTENSIONS, FORMATS, Reader, read_records, reader
+from .mount import config, order, part_name, part_path, reader_of
+from .tfrecord import CorruptRecord, decode_example, frame, parse_example, read_tfrecords
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Dataset", "DataLoader", "config", "order", "part_name", "part_path", "reader", "reader_of",
+    "read_records", "read_tfrecords", "decode_example", "parse_example", "frame", "CorruptRecord",
+    "crc32c", "masked_crc32c", "HAVE_FAST_CRC", "FORMATS", "EXTENSIONS", "Reader",
+]
+
+
+def __getattr__(name):
+    # torch is optional: only the Dataset needs it.
+    if name in ("Dataset", "DataLoader"):
+        from . import dataset
+        return getattr(dataset, name)
+    raise AttributeError(f"module 'corgifs' has no attribute {name!r}")

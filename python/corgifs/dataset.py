@@ -1,0 +1,196 @@
+"""corgifs.Dataset: the parts of a corgifs mount as a PyTorch IterableDataset."""
+
+import collections
+import os
+
+import torch
+import torch.utils.data as tud
+
+from .mount import part_path, reader_of
+
+__all__ = ["Dataset", "DataLoader"]
+
+
+def _dist_rank_world():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+class Dataset(tud.IterableDataset):
+    """Records of a corgifs mount, each DataLoader worker of each rank
+    reading its own part of the epoch:
+
+        K = world * W parts (W = the DataLoader's num_workers, 0 counts as 1);
+        worker w of rank r reads part r*W + w.
+
+    rank and world are torch.distributed's when it is initialised (create
+    the Dataset after init_process_group), else 0 and 1. Call
+    set_epoch(e) before iterating epoch e, as with DistributedSampler.
+    Mount with --parts world*W (other K resolve too, they are just not
+    listed) and, for DDP, --equal-parts so that every rank gets as many
+    batches.
+
+    format: the mount's (from .corgifs/config.json; TFRecord by default).
+    verify: check TFRecord CRCs. verify=False skips them: the mount already
+    verified every record's CRC when it loaded the record's block from the
+    source, and never serves a block that failed.
+    decode: True for the format's decoding (a TFRecord record becomes a
+    dict of numpy arrays, see decode_example), False for raw records, or a
+    function of the raw record.
+
+    state_dict()/load_state_dict() resume mid-epoch at the exact record:
+    the state holds, for every part read so far, the byte offset of the next
+    record and the count of records consumed. The Dataset knows what the
+    training loop consumed when it is iterated in the training process
+    (num_workers=0) or through corgifs.DataLoader (a torch DataLoader that
+    tells the Dataset, with any num_workers). Resume with the same world
+    and num_workers.
+    """
+
+    def __init__(self, mount, epoch=0, rank=None, world=None, format=None, verify=True, decode=True,
+                 **format_options):
+        super().__init__()
+        self.mount = os.fspath(mount)
+        self.epoch = epoch
+        self._rank_arg, self._world_arg = rank, world
+        self.rank, self.world = rank, world
+        self.reader = reader_of(self.mount, format=format, verify=verify, **format_options)
+        self.decode = decode
+        self._resume = None   # the state loaded, until its epoch is over
+        self._consumed = {}   # part -> (next offset, records): consumed this epoch
+        self._parts = None    # K of the epoch being read
+        self._here = None     # (part, K, next offset, records) of the last record yielded
+        self._resolve()
+
+    def _resolve(self):
+        rw = _dist_rank_world() if self._rank_arg is None or self._world_arg is None else None
+        self.rank = self._rank_arg if self._rank_arg is not None else (rw[0] if rw else 0)
+        self.world = self._world_arg if self._world_arg is not None else (rw[1] if rw else 1)
+        if not 0 <= self.rank < self.world:
+            raise ValueError(f"rank {self.rank} of world {self.world}: out of range")
+
+    def set_epoch(self, epoch):
+        """Reads epoch `epoch` on the next iteration. A state loaded for
+        another epoch is dropped."""
+        self.epoch = epoch
+        self._resolve()
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None
+
+    def part(self, worker=0, workers=1):
+        """The path of the part that `worker` of `workers` of this rank reads."""
+        return part_path(self.mount, self.epoch, self.rank, self.world, worker, workers, self.reader.ext)
+
+    def _start(self, workers):
+        """Sets up the consumption record for an iteration of this epoch
+        with `workers` workers per rank."""
+        k = self.world * workers
+        self._consumed = {}
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            if self._resume["parts"] not in (None, k):
+                raise ValueError(f"the state was taken with {self._resume['parts']} parts (world x workers), "
+                                 f"this iteration reads {k}: resume with the same world size and num_workers")
+            self._consumed = {int(i): tuple(p) for i, p in self._resume["positions"].items()}
+        self._parts = k
+
+    def _end(self):
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            self._resume = None
+
+    def __iter__(self):
+        info = tud.get_worker_info()
+        if info is None:
+            self._resolve()
+            worker, workers = 0, 1
+            self._start(1)
+        else:
+            worker, workers = info.id, info.num_workers
+            self._start(workers)
+        i, k = self.rank * workers + worker, self.world * workers
+        offset, count = self._consumed.get(i, (0, 0))
+        path = self.part(worker, workers)
+        decode = self.reader.decode if self.decode is True else self.decode
+        with self.reader.open(path) as f:
+            for rec, nxt in self.reader.records(f, offset):
+                count += 1
+                # Before the yield: once yielded, the record counts as consumed.
+                self._here = (i, k, nxt, count)
+                self._consumed[i] = (nxt, count)
+                yield decode(rec) if decode else rec
+        if info is None:
+            self._end()
+
+    def state_dict(self):
+        """Where this rank is in the epoch: {"epoch", "rank", "world",
+        "parts" (K), "positions": {part: [next offset, records consumed]}}."""
+        return {
+            "version": 1,
+            "epoch": self.epoch,
+            "rank": self.rank,
+            "world": self.world,
+            "parts": self._parts,
+            "positions": {str(i): list(p) for i, p in sorted(self._consumed.items())},
+        }
+
+    def load_state_dict(self, state):
+        """Resumes at the record after the last one consumed when state was
+        taken, on the next iteration of state's epoch."""
+        if state.get("version") != 1:
+            raise ValueError(f"unknown corgifs.Dataset state version {state.get('version')!r}")
+        self.epoch = state["epoch"]
+        self._resume = {"epoch": state["epoch"], "parts": state.get("parts"),
+                        "positions": dict(state.get("positions", {}))}
+        self._parts = state.get("parts")
+        self._consumed = {int(i): tuple(p) for i, p in self._resume["positions"].items()}
+
+
+_Tagged = collections.namedtuple("_Tagged", "where batch")
+
+
+class _TaggingCollate:
+    """Runs the user's collate in the worker and adds where the worker's
+    part stands after the batch's last record."""
+
+    def __init__(self, collate, dataset):
+        self.collate, self.dataset = collate, dataset
+
+    def __call__(self, samples):
+        info = tud.get_worker_info()
+        ds = info.dataset if info is not None else self.dataset
+        return _Tagged(ds._here, self.collate(samples))
+
+
+class DataLoader(tud.DataLoader):
+    """torch.utils.data.DataLoader, with the same arguments, that tells a
+    corgifs.Dataset which records the training loop has taken, so that its
+    state_dict() is exact with any num_workers. Every batch comes from
+    one worker: the worker adds its part's position to the batch, and the
+    loader strips it before the training loop sees the batch."""
+
+    def __init__(self, dataset, *args, collate_fn=None, **kwargs):
+        self._corgi = isinstance(dataset, Dataset)
+        if self._corgi:
+            if kwargs.get("persistent_workers"):
+                raise ValueError("corgifs.DataLoader: persistent_workers would keep the workers' epoch; "
+                                 "leave it False so set_epoch reaches them")
+            if collate_fn is None:
+                batched = kwargs.get("batch_size", args[0] if args else 1) is not None
+                collate_fn = tud.default_collate if batched else tud.default_convert
+            collate_fn = _TaggingCollate(collate_fn, dataset)
+        super().__init__(dataset, *args, collate_fn=collate_fn, **kwargs)
+
+    def __iter__(self):
+        if not self._corgi:
+            yield from super().__iter__()
+            return
+        ds = self.dataset
+        ds._resolve()
+        ds._start(max(1, self.num_workers))
+        for where, batch in super().__iter__():
+            if where is not None:
+                i, _, nxt, count = where
+                ds._consumed[int(i)] = (int(nxt), int(count))
+            yield batch
+        ds._end()

@@ -1,0 +1,167 @@
+"""corgifs.Dataset through real mounts: DataLoader workers, DDP with gloo,
+resuming mid-epoch."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import corgifs
+from conftest import RECORDS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def quiet(_):
+    import torch
+    torch.set_num_threads(1)
+
+
+def ids_of(batch):
+    return batch["id"].reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("workers", [0, 2, 4])
+def test_dataloader_workers_see_every_record_exactly_once_per_epoch(torch, mount, workers):
+    ds = corgifs.Dataset(mount.dir)
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=workers, worker_init_fn=quiet)
+    orders = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        seen = []
+        for batch in loader:
+            assert batch["features"].shape[1:] == (8,) and batch["features"].dtype == torch.float32
+            seen += ids_of(batch)
+        assert sorted(seen) == list(range(RECORDS)), f"epoch {epoch}: a record was missed or repeated"
+        orders.append(seen)
+    assert orders[0] != orders[1], "two epochs came in the same order"
+
+
+def test_a_worker_reads_its_part_of_the_mount(torch, mount):
+    # Every batch holds consecutive records of one part: the part rule.
+    ds = corgifs.Dataset(mount.dir, epoch=3)
+    parts = {}
+    for i in range(4):
+        with open(os.path.join(mount.dir, corgifs.part_name(3, i, 4)), "rb") as f:
+            parts[i] = [int(corgifs.decode_example(p)["id"][0]) for p, _ in corgifs.read_tfrecords(f)]
+    per_worker = {i: [] for i in range(4)}
+    where = {rid: i for i, ids in parts.items() for rid in ids}
+    for batch in torch.utils.data.DataLoader(ds, batch_size=50, num_workers=4, worker_init_fn=quiet):
+        ids = ids_of(batch)
+        part = {where[r] for r in ids}
+        assert len(part) == 1
+        per_worker[part.pop()] += ids
+    assert per_worker == parts
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_with_gloo_sees_every_record_once_per_epoch_with_equal_batches(torch, equal_mount, tmp_path):
+    """Two real processes, torch.distributed over gloo, a DDP model stepped
+    on every batch (a rank with one batch more would hang the other), two
+    DataLoader workers each: K = 4 parts of an --equal-parts mount."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
+               PYTHONPATH=os.path.dirname(HERE), OMP_NUM_THREADS="1")
+    procs = []
+    for rank in range(2):
+        out = tmp_path / f"rank{rank}.json"
+        procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_worker.py"), equal_mount.dir,
+                                        str(out), "2"], env=dict(env, RANK=str(rank)),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out))
+    for p, _ in procs:
+        try:
+            log, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q, _ in procs:
+                q.kill()
+            pytest.fail("the DDP run did not finish in 120 s (ranks with unequal batch counts hang)")
+        assert p.returncode == 0, log
+    reports = [json.loads(out.read_text()) for _, out in procs]
+    padding = corgifs.config(equal_mount.dir)["equal_parts_padding_epoch0"]
+    assert padding > 0, "the test set needs parts of unequal record counts"
+    for epoch in (0, 1):
+        batches = [r["epochs"][epoch]["batches"] for r in reports]
+        assert batches[0] == batches[1], f"epoch {epoch}: ranks got {batches} batches"
+        ids = reports[0]["epochs"][epoch]["ids"] + reports[1]["epochs"][epoch]["ids"]
+        assert set(ids) == set(range(RECORDS)), f"epoch {epoch}: some record was never seen"
+        repeats = len(ids) - RECORDS
+        assert 0 <= repeats < RECORDS // 10
+        if epoch == 0:
+            assert repeats == padding
+        assert len(set(reports[0]["epochs"][epoch]["ids"]) & set(reports[1]["epochs"][epoch]["ids"])) == 0
+    assert reports[0]["epochs"][0]["ids"] != reports[0]["epochs"][1]["ids"]
+
+
+def _epoch(torch, ds, workers, stop_after=None, loader_cls=None):
+    """Batches (lists of ids) of one pass; the state after stop_after batches."""
+    loader_cls = loader_cls or corgifs.DataLoader
+    loader = loader_cls(ds, batch_size=32, num_workers=workers, worker_init_fn=quiet)
+    out, state = [], None
+    for batch in loader:
+        out.append(ids_of(batch))
+        if stop_after is not None and len(out) == stop_after:
+            state = json.loads(json.dumps(ds.state_dict()))  # as saved in a checkpoint
+            break
+    return out, state
+
+
+@pytest.mark.parametrize("workers,plain", [(0, True), (0, False), (2, False), (3, False)])
+def test_resume_from_a_mid_epoch_state_gives_the_remaining_records(torch, mount, workers, plain):
+    loader_cls = torch.utils.data.DataLoader if plain else None
+    ds = corgifs.Dataset(mount.dir)
+    ds.set_epoch(1)
+    full, _ = _epoch(torch, ds, workers, loader_cls=loader_cls)
+    assert sorted(sum(full, [])) == list(range(RECORDS))
+
+    ds = corgifs.Dataset(mount.dir)
+    ds.set_epoch(1)
+    head, state = _epoch(torch, ds, workers, stop_after=23, loader_cls=loader_cls)
+    assert state["epoch"] == 1 and sum(n for _, n in state["positions"].values()) == 23 * 32
+
+    resumed = corgifs.Dataset(mount.dir)
+    resumed.load_state_dict(state)
+    for epoch in range(1, 2):  # the usual loop: set_epoch keeps the state of its epoch
+        resumed.set_epoch(epoch)
+        tail, _ = _epoch(torch, resumed, workers, loader_cls=loader_cls)
+    assert head and tail
+    got = sum(head, []) + sum(tail, [])
+    assert sorted(got) == list(range(RECORDS)), "resuming missed or repeated records"
+    # Each part's records come in the part's order, the resumed run
+    # continuing exactly after the last record the first run consumed.
+    k = max(1, workers)
+    want = {}
+    for i in range(k):
+        with open(os.path.join(mount.dir, corgifs.part_name(1, i, k)), "rb") as f:
+            want[i] = [int(corgifs.decode_example(p)["id"][0]) for p, _ in corgifs.read_tfrecords(f)]
+    part_of = {r: i for i, ids in want.items() for r in ids}
+
+    def per_part(*runs):
+        out = {i: [] for i in range(k)}
+        for run in runs:
+            for b in run:
+                for r in b:
+                    out[part_of[r]].append(r)
+        return out
+
+    assert per_part(full) == want
+    assert per_part(head, tail) == want
+    # The epoch after the resumed one starts from scratch.
+    resumed.set_epoch(2)
+    nxt, _ = _epoch(torch, resumed, workers, loader_cls=loader_cls)
+    assert sorted(sum(nxt, [])) == list(range(RECORDS))
+
+
+def test_resume_with_another_worker_count_is_refused(torch, mount):
+    ds = corgifs.Dataset(mount.dir)
+    _, state = _epoch(torch, ds, 2, stop_after=3)
+    ds = corgifs.Dataset(mount.dir)
+    ds.load_state_dict(state)
+    with pytest.raises(ValueError, match="same world size and num_workers"):
+        _epoch(torch, ds, 0)
