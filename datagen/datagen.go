@@ -1,9 +1,9 @@
-// Package datagen makes datasets of tf.train.Example records in TFRecord
-// files, for testing and benchmarking corgifs: synthetic ones (Synthetic),
-// and Fashion-MNIST converted from its idx files (FashionMNIST). A dataset
-// is a pure function of its options and inputs, so the same options always
-// give byte-identical files, and its records can be laid out sorted by class
-// or shuffled.
+// Package datagen makes datasets for testing and benchmarking corgifs:
+// synthetic ones (Synthetic), and Fashion-MNIST converted from its idx
+// files (FashionMNIST), as tf.train.Example records in TFRecord files or
+// in any of the other Formats. A dataset is a pure function of its options
+// and inputs, so the same options always give byte-identical files, and
+// its records can be laid out sorted by class or shuffled.
 package datagen
 
 import (
@@ -16,9 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-
-	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/tfexample"
 )
 
 // CenterRadius is the distance of every class center from the origin, in
@@ -80,6 +77,9 @@ type Synthetic struct {
 	// alone, so a set whose ids start past another's holds new points of
 	// the same classes: a held-out test set.
 	FirstID int
+	// Format is one of Formats; "" means tfrecord. Every format holds the
+	// same records in the same order and files.
+	Format string
 }
 
 // Summary describes a dataset written by Write.
@@ -104,14 +104,17 @@ func (s Synthetic) Validate() error {
 		return fmt.Errorf("datagen: Files (%d) must not exceed Records (%d)", s.Files, s.Records)
 	case !s.Clustered && uint64(s.Records) > math.MaxUint32:
 		return fmt.Errorf("datagen: a shuffled dataset holds at most %d records, got %d", uint32(math.MaxUint32), s.Records)
+	case s.Format == FormatNPY && s.FirstID+s.Records > 1<<24:
+		// The npy rows are float32, which holds integers exactly up to 2^24.
+		return fmt.Errorf("datagen: npy holds ids in float32, exact up to %d; ids up to %d were asked for", 1<<24, s.FirstID+s.Records-1)
 	}
-	return nil
+	return validFormat(s.Format)
 }
 
 // FileName returns the base name of file i of the dataset,
-// data-0000i-of-0000F.tfrecord.
+// data-0000i-of-0000F.tfrecord (or the extension of the Format).
 func (s Synthetic) FileName(i int) string {
-	return fmt.Sprintf("data-%05d-of-%05d.tfrecord", i, s.Files)
+	return fmt.Sprintf("data-%05d-of-%05d%s", i, s.Files, extension(s.Format))
 }
 
 // Label returns the class of record id.
@@ -136,6 +139,10 @@ func (s Synthetic) Write(ctx context.Context, dir string, progress func(bytesWri
 		return Summary{}, fmt.Errorf("datagen: %w", err)
 	}
 	g := newGenerator(s)
+	enc, err := newEncoder(s.Format, s.Features, false)
+	if err != nil {
+		return Summary{}, err
+	}
 	var order []uint32
 	if !s.Clustered {
 		order = permutation(s.Seed, streamOrder, s.Records)
@@ -150,7 +157,7 @@ func (s Synthetic) Write(ctx context.Context, dir string, progress func(bytesWri
 			n++
 		}
 		from := next
-		err := fw.writeFile(ctx, filepath.Join(dir, s.FileName(i)), n, func(k int) []byte {
+		err := fw.writeFile(ctx, filepath.Join(dir, s.FileName(i)), n, enc, func(k int) *sample {
 			id := from + k
 			if order != nil {
 				id = int(order[id])
@@ -215,9 +222,7 @@ type generator struct {
 	centers []float64 // Classes rows of Features values
 	src     *rand.PCG // reseeded for every record
 	rng     *rand.Rand
-	values  []float32
-	b       tfexample.Builder
-	buf     []byte
+	s0      sample // the record made last
 }
 
 func newGenerator(s Synthetic) *generator {
@@ -225,7 +230,7 @@ func newGenerator(s Synthetic) *generator {
 		s:       s,
 		centers: make([]float64, s.Classes*s.Features),
 		src:     rand.NewPCG(0, 0),
-		values:  make([]float32, s.Features),
+		s0:      sample{values: make([]float32, s.Features)},
 	}
 	g.rng = rand.New(g.src)
 	r := rand.New(rand.NewPCG(s.Seed, streamCenters))
@@ -244,25 +249,21 @@ func newGenerator(s Synthetic) *generator {
 	return g
 }
 
-// record returns the encoded Example of record id, valid until the next
-// call.
-func (g *generator) record(id int) []byte {
+// record returns record id (numbered from FirstID in the sample), valid
+// until the next call.
+func (g *generator) record(id int) *sample {
 	label := g.s.Label(id)
 	g.src.Seed(g.s.Seed^recordKey, mix64(uint64(g.s.FirstID+id)))
 	center := g.centers[label*g.s.Features : (label+1)*g.s.Features]
-	for d := range g.values {
-		g.values[d] = float32(center[d] + g.rng.NormFloat64())
+	for d := range g.s0.values {
+		g.s0.values[d] = float32(center[d] + g.rng.NormFloat64())
 	}
-	g.b.Reset()
-	g.b.Int64(LabelFeature, int64(label))
-	g.b.Float(ValueFeature, g.values...)
-	g.b.Int64(IDFeature, int64(g.s.FirstID+id))
-	g.buf = g.b.AppendTo(g.buf[:0])
-	return g.buf
+	g.s0.id, g.s0.label = g.s.FirstID+id, label
+	return &g.s0
 }
 
-// A fileWriter writes TFRecord files under hidden temporary names next to
-// their final paths; commit renames them all into place, and abort removes
+// A fileWriter writes files under hidden temporary names next to their
+// final paths; commit renames them all into place, and abort removes
 // whatever was not committed. It reuses one write buffer for every file.
 type fileWriter struct {
 	bw        *bufio.Writer
@@ -279,10 +280,10 @@ func newFileWriter(progress func(bytesWritten int64)) *fileWriter {
 	return &fileWriter{bw: bufio.NewWriterSize(nil, bufSize), progress: progress}
 }
 
-// writeFile writes n records, record(0) to record(n-1), to a new temporary
-// file that commit will rename to path. The slice returned by record needs
-// to stay valid only until the next call.
-func (fw *fileWriter) writeFile(ctx context.Context, path string, n int, record func(k int) []byte) (err error) {
+// writeFile writes n records, record(0) to record(n-1), encoded by enc,
+// to a new temporary file that commit will rename to path. The sample
+// returned by record needs to stay valid only until the next call.
+func (fw *fileWriter) writeFile(ctx context.Context, path string, n int, enc encoder, record func(k int) *sample) (err error) {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
@@ -300,21 +301,27 @@ func (fw *fileWriter) writeFile(ctx context.Context, path string, n int, record 
 		}
 	}
 	fw.bw.Reset(f)
-	w := formats.NewWriter(fw.bw)
+	w := &countingWriter{w: fw.bw}
+	if err := enc.begin(w, n); err != nil {
+		return err
+	}
 	for k := range n {
 		if k%checkEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if k > 0 {
-				report(w.Written())
+				report(w.n)
 			}
 		}
-		if err := w.Write(record(k)); err != nil {
+		if err := enc.write(record(k)); err != nil {
 			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := enc.end(); err != nil {
 		return err
 	}
 	if err := fw.bw.Flush(); err != nil {
@@ -323,10 +330,10 @@ func (fw *fileWriter) writeFile(ctx context.Context, path string, n int, record 
 	if err := f.Sync(); err != nil {
 		return err
 	}
-	report(w.Written())
-	fw.total += w.Written()
+	report(w.n)
+	fw.total += w.n
 	fw.paths = append(fw.paths, path)
-	fw.sizes = append(fw.sizes, w.Written())
+	fw.sizes = append(fw.sizes, w.n)
 	fw.records = append(fw.records, n)
 	return nil
 }

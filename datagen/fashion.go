@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 
 	"github.com/klauspost/compress/gzip"
-
-	"github.com/corgifs/corgifs/tfexample"
 )
 
 // DefaultFashionDir is where Debian's dataset-fashion-mnist package installs
@@ -71,6 +69,9 @@ type FashionMNIST struct {
 	Clustered bool   // true: sorted by label; false: shuffled
 	Files     int    // output files per split
 	Seed      uint64 // seed of the shuffled order
+	// Format is one of Formats; "" means tfrecord. wds writes each image
+	// as KEY.pixels (784 raw uint8) with KEY.cls and KEY.id; see Formats.
+	Format string
 }
 
 // dir returns the directory the idx files are read from.
@@ -82,9 +83,9 @@ func (f FashionMNIST) dir() string {
 }
 
 // FileName returns the base name of file i of a split,
-// data-0000i-of-0000F.tfrecord.
+// data-0000i-of-0000F.tfrecord (or the extension of the Format).
 func (f FashionMNIST) FileName(i int) string {
-	return fmt.Sprintf("data-%05d-of-%05d.tfrecord", i, f.Files)
+	return fmt.Sprintf("data-%05d-of-%05d%s", i, f.Files, extension(f.Format))
 }
 
 // Write converts the dataset into outDir/train and outDir/test, creating
@@ -96,6 +97,9 @@ func (f FashionMNIST) FileName(i int) string {
 func (f FashionMNIST) Write(ctx context.Context, outDir string, progress func(bytesWritten int64)) (train, test Summary, err error) {
 	if f.Files < 1 {
 		return Summary{}, Summary{}, fmt.Errorf("datagen: Files must be at least 1, got %d", f.Files)
+	}
+	if err := validFormat(f.Format); err != nil {
+		return Summary{}, Summary{}, err
 	}
 	if err := f.checkPresent(); err != nil {
 		return Summary{}, Summary{}, err
@@ -114,10 +118,13 @@ func (f FashionMNIST) Write(ctx context.Context, outDir string, progress func(by
 
 	fw := newFileWriter(progress)
 	defer fw.abort()
-	var b tfexample.Builder
-	var buf []byte
+	var s sample
 	for i, sp := range splits {
 		set := sets[i]
+		enc, err := newEncoder(f.Format, set.rows*set.cols, true)
+		if err != nil {
+			return Summary{}, Summary{}, err
+		}
 		dir := filepath.Join(outDir, sp.name)
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return Summary{}, Summary{}, fmt.Errorf("datagen: %w", err)
@@ -135,14 +142,10 @@ func (f FashionMNIST) Write(ctx context.Context, outDir string, progress func(by
 				n++
 			}
 			from := next
-			err := fw.writeFile(ctx, filepath.Join(dir, f.FileName(j)), n, func(k int) []byte {
+			err := fw.writeFile(ctx, filepath.Join(dir, f.FileName(j)), n, enc, func(k int) *sample {
 				id := int(order[from+k])
-				b.Reset()
-				b.Int64(LabelFeature, int64(set.labels[id]))
-				b.Bytes(ImageFeature, set.image(id))
-				b.Int64(IDFeature, int64(id))
-				buf = b.AppendTo(buf[:0])
-				return buf
+				s = sample{id: id, label: int(set.labels[id]), pixels: set.image(id)}
+				return &s
 			})
 			if err != nil {
 				return Summary{}, Summary{}, fmt.Errorf("datagen: writing %s/%s: %w", sp.name, f.FileName(j), err)

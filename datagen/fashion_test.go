@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -316,7 +317,7 @@ func TestFashionCancelLeavesNoFiles(t *testing.T) {
 
 func TestFashionRealData(t *testing.T) {
 	if _, err := os.Stat(DefaultFashionDir); err != nil {
-		t.Skipf("Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
+		testenv.Missing(t, "Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
 	}
 	var progress []int64
 	train, test, err := FashionMNIST{Clustered: true, Files: 3}.Write(context.Background(), t.TempDir(), func(n int64) { progress = append(progress, n) })

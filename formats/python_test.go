@@ -2,6 +2,7 @@ package formats
 
 import (
 	"encoding/json"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +60,7 @@ func runPython(t *testing.T, kind string, part []byte) []string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("python3 is not installed")
+		testenv.Missing(t, "python3 is not installed")
 	}
 	path := filepath.Join(t.TempDir(), "part")
 	if err := os.WriteFile(path, part, 0o644); err != nil {

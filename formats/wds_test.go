@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"iter"
 	"os"
@@ -294,7 +295,7 @@ func TestWDSSampleSplitAcrossShardsIsAnError(t *testing.T) {
 
 func TestWDSShardsWrittenByGNUTarInEveryFormat(t *testing.T) {
 	if _, err := exec.LookPath("tar"); err != nil {
-		t.Skip("GNU tar is not installed")
+		testenv.Missing(t, "GNU tar is not installed")
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")

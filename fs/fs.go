@@ -115,7 +115,9 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 		GID:             uint32(os.Getgid()),
 		MountOptions: fuse.MountOptions{
 			FsName: cfg.Planner.Index().Root,
-			Name:   "corgifs",
+			// The type in the mount table is then fuse.corgifs, which
+			// 'corgifs unmount' checks before it detaches anything.
+			Name: mountName,
 			// The kernel enforces read-only for every mutating call (EROFS)
 			// before it reaches us.
 			Options: []string{"ro"},
@@ -200,8 +202,9 @@ func (s *Server) Unmount() error {
 // LazyUnmount detaches the mount at mnt even if it is busy or its daemon is
 // dead: umount2(MNT_DETACH) as root, fusermount3 -u -z otherwise.
 func LazyUnmount(mnt string) error {
+	var direct error
 	if os.Geteuid() == 0 {
-		if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err == nil {
+		if direct = syscall.Unmount(mnt, syscall.MNT_DETACH); direct == nil {
 			return nil
 		}
 	}
@@ -211,6 +214,9 @@ func LazyUnmount(mnt string) error {
 		} else if !errors.Is(err, errNotFound) {
 			return fmt.Errorf("unmount %s: %w", mnt, err)
 		}
+	}
+	if direct != nil {
+		return fmt.Errorf("unmount %s: umount2: %w (and no fusermount3)", mnt, direct)
 	}
 	return fmt.Errorf("unmount %s: no umount2 permission and no fusermount3", mnt)
 }
@@ -257,13 +263,15 @@ func parsePart(name string) (part, parts int, ok bool) {
 	}
 	i, err1 := strconv.Atoi(a)
 	k, err2 := strconv.Atoi(b)
-	if err1 != nil || err2 != nil || k < 1 || k > maxParts || i < 0 || i >= k || partName(i, k) != name {
+	if err1 != nil || err2 != nil || k < 1 || k > MaxParts || i < 0 || i >= k || partName(i, k) != name {
 		return 0, 0, false
 	}
 	return i, k, true
 }
 
-// maxParts bounds K so that a hostile name cannot make a plan of absurd size.
-const maxParts = 1 << 20
+// MaxParts bounds K, the number of parts of an epoch, so that a hostile name
+// cannot make a plan of absurd size. The CLI refuses a larger --parts, so
+// that every listed name resolves.
+const MaxParts = 1 << 20
 
 func partName(i, k int) string { return fmt.Sprintf("part-%05d-of-%05d.tfrecord", i, k) }

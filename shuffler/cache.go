@@ -16,7 +16,8 @@ import (
 // the part, and shared by every open of that part until the last closes.
 //
 // So the memory of plans is 4 bytes a unit (block or record) for each
-// epoch with an open part, plus as much for each of the idleSequences
+// epoch with an open part (and 8 bytes per 64 units for the byte balance of
+// its parts, balance.go), plus as much for each of the idleSequences
 // kept, plus the open parts' own plans (a Buffer per buffer, 4 bytes per
 // record of window and of padding), plus maxSizes remembered part sizes.
 // It is outside --max-memory, which counts loaded blocks; Stats reports it.
@@ -43,6 +44,11 @@ type sequence struct {
 	once    sync.Once
 	refs    int // under planCache.mu: open plans and builds using it
 
+	// Byte balance of the parts (balance.go), computed at the first K > 1.
+	sums   sync.Once
+	total  int64   // bytes of all units
+	prefix []int64 // bytes of the units before position k·prefixStride
+
 	mu   sync.Mutex
 	most map[int]int64 // records in the largest part, by K (EqualParts)
 }
@@ -55,10 +61,10 @@ func (s *sequence) at(i int) int32 {
 	return s.perm[i]
 }
 
-// share returns the units of part of parts, in order. It is the
-// sequence's own memory: never written.
-func (s *sequence) share(part, parts int) []int32 {
-	lo, hi := slice(s.n, part, parts)
+// share returns the units of part of parts, in order (balanced by bytes:
+// balance.go). It is the sequence's own memory: never written.
+func (pl *Planner) share(s *sequence, part, parts int) []int32 {
+	lo, hi := pl.bounds(s, part, parts)
 	if s.perm == nil {
 		return span(lo, hi)
 	}
@@ -235,40 +241,6 @@ func (c *planCache) releaseLocked(s *sequence) {
 		old := c.idle[0]
 		c.idle = slices.Delete(c.idle, 0, 1)
 		delete(c.seqs, old.key)
-		c.seqBytes.Add(-int64(4 * len(old.perm)))
+		c.seqBytes.Add(-int64(4*len(old.perm) + 8*len(old.prefix)))
 	}
-}
-
-// most returns the number of records in the largest of the parts parts of
-// seq, before padding: O(blocks) once per K, remembered.
-func (pl *Planner) most(seq *sequence, parts int) int64 {
-	if seq.records {
-		return int64((seq.n + parts - 1) / parts) // shares differ by one at most
-	}
-	seq.mu.Lock()
-	defer seq.mu.Unlock()
-	if m, ok := seq.most[parts]; ok {
-		return m
-	}
-	var m int64
-	if parts >= seq.n {
-		// A part holds one block at most.
-		for _, b := range pl.ix.Blocks {
-			m = max(m, int64(b.Records))
-		}
-	} else {
-		for j := range parts {
-			lo, hi := slice(seq.n, j, parts)
-			var n int64
-			for i := lo; i < hi; i++ {
-				n += int64(pl.ix.Blocks[seq.at(i)].Records)
-			}
-			m = max(m, n)
-		}
-	}
-	if seq.most == nil || len(seq.most) >= maxMost {
-		seq.most = make(map[int]int64)
-	}
-	seq.most[parts] = m
-	return m
 }

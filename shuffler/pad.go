@@ -61,7 +61,7 @@ func (pl *Planner) pad(p *Plan, seq *sequence, o order) {
 		chosen[i], chosen[j] = chosen[j], chosen[i]
 	}
 	chosen = slices.Grow(chosen[:k:k], want-k)
-	_, hi := slice(seq.n, p.Part, p.Parts)
+	_, hi := pl.bounds(seq, p.Part, p.Parts)
 	for i := 0; i < seq.n && len(chosen) < want; i++ {
 		add(seq.at((hi+i)%seq.n), seq.records, want)
 	}

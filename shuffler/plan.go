@@ -273,16 +273,18 @@ func (pl *Planner) target(partBytes int64) (int64, bool) {
 // --max-memory lowered it.
 func (pl *Planner) BufferTarget(partBytes int64) (int64, bool) { return pl.target(partBytes) }
 
-// slice returns the balanced contiguous share of n items that part gets:
-// counts differ by at most one between parts.
+// slice returns a contiguous share of n items whose counts differ by at
+// most one between parts: the split of units of no bytes (balance.go
+// splits by bytes).
 func slice(n, part, parts int) (lo, hi int) {
 	return n * part / parts, n * (part + 1) / parts
 }
 
 // corgipile permutes all blocks per epoch and gives each part a contiguous
-// slice of that permutation; records are shuffled inside each buffer.
+// run of that permutation, balanced by bytes (balance.go); records are
+// shuffled inside each buffer.
 func corgipile(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	return order{Blocks: seq.share(part, parts), Shuffle: true}
+	return order{Blocks: pl.share(seq, part, parts), Shuffle: true}
 }
 
 // blockOnly is corgipile without the shuffle inside buffers (the paper's
@@ -293,10 +295,10 @@ func blockOnly(pl *Planner, seq *sequence, epoch, part, parts int) order {
 	return o
 }
 
-// none serves the source order, split into contiguous parts.
+// none serves the source order, split into contiguous parts balanced by
+// bytes.
 func none(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	lo, hi := slice(seq.n, part, parts)
-	return order{Blocks: span(lo, hi)}
+	return order{Blocks: pl.share(seq, part, parts)}
 }
 
 func span(lo, hi int) []int32 {
@@ -310,16 +312,16 @@ func span(lo, hi int) []int32 {
 // full serves a share of the epoch's permutation of all records: a new one
 // every epoch (the paper's Epoch Shuffle) or, for once, the same one.
 func full(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	return order{Records: seq.share(part, parts)}
+	return order{Records: pl.share(seq, part, parts)}
 }
 
 // window is the sliding-window shuffle of tf.data's Dataset.shuffle: part i
-// takes a contiguous slice of the source records; a window of W records is
-// filled in source order, and each step emits a uniformly chosen slot and
-// refills it with the next record. W holds about --buffer bytes of records.
+// takes a contiguous run of the source records, balanced by bytes; a window
+// of W records is filled in source order, and each step emits a uniformly
+// chosen slot and refills it with the next record. W holds about --buffer
+// bytes of records.
 func window(pl *Planner, seq *sequence, epoch, part, parts int) order {
-	lo, hi := slice(seq.n, part, parts)
-	src := span(lo, hi)
+	src := pl.share(seq, part, parts)
 	var bytes int64
 	for _, r := range src {
 		bytes += int64(pl.ix.Frames[r])

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,7 +53,7 @@ func runTests(m *testing.M) int {
 func fuseOK(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		testenv.Missing(t, "no /dev/fuse")
 	}
 }
 

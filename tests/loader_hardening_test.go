@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,7 @@ func TestSourceFileReplacedByANamedPipeGivesEIOAndTheRestServes(t *testing.T) {
 func TestManySmallFilesUnderALowOpenFileLimitServeEveryRecordOnce(t *testing.T) {
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
-		t.Skip("no prlimit")
+		testenv.Missing(t, "no prlimit")
 	}
 	src := filepath.Join(t.TempDir(), "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {

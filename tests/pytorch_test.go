@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,7 @@ const fashionDir = "/usr/share/datasets/fashion-mnist"
 func torchOK(t *testing.T) {
 	t.Helper()
 	if out, err := exec.Command(python, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import torch and numpy (Debian: apt-get install python3-torch python3-numpy; .ci/run does): %v\n%s",
+		testenv.Missing(t, "%s cannot import torch and numpy (Debian: apt-get install python3-torch python3-numpy; .ci/run does): %v\n%s",
 			python, err, out)
 	}
 }
@@ -116,7 +117,7 @@ func TestPyTorchDataLoaderTrainsLikeAFullShuffle(t *testing.T) {
 	fuseOK(t)
 	torchOK(t)
 	if _, err := os.Stat(filepath.Join(fashionDir, "train-images-idx3-ubyte.gz")); err != nil {
-		t.Skipf("Fashion-MNIST is not installed (Debian: apt-get install dataset-fashion-mnist; .ci/run does): %v", err)
+		testenv.Missing(t, "Fashion-MNIST is not installed (Debian: apt-get install dataset-fashion-mnist; .ci/run does): %v", err)
 	}
 	data := filepath.Join(t.TempDir(), "fmnist")
 	gen := corgifs(t, "gen", "fashion-mnist", data, "--order", "clustered", "--files", "8")

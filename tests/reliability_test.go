@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -90,7 +91,11 @@ func runTimed(t *testing.T, limit time.Duration, args ...string) (string, string
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	// A race-detector build otherwise sleeps a second at exit.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	err := cmd.Run()
+	peak, err := launched(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("corgifs %s did not finish within %v\n%s", strings.Join(args, " "), limit, errb.String())
 	}
@@ -100,11 +105,7 @@ func runTimed(t *testing.T, limit time.Duration, args ...string) (string, string
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss
-	}
-	return out.String(), errb.String(), code, rss
+	return out.String(), errb.String(), code, peak()
 }
 
 // orderedPart is the expected content of one part, assembled from the
@@ -787,7 +788,7 @@ func rssMargin() int64 {
 // must come back to where they were.
 func TestLoadManyReadersAndFioServeExactBytesWithinMemoryWithoutLeaks(t *testing.T) {
 	if _, err := exec.LookPath("fio"); err != nil {
-		t.Skip("no fio")
+		testenv.Missing(t, "no fio")
 	}
 	src := genSynthetic(t, 24000, 16, 4, 4, "shuffled")
 	const budget = 4 << 20

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"math"
 	"os"
 	"os/exec"
@@ -31,7 +32,7 @@ func nodeModules(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian: apt-get install nodejs npm; .ci/run does): %v", tool, err)
+			testenv.Missing(t, "%s is not installed (Debian: apt-get install nodejs npm; .ci/run does): %v", tool, err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "@roboflow", "tfrecords", "src", "tensorFlowReader.js")); err == nil {

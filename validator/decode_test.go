@@ -22,7 +22,7 @@ func TestDecodeReadsFloatFeaturesAndLabel(t *testing.T) {
 		b.Int64("y", 3)
 	})
 	prefix := []float32{7}
-	label, x, err := Decoder{Label: "y", Features: "x"}.Decode(p, 0, prefix)
+	label, x, err := ExampleDecoder{Label: "y", Features: "x"}.DecodeExample(p, 0, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestDecodeScalesBytePixelsToUnitRange(t *testing.T) {
 		b.Int64("label", 1)
 		b.Bytes("image", []byte{0, 51, 102, 255})
 	})
-	label, x, err := Decoder{Label: "label", Features: "image"}.Decode(p, 0, nil)
+	label, x, err := ExampleDecoder{Label: "label", Features: "image"}.DecodeExample(p, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestDecodeErrorsNameTheRecordAndFeature(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x := []float32{42}
-			_, got, err := Decoder{Label: "y", Features: "x"}.Decode(tt.payload, 17, x)
+			_, got, err := ExampleDecoder{Label: "y", Features: "x"}.DecodeExample(tt.payload, 17, x)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
@@ -99,13 +99,13 @@ func TestDecodeDoesNotAllocate(t *testing.T) {
 	})
 	for _, c := range []struct {
 		name    string
-		d       Decoder
+		d       ExampleDecoder
 		payload []byte
-	}{{"float_list", Decoder{"label", "features"}, floats}, {"bytes_list", Decoder{"label", "image"}, pixels}} {
+	}{{"float_list", ExampleDecoder{"label", "features"}, floats}, {"bytes_list", ExampleDecoder{"label", "image"}, pixels}} {
 		x := make([]float32, 0, 784)
 		allocs := testing.AllocsPerRun(100, func() {
 			var err error
-			if _, x, err = c.d.Decode(c.payload, 0, x[:0]); err != nil {
+			if _, x, err = c.d.DecodeExample(c.payload, 0, x[:0]); err != nil {
 				t.Fatal(err)
 			}
 		})

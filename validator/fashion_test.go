@@ -2,6 +2,7 @@ package validator
 
 import (
 	"context"
+	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"os"
 	"testing"
@@ -50,7 +51,7 @@ func TestSoftmaxOnRealFashionMNISTConvergesOnlyWhenShuffled(t *testing.T) {
 		t.Skip("trains on 60000 real images; skipped with -short")
 	}
 	if _, err := os.Stat(datagen.DefaultFashionDir); err != nil {
-		t.Skipf("Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
+		testenv.Missing(t, "Fashion-MNIST is not installed (%v); apt-get install dataset-fashion-mnist", err)
 	}
 	// Test accuracy bounds after each epoch: softmax regression on raw
 	// pixels, batch 64, learning rate 0.05, reaches about 0.80, 0.815 and
@@ -64,7 +65,7 @@ func TestSoftmaxOnRealFashionMNISTConvergesOnlyWhenShuffled(t *testing.T) {
 	shuffledMin := []float64{0.78, 0.79, 0.80}
 	clusteredMax := []float64{0.2, 0.4, 0.5}
 
-	dec := Decoder{Label: datagen.LabelFeature, Features: datagen.ImageFeature}
+	dec := ExampleDecoder{Label: datagen.LabelFeature, Features: datagen.ImageFeature}
 	for _, clustered := range []bool{false, true} {
 		train, test, err := datagen.FashionMNIST{Clustered: clustered, Files: 2, Seed: 1}.Write(context.Background(), t.TempDir(), nil)
 		if err != nil {

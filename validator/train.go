@@ -3,7 +3,6 @@ package validator
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ const DefaultDecay = 0.95
 
 const (
 	readBufSize = 1 << 20 // read buffer of a stream
-	maxRecord   = 1 << 30 // longest record accepted, a guard against a bad length
 	checkEvery  = 1024    // records between context checks
 )
 
@@ -47,10 +45,10 @@ type Trainer struct {
 	// Logger, if not nil, gets one Info line per epoch from Train.
 	Logger *slog.Logger
 
-	frames frameReader
-	x      []float32
-	gradW  []float64 // gradient sums of the current mini-batch
-	gradB  []float64
+	br    *bufio.Reader
+	x     []float32
+	gradW []float64 // gradient sums of the current mini-batch
+	gradB []float64
 }
 
 // EpochStats describes one training epoch. The loss and accuracy of each
@@ -75,8 +73,8 @@ func (t *Trainer) check() error {
 	switch {
 	case t.Model == nil:
 		return errors.New("validator: the Trainer has no Model")
-	case t.Decoder.Label == "" || t.Decoder.Features == "":
-		return fmt.Errorf("validator: the Decoder needs the names of the label and features features, got %+v", t.Decoder)
+	case t.Decoder == nil:
+		return errors.New("validator: the Trainer has no Decoder")
 	case !(t.LR > 0) || math.IsInf(t.LR, 0):
 		return fmt.Errorf("validator: LR must be a positive number, got %v", t.LR)
 	case t.Decay < 0 || t.Decay > 1 || math.IsNaN(t.Decay):
@@ -89,73 +87,128 @@ func (t *Trainer) check() error {
 	return nil
 }
 
-// TrainEpoch trains the model for one epoch on the TFRecord stream r, such
-// as a part file of a corgifs mount, read from start to end. It checks both
-// CRCs of every record. Once its buffers have grown it does not allocate
-// per record.
+// TrainEpoch trains the model for one epoch on the stream r, such as a
+// part file of a corgifs mount, read from start to end by the reader of
+// the Decoder's format (which checks TFRecord CRCs, tar header checksums,
+// the .npy header). Once its buffers have grown it does not allocate per
+// record (for TFRecord, .npy and fixed-size records; text and tar
+// decoders allocate a little).
 func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (EpochStats, error) {
 	if err := t.check(); err != nil {
 		return EpochStats{}, err
 	}
 	m := t.Model
-	lr := t.LearningRate(epoch)
-	batch := max(t.Batch, 1)
-	if batch > 1 && len(t.gradW) != len(m.W) {
+	ep := epochState{lr: t.LearningRate(epoch), batch: max(t.Batch, 1), epoch: epoch}
+	if ep.batch > 1 && len(t.gradW) != len(m.W) {
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
-	t.frames.reset(r)
-
-	var st EpochStats
-	var lossSum float64
-	var right int64
-	inBatch := 0
-	for ; ; st.Records++ {
-		if st.Records%checkEvery == 0 {
-			if err := ctx.Err(); err != nil {
+	if seq, ok := r.(*Sequence); ok {
+		for _, path := range seq.Paths {
+			if err := t.trainFile(ctx, &ep, path); err != nil {
 				return EpochStats{}, err
 			}
 		}
-		payload, err := t.frames.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, err)
-		}
-		var label int
-		label, t.x, err = t.Decoder.Decode(payload, st.Records, t.x[:0])
-		if err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: %w", epoch, err)
-		}
-		if err := m.checkExample(t.x, label); err != nil {
-			return EpochStats{}, fmt.Errorf("validator: epoch %d: record %d: %w", epoch, st.Records, err)
-		}
-		m.forward(t.x)
-		loss, ok := m.lossGrad(label)
-		lossSum += loss
-		if ok {
-			right++
-		}
-		if batch == 1 {
-			t.step(lr, t.x)
-			continue
-		}
-		t.accumulate(t.x)
-		if inBatch++; inBatch == batch {
-			t.applyBatch(lr, inBatch)
-			inBatch = 0
-		}
+	} else if err := t.trainStream(ctx, &ep, r); err != nil {
+		return EpochStats{}, err
 	}
-	if inBatch > 0 {
-		t.applyBatch(lr, inBatch)
+	if ep.inBatch > 0 {
+		t.applyBatch(ep.lr, ep.inBatch)
 	}
+	st := ep.st
 	if st.Records > 0 {
-		st.TrainLoss = lossSum / float64(st.Records)
-		st.TrainAcc = float64(right) / float64(st.Records)
+		st.TrainLoss = ep.lossSum / float64(st.Records)
+		st.TrainAcc = float64(ep.right) / float64(st.Records)
 	}
 	return st, nil
 }
+
+// epochState is the progress of an epoch, which may span several streams.
+type epochState struct {
+	epoch   int
+	lr      float64
+	batch   int
+	st      EpochStats
+	lossSum float64
+	right   int64
+	inBatch int // records in the current mini-batch
+}
+
+func (t *Trainer) trainFile(ctx context.Context, ep *epochState, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+	}
+	defer f.Close()
+	if err := t.trainStream(ctx, ep, f); err != nil {
+		return fmt.Errorf("%w (in %s)", err, path)
+	}
+	return nil
+}
+
+// trainStream trains on the records of one stream.
+func (t *Trainer) trainStream(ctx context.Context, ep *epochState, r io.Reader) error {
+	m := t.Model
+	rr := records(&t.br, t.Decoder.Format(), r)
+	for n := int64(0); ; n++ {
+		if ep.st.Records%checkEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		rec, err := rr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, rr.wrap(err))
+		}
+		if n == 0 {
+			if err := t.Decoder.Begin(rr.Prologue()); err != nil {
+				return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+			}
+		}
+		var label int
+		label, t.x, err = t.Decoder.Decode(rec, n, t.x[:0])
+		if err != nil {
+			return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+		}
+		if err := m.checkExample(t.x, label); err != nil {
+			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, err)
+		}
+		ep.st.Records++
+		m.forward(t.x)
+		loss, ok := m.lossGrad(label)
+		ep.lossSum += loss
+		if ok {
+			ep.right++
+		}
+		if ep.batch == 1 {
+			t.step(ep.lr, t.x)
+			continue
+		}
+		t.accumulate(t.x)
+		if ep.inBatch++; ep.inBatch == ep.batch {
+			t.applyBatch(ep.lr, ep.inBatch)
+			ep.inBatch = 0
+		}
+	}
+}
+
+// A Sequence is an epoch made of whole files read one after the other,
+// such as the source files of a dataset in their order. The Trainer reads
+// each with its own reader, so that the second file's CSV header or .npy
+// header is not taken for a record; mini-batches run on across files.
+// It is not read as a plain stream.
+type Sequence struct {
+	Paths []string
+}
+
+func (s *Sequence) Read([]byte) (int, error) {
+	return 0, errors.New("validator: a Sequence is read by the Trainer file by file")
+}
+
+func (s *Sequence) Close() error { return nil }
 
 // step applies the gradient of one record, whose features are x and whose
 // loss gradient is in m.grad, with learning rate lr.
@@ -276,37 +329,42 @@ func (ts *TestSet) Classes() int {
 	return n
 }
 
-// LoadTestSet reads the TFRecord files paths, checking every CRC, and
-// decodes all their records with dec. Every record must have as many
-// features as the first.
+// LoadTestSet reads the files paths, of the Decoder's format, and decodes
+// all their records with dec. Every record must have as many features as
+// the first.
 func LoadTestSet(dec Decoder, paths ...string) (*TestSet, error) {
 	ts := &TestSet{}
-	var fr frameReader
+	var br *bufio.Reader
 	for _, path := range paths {
-		if err := ts.load(&fr, dec, path); err != nil {
+		if err := ts.load(&br, dec, path); err != nil {
 			return nil, fmt.Errorf("validator: test set %s: %w", path, err)
 		}
 	}
 	return ts, nil
 }
 
-func (ts *TestSet) load(fr *frameReader, dec Decoder, path string) error {
+func (ts *TestSet) load(br **bufio.Reader, dec Decoder, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fr.reset(f)
+	rr := records(br, dec.Format(), f)
 	for i := int64(0); ; i++ {
-		payload, err := fr.next()
+		rec, err := rr.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record %d: %w", i, err)
+			return fmt.Errorf("record %d: %w", i, rr.wrap(err))
+		}
+		if i == 0 {
+			if err := dec.Begin(rr.Prologue()); err != nil {
+				return err
+			}
 		}
 		n := len(ts.X)
-		label, x, err := dec.Decode(payload, i, ts.X)
+		label, x, err := dec.Decode(rec, i, ts.X)
 		if err != nil {
 			return err
 		}
@@ -321,59 +379,40 @@ func (ts *TestSet) load(fr *frameReader, dec Decoder, path string) error {
 	}
 }
 
-// A frameReader reads TFRecord frames from a stream, checking both CRCs of
-// each, into a reused buffer.
-type frameReader struct {
-	br  *bufio.Reader
-	hdr [formats.HeaderLen]byte
-	buf []byte
-	off int64 // stream offset of the next frame
-}
-
-func (fr *frameReader) reset(r io.Reader) {
-	if fr.br == nil {
-		fr.br = bufio.NewReaderSize(r, readBufSize)
+// records returns a reader of the records of r in format f, through the
+// read buffer *br, which it makes on first use.
+func records(br **bufio.Reader, f formats.Format, r io.Reader) *recordReader {
+	if *br == nil {
+		*br = bufio.NewReaderSize(r, readBufSize)
 	} else {
-		fr.br.Reset(r)
+		(*br).Reset(r)
 	}
-	fr.off = 0
+	rr := &recordReader{br: *br}
+	rr.RecordReader = f.NewReader(rr)
+	return rr
 }
 
-// next returns the payload of the next frame, valid until the next call, or
-// io.EOF at a clean end of the stream. A damaged or truncated frame gives a
-// *formats.CorruptError.
-func (fr *frameReader) next() ([]byte, error) {
-	n, err := io.ReadFull(fr.br, fr.hdr[:])
-	switch {
-	case err == io.EOF:
-		return nil, io.EOF
-	case err == io.ErrUnexpectedEOF:
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("truncated frame header: %d of %d bytes", n, formats.HeaderLen)}
-	case err != nil:
-		return nil, fmt.Errorf("reading at offset %d: %w", fr.off, err)
+// recordReader is the format's RecordReader over a buffered stream, which
+// counts the bytes it consumed so that a read error can say where it
+// happened.
+type recordReader struct {
+	formats.RecordReader
+	br  *bufio.Reader
+	off int64
+}
+
+func (r *recordReader) Read(p []byte) (int, error) {
+	n, err := r.br.Read(p)
+	r.off += int64(n)
+	return n, err
+}
+
+// wrap adds the stream offset to a read error; the format's errors
+// (*formats.CorruptError) already have theirs.
+func (r *recordReader) wrap(err error) error {
+	var ce *formats.CorruptError
+	if errors.As(err, &ce) {
+		return err
 	}
-	if formats.MaskedCRC(fr.hdr[:8]) != binary.LittleEndian.Uint32(fr.hdr[8:]) {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: "length CRC mismatch"}
-	}
-	length := binary.LittleEndian.Uint64(fr.hdr[:8])
-	if length > maxRecord {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("record length %d is more than the %d accepted", length, maxRecord)}
-	}
-	need := int(length) + formats.FooterLen
-	if cap(fr.buf) < need {
-		fr.buf = make([]byte, need)
-	}
-	fr.buf = fr.buf[:need]
-	if n, err := io.ReadFull(fr.br, fr.buf); err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil, &formats.CorruptError{Offset: fr.off, Reason: fmt.Sprintf("truncated frame: %d of %d data and CRC bytes", n, need)}
-		}
-		return nil, fmt.Errorf("reading at offset %d: %w", fr.off+formats.HeaderLen+int64(n), err)
-	}
-	data := fr.buf[:length]
-	if formats.MaskedCRC(data) != binary.LittleEndian.Uint32(fr.buf[length:]) {
-		return nil, &formats.CorruptError{Offset: fr.off, Reason: "data CRC mismatch"}
-	}
-	fr.off += int64(formats.HeaderLen + need)
-	return data, nil
+	return fmt.Errorf("reading at offset %d: %w", r.off, err)
 }

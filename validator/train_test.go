@@ -26,7 +26,7 @@ type rec struct {
 	x     []float32
 }
 
-var testDecoder = Decoder{Label: "label", Features: "features"}
+var testDecoder = ExampleDecoder{Label: "label", Features: "features"}
 
 // stream returns the records framed as a TFRecord stream, with the
 // features of testDecoder.
@@ -233,7 +233,7 @@ func TestTrainerRejectsBadSettings(t *testing.T) {
 		want string
 	}{
 		{"no model", Trainer{Decoder: testDecoder, LR: 0.1}, "no Model"},
-		{"no decoder", Trainer{Model: m, LR: 0.1}, "Decoder needs the names"},
+		{"no decoder", Trainer{Model: m, LR: 0.1}, "has no Decoder"},
 		{"zero rate", Trainer{Model: m, Decoder: testDecoder}, "LR must be a positive number, got 0"},
 		{"NaN rate", Trainer{Model: m, Decoder: testDecoder, LR: math.NaN()}, "LR must be a positive number"},
 		{"growing rate", Trainer{Model: m, Decoder: testDecoder, LR: 0.1, Decay: 1.5}, "Decay must be in (0, 1]"},
@@ -274,7 +274,7 @@ func TestBadRecordsInTheStreamAreErrors(t *testing.T) {
 		{"truncated data", good[:starts[3]-2], true,
 			fmt.Sprintf("record 2: corrupt record at offset %d: truncated frame", third)},
 		{"truncated header", good[:third+5], true,
-			fmt.Sprintf("record 2: corrupt record at offset %d: truncated frame header: 5 of 12 bytes", third)},
+			fmt.Sprintf("record 2: corrupt record at offset %d: truncated frame header", third)},
 		{"garbage after the records", append(slices.Clone(good), "garbage tail!"...), true,
 			"record 5: corrupt record at offset"},
 		{"label out of range", stream([]rec{{0, []float32{1, 1}}, {2, []float32{1, 1}}}), false,
@@ -379,7 +379,7 @@ func synthetic(t *testing.T) (train [][]byte, test *TestSet) {
 			train = append(train, b[s:end])
 		}
 	}
-	test, err = LoadTestSet(Decoder{datagen.LabelFeature, datagen.ValueFeature}, sum.Files[5])
+	test, err = LoadTestSet(ExampleDecoder{datagen.LabelFeature, datagen.ValueFeature}, sum.Files[5])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func trainSoftmax(t *testing.T, frames [][]byte, test *TestSet, epochs int) []fl
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &Trainer{Model: m, Decoder: Decoder{datagen.LabelFeature, datagen.ValueFeature}, LR: 0.05, Batch: 1}
+	tr := &Trainer{Model: m, Decoder: ExampleDecoder{datagen.LabelFeature, datagen.ValueFeature}, LR: 0.05, Batch: 1}
 	data := bytes.Join(frames, nil)
 	run, err := tr.Train(context.Background(), "test", epochs, func(int) (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
@@ -438,7 +438,7 @@ func TestClusteredOrderTrainsClearlyWorseThanShuffled(t *testing.T) {
 
 func labelOf(t *testing.T, frame []byte) int {
 	t.Helper()
-	label, _, err := Decoder{datagen.LabelFeature, datagen.ValueFeature}.Decode(formats.Payload(frame), 0, nil)
+	label, _, err := ExampleDecoder{datagen.LabelFeature, datagen.ValueFeature}.Decode(frame, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,24 @@ func (s *sizeFlag) Set(v string) error {
 	return nil
 }
 
+// givenFlag is a flag that records that it was given.
+type givenFlag struct {
+	flag.Value
+	given *bool
+}
+
+func (g givenFlag) String() string {
+	if g.Value == nil { // the zero value flag.PrintDefaults makes
+		return ""
+	}
+	return g.Value.String()
+}
+
+func (g givenFlag) Set(s string) error {
+	*g.given = true
+	return g.Value.Set(s)
+}
+
 type bufferFlag struct{ v shuffler.BufferSize }
 
 func (b *bufferFlag) String() string { return b.v.String() }
@@ -76,6 +94,12 @@ type datasetFlags struct {
 	// What open made of --max-memory: the budget of the loader's slabs
 	// and the soft limit of the Go heap (see memorySplit).
 	slabBudget, heapLimit int64
+
+	// blockSizeGiven: --block-size was on the command line, so the block
+	// size rule warns instead of lowering it (blocksize.go); blockSizeFrom
+	// is the size it lowered, if it did.
+	blockSizeGiven bool
+	blockSizeFrom  int64
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
@@ -83,7 +107,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.include = listFlag(blockcache.DefaultInclude)
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
-	fs.Var(&d.blockSize, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself)")
+	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
 	fs.Var(&d.include, "include", "comma separated `globs` of source file names to index")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)

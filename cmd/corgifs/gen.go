@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/corgifs/corgifs/datagen"
@@ -32,7 +34,14 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	}
 	fset := newFlagSet("gen synthetic", "OUT", `Writes OUT/data-IIIII-of-FFFFF.tfrecord: tf.train.Example records with an
 int64 "label", a float "features" vector and an int64 "id". Classes are
-Gaussian clusters, separable by a linear model but not trivially.`, stderr)
+Gaussian clusters, separable by a linear model but not trivially.
+--format writes the same records, in the same order and files, as:
+  csv     header id,label,f0,...; a row per record
+  jsonl   {"id":...,"label":...,"features":[...]} per line
+  libsvm  label qid:ID 1:v1 2:v2 ... (indexes from 1; the id is the qid,
+          which sklearn's load_svmlight_file reads with query_id=True)
+  wds     WebDataset tar: KEY.cls (label), KEY.id, KEY.bin (float32 LE)
+  npy     a float32 array per file, columns label, id, f0, ...`, stderr)
 	records := fset.Int("records", 100000, "number of records")
 	features := fset.Int("features", 32, "float features per record")
 	classes := fset.Int("classes", 4, "number of classes")
@@ -40,6 +49,7 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 	files := fset.Int("files", 8, "number of files")
 	seed := fset.Uint64("seed", 1, "seed of the generator (the class centers depend on it alone)")
 	firstID := fset.Int("first-id", 0, "number the records from this id on; a set made with the same --seed and\nids past another set's holds new points of the same classes (a held-out test set)")
+	format := genFormatFlag(fset)
 	pos, err := parse(fset, args[1:], 1)
 	if err != nil {
 		return err
@@ -50,7 +60,7 @@ Gaussian clusters, separable by a linear model but not trivially.`, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g := datagen.Synthetic{Records: *records, Features: *features, Classes: *classes,
-		Clustered: *order == "clustered", Files: *files, Seed: *seed, FirstID: *firstID}
+		Clustered: *order == "clustered", Files: *files, Seed: *seed, FirstID: *firstID, Format: *format}
 	bar := progressFunc(stderr, "writing")
 	var progress func(int64)
 	if bar != nil {
@@ -73,11 +83,15 @@ func runGenFashion(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("gen fashion-mnist", "OUT", `Converts the Fashion-MNIST idx files (gzip'd, as the Debian package
 dataset-fashion-mnist installs them) into OUT/train/*.tfrecord and
 OUT/test/*.tfrecord: tf.train.Example records with "image" (bytes, 784 uint8
-pixels), "label" (int64) and "id" (int64).`, stderr)
+pixels), "label" (int64) and "id" (int64). --format writes the same records as
+csv (id,label,p0..p783), jsonl ("pixels"), libsvm (label qid:ID idx:pixel),
+wds (KEY.cls, KEY.id and KEY.pixels: 784 raw uint8) or npy (uint8 columns
+label, p0..p783).`, stderr)
 	from := fset.String("from", datagen.DefaultFashionDir, "`dir`ectory holding the four idx .gz files")
 	order := fset.String("order", "clustered", "record order in the files: clustered (sorted by label) or shuffled")
 	files := fset.Int("files", 8, "number of training files (the test set is written as as many)")
 	seed := fset.Uint64("seed", 1, "seed of the shuffled order")
+	format := genFormatFlag(fset)
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
@@ -87,11 +101,16 @@ pixels), "label" (int64) and "id" (int64).`, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	train, test, err := datagen.FashionMNIST{From: *from, Clustered: *order == "clustered", Files: *files, Seed: *seed}.Write(ctx, pos[0], nil)
+	train, test, err := datagen.FashionMNIST{From: *from, Clustered: *order == "clustered", Files: *files, Seed: *seed, Format: *format}.Write(ctx, pos[0], nil)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %d training records (%s) and %d test records (%s) to %s\n",
 		train.Records, humanize.IBytes(uint64(train.Bytes)), test.Records, humanize.IBytes(uint64(test.Bytes)), pos[0])
 	return nil
+}
+
+// genFormatFlag registers gen's --format.
+func genFormatFlag(fset *flag.FlagSet) *string {
+	return fset.String("format", datagen.FormatTFRecord, "file `format`: "+strings.Join(datagen.Formats(), ", "))
 }

@@ -27,6 +27,7 @@ func commands() []command {
 		{"gen", "KIND OUT", "write a dataset: synthetic, or fashion-mnist from its idx files", runGen},
 		{"validate", "", "train models on several orders side by side (SGD validator)", runValidate},
 		{"demo", "", "make a dataset, mount it, read epochs and show the orders", runDemo},
+		{"tune", "SRC", "measure SRC's storage and data; print the block and buffer sizes they need", runTune},
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/fs"
@@ -37,6 +36,10 @@ type info struct {
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
 	Padded  int         `json:"equal_parts_padding_epoch0"`
 	Dataset datasetInfo `json:"dataset"`
+
+	// The default block size, when it was lowered for this dataset
+	// (blocksize.go); block_size is the one used.
+	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
 }
 
 type datasetInfo struct {
@@ -85,7 +88,7 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 
 func runMount(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of TFRecord files, read-only at MNT and serves it in
-the foreground until SIGINT or SIGTERM. MNT/epoch-NNNN/part-IIIII-of-KKKKK.tfrecord
+the foreground until SIGINT, SIGTERM or SIGHUP. MNT/epoch-NNNN/part-IIIII-of-KKKKK.tfrecord
 holds part I of K of epoch N: the K parts of an epoch hold every record once.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
@@ -99,19 +102,35 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		return err
 	}
 	src, mnt := pos[0], pos[1]
-	if *epochs < 0 || *parts < 1 {
-		return fmt.Errorf("--epochs must be >= 0 and --parts >= 1")
+	if *epochs < 0 {
+		return fmt.Errorf("--epochs must be >= 0")
+	}
+	if err := checkParts(*parts); err != nil {
+		return err
 	}
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
 		return err
 	}
+	// A reader of stderr that goes away (`corgifs mount … 2>&1 | head`, a
+	// dead tee) must not kill the daemon and leave a dead mount: with SIGPIPE
+	// ignored a failed log write is an error that slog drops.
+	signal.Ignore(syscall.SIGPIPE)
 	log := newLogger(stderr, d.debug)
 	raiseOpenFileLimit(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, again, stop := notifyShutdown()
 	defer stop()
+	indexed := make(chan struct{})
+	go exitIfStuck(ctx, again, indexed, log)
 
 	ix, pl, seed, err := d.open(ctx, src, log, stderr)
+	close(indexed)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s while indexing %s: nothing mounted: %w", signalOf(ctx), src, err)
+		}
+		return err
+	}
+	if ix, pl, err = d.fitBlocks(ctx, src, ix, pl, seed, *parts, log, stderr); err != nil {
 		return err
 	}
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
@@ -140,9 +159,11 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		}
 		defer pprof.StopCPUProfile()
 	}
+	in := newInfo(ix, pl, *epochs, *parts)
+	in.BlockSizeFrom = d.blockSizeFrom
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: newInfo(ix, pl, *epochs, *parts), AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
@@ -160,16 +181,14 @@ holds part I of K of epoch N: the K parts of an epoch hold every record once.`, 
 		return nil
 	case <-ctx.Done():
 	}
-	log.Info("signal received, unmounting", "mountpoint", mnt)
-	if err := srv.Unmount(); err != nil {
-		log.Error("unmount failed", "err", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		// Lazily detached with files still open: exiting closes the FUSE
-		// connection, and their reads end with an error.
-		log.Info("open files remain on the detached mount; exiting")
+	log.Info("signal received, unmounting", "signal", signalOf(ctx), "mountpoint", mnt)
+	return shutdown(srv, mnt, done, again, log)
+}
+
+// checkParts refuses a K whose part names would not resolve.
+func checkParts(parts int) error {
+	if parts < 1 || parts > fs.MaxParts {
+		return fmt.Errorf("--parts %d: want 1 to %d (%d parts at most: larger part names do not resolve)", parts, fs.MaxParts, fs.MaxParts)
 	}
 	return nil
 }
@@ -230,12 +249,22 @@ func realPath(p string) (string, error) {
 }
 
 func runUnmount(args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("unmount", "MNT", "Unmounts a corgifs mount lazily: also one that is busy or whose daemon was killed.", stderr)
+	fset := newFlagSet("unmount", "MNT", `Unmounts a corgifs mount lazily: also one that is busy or whose daemon was
+killed. Any other mount at MNT is refused unless --force.`, stderr)
+	force := fset.Bool("force", false, "detach the mount at MNT even if it is not a corgifs mount")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
-	return fs.LazyUnmount(pos[0])
+	mnt := pos[0]
+	typ, err := fs.MountType(mnt)
+	if err != nil {
+		return err
+	}
+	if typ != fs.MountTypeName && !*force {
+		return fmt.Errorf("%s is a %s mount, not a corgifs one (%s); pass --force to detach it anyway", mnt, typ, fs.MountTypeName)
+	}
+	return fs.LazyUnmount(mnt)
 }
 
 func runIndex(args []string, stdout, stderr io.Writer) error {

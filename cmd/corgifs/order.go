@@ -31,6 +31,9 @@ the offset of its frame within the served part file and the frame's size.`, stde
 	if err != nil {
 		return err
 	}
+	if err := checkParts(*parts); err != nil {
+		return err
+	}
 	if *format != "file" && *format != "dali" {
 		return fmt.Errorf("--format %q: want file or dali", *format)
 	}
@@ -40,8 +43,11 @@ the offset of its frame within the served part file and the frame's size.`, stde
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ix, pl, _, err := d.open(ctx, pos[0], log, stderr)
+	ix, pl, seed, err := d.open(ctx, pos[0], log, stderr)
 	if err != nil {
+		return err
+	}
+	if ix, pl, err = d.fitBlocks(ctx, pos[0], ix, pl, seed, *parts, log, stderr); err != nil {
 		return err
 	}
 	plan, err := pl.Plan(*epoch, *part, *parts)

@@ -1,19 +1,25 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/validator"
 	"github.com/dustin/go-humanize"
@@ -29,6 +35,16 @@ type validateFlags struct {
 	label, features string
 	via             string
 	jsonOut, plot   string
+
+	// The format of --data and --test, and where its records keep the
+	// label and the features. "" means the format's default.
+	format                  string
+	noHeader                bool // csv --header=false
+	recordSize, headerBytes int64
+	labelColumn             string
+	ignoreColumns           listFlag
+	ignoreSet               bool // --ignore-columns was given
+	divide                  float64
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
@@ -42,9 +58,23 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&v.lr, "lr", 0.05, "learning rate of epoch 0")
 	fs.Float64Var(&v.decay, "decay", validator.DefaultDecay, "learning rate decay per epoch: lr * decay^epoch")
 	fs.Float64Var(&v.l2, "l2", 0, "L2 regularisation strength")
-	fs.StringVar(&v.label, "label", "label", "`name` of the int64_list label feature")
-	fs.StringVar(&v.features, "features", "features", "`name` of the feature vector: a float_list, or a bytes_list of uint8 pixels")
-	fs.StringVar(&v.via, "via", "mount", "how epochs are read: mount (through a real corgifs mount) or direct (the same bytes, in-process)")
+	fs.StringVar(&v.label, "label", "", "`name` of the label: tfrecord: the int64_list feature (default label);\njsonl: the key (default label); wds: the member extension (default cls)")
+	fs.StringVar(&v.features, "features", "", "the features: tfrecord: the `name` of a float_list, or of a bytes_list of uint8\npixels (default features); jsonl: the key of a number array (default features,\nor pixels); wds: the member extension, float32 little-endian, or uint8 if \"pixels\" (default: bin\nor pixels); libsvm: the number of features (default: the largest index in --data and --test)")
+	fs.StringVar(&v.via, "via", "mount", "how epochs are read: mount (through a real corgifs mount), direct (the same bytes,\nin-process) or files (the --data files in their order, each epoch; --strategies none)")
+	fs.StringVar(&v.format, "format", "", "`format` of --data and --test: "+strings.Join(formats.Names(), ", ")+"\n(default: chosen from the file extensions)")
+	fs.BoolFunc("header", "csv: the first row of every file is the header (default true; --header=false: none)", func(s string) error {
+		b, err := strconv.ParseBool(s)
+		v.noHeader = !b
+		return err
+	})
+	fs.Int64Var(&v.recordSize, "record-size", 0, "fixed: `bytes` per record (little-endian float32 values)")
+	fs.Int64Var(&v.headerBytes, "header-bytes", 0, "fixed: `bytes` of header before the records of every file")
+	fs.StringVar(&v.labelColumn, "label-column", "", "csv: the label `column`, a header name or a number from 0 (default label);\nnpy, fixed: its number from 0 (default 0)")
+	fs.Float64Var(&v.divide, "divide", 0, "csv, jsonl, libsvm: divide every feature by `N` (255 for the 0-255 pixels of\n`corgifs gen fashion-mnist`, to match the uint8 formats, which are always scaled to [0, 1])")
+	fs.Func("ignore-columns", "comma separated `columns` that are not features: csv: names or numbers (default id);\nnpy, fixed: numbers (default none; 1 for `corgifs gen synthetic --format npy`, whose\ncolumns are label, id, features)", func(s string) error {
+		v.ignoreSet = true
+		return v.ignoreColumns.Set(s)
+	})
 	fs.StringVar(&v.jsonOut, "json", "", "write the results as JSON to `file`")
 	fs.StringVar(&v.plot, "plot", "", "draw test accuracy and training loss per epoch to `file` (.svg or .png)")
 }
@@ -103,16 +133,30 @@ func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) er
 // validate trains one model per strategy and returns the results.
 func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.Logger) (validator.Report, error) {
 	var report validator.Report
-	if v.via != "mount" && v.via != "direct" {
-		return report, fmt.Errorf("--via %q: want mount or direct", v.via)
+	if v.via != "mount" && v.via != "direct" && v.via != "files" {
+		return report, fmt.Errorf("--via %q: want mount, direct or files", v.via)
 	}
 	for _, s := range v.strategies {
 		if _, ok := shuffler.Describe[s]; !ok {
 			return report, fmt.Errorf("unknown strategy %q in --strategies (choose from %s)", s, strings.Join(shuffler.Strategies(), ", "))
 		}
 	}
-	dec := validator.Decoder{Label: v.label, Features: v.features}
-	testFiles, err := tfrecordFiles(v.test)
+	if v.via == "files" && !slices.Equal(v.strategies, []string{"none"}) {
+		return report, fmt.Errorf("--via files reads the source files in their order: pass --strategies none (got %s)", v.strategies.String())
+	}
+	f, dataFiles, err := v.dataFormat(d)
+	if err != nil {
+		return report, err
+	}
+	if f.Name() != "tfrecord" && v.via != "files" {
+		// TODO(wiring): remove once the index and the mount serve every format.
+		return report, fmt.Errorf("--format %s: the mount serves TFRecord only for now; read the files with --via files --strategies none", f.Name())
+	}
+	testFiles, err := formatFiles(v.test, f.Include())
+	if err != nil {
+		return report, err
+	}
+	dec, err := v.decoder(f, append(slices.Clone(dataFiles), testFiles...))
 	if err != nil {
 		return report, err
 	}
@@ -123,6 +167,9 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	classes := test.Classes()
 	if v.model != validator.Softmax {
 		classes = 2
+	}
+	if v.via == "files" {
+		return validateFiles(ctx, v, dec, test, classes, dataFiles, log)
 	}
 	// Index once, so every strategy (and every child mount) uses the sidecar.
 	seed, chosen, err := d.parseSeed()
@@ -175,6 +222,14 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
+		if v.format != "tfrecord" {
+			// Reached once the mount serves other formats (see the
+			// --via files guard in validate), when mount has these flags.
+			flags = append(flags, "--format", v.format, "--header="+strconv.FormatBool(!v.noHeader))
+			if v.format == "fixed" {
+				flags = append(flags, "--record-size", fmt.Sprint(v.recordSize), "--header-bytes", fmt.Sprint(v.headerBytes))
+			}
+		}
 		m, err := startChildMount(v.data, work, flags...)
 		if err != nil {
 			return nil, nil, err
@@ -220,17 +275,135 @@ func (r *streamReader) Read(p []byte) (int, error) {
 
 func (r *streamReader) Close() error { r.s.Close(); return nil }
 
-func tfrecordFiles(dir string) ([]string, error) {
-	var files []string
-	for _, pat := range blockcache.DefaultInclude {
-		m, err := filepath.Glob(filepath.Join(dir, pat))
+// validateFiles trains on the source files read in their order, every
+// epoch: the "none" strategy without a mount or an index, in any format.
+func validateFiles(ctx context.Context, v *validateFlags, dec validator.Decoder, test *validator.TestSet, classes int, files []string, log *slog.Logger) (validator.Report, error) {
+	var report validator.Report
+	log.Info("training on the source files in their order", "files", len(files), "test_records", test.Len(),
+		"features", test.Dim, "classes", classes, "model", v.model, "format", dec.Format().Name())
+	model, err := validator.NewModel(v.model, test.Dim, classes)
+	if err != nil {
+		return report, err
+	}
+	tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch, Logger: log}
+	run, err := tr.Train(ctx, "none", v.epochs, func(int) (io.ReadCloser, error) {
+		return &validator.Sequence{Paths: files}, nil
+	}, test)
+	if err != nil {
+		return report, err
+	}
+	report.Runs = append(report.Runs, run)
+	return report, nil
+}
+
+// dataFormat returns the format of --data (--format, or chosen from the
+// file extensions) and its files in their order.
+func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, error) {
+	o := formats.Options{NoHeader: v.noHeader, RecordSize: v.recordSize, HeaderBytes: v.headerBytes}
+	if v.format == "" {
+		all, err := formatFiles(v.data, []string{"*"})
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := formats.Detect(all, o)
+		if errors.Is(err, formats.ErrNoFormat) {
+			return nil, nil, fmt.Errorf("no data files in %s: none has the extension of a format (%s); pass --format", v.data, strings.Join(formats.AllIncludes(), " "))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		v.format = f.Name()
+	}
+	f, err := formats.Lookup(v.format, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--format: %w", err)
+	}
+	if slices.Equal(d.include, blockcache.DefaultInclude) {
+		// The default --include is TFRecord's; the index and child
+		// mounts then take the format's own.
+		d.include = listFlag(f.Include())
+	}
+	files, err := formatFiles(v.data, d.include)
+	return f, files, err
+}
+
+// decoder returns the decoder of the records of f that the flags describe.
+// files are the data and test files, for the dimension of libsvm data.
+func (v *validateFlags) decoder(f formats.Format, files []string) (validator.Decoder, error) {
+	switch f := f.(type) {
+	case formats.TFRecord:
+		return validator.ExampleDecoder{Label: cmp.Or(v.label, "label"), Features: cmp.Or(v.features, "features")}, nil
+	case formats.CSV:
+		ignore := []string(v.ignoreColumns)
+		if !v.ignoreSet {
+			ignore = []string{"id"}
+		}
+		return &validator.CSVDecoder{NoHeader: !f.Header, Label: cmp.Or(v.labelColumn, "label"), Ignore: ignore, Divide: float32(v.divide)}, nil
+	case formats.JSONL:
+		return &validator.JSONLDecoder{Label: v.label, Features: v.features, Divide: float32(v.divide)}, nil
+	case formats.LibSVM:
+		if v.features != "" {
+			n, err := strconv.Atoi(v.features)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("--features %q: for libsvm, the number of features", v.features)
+			}
+			return &validator.LibSVMDecoder{Dim: n, Divide: float32(v.divide)}, nil
+		}
+		dim, err := validator.LibSVMDim(func(p string) (io.ReadCloser, error) { return os.Open(p) }, files...)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, m...)
+		return &validator.LibSVMDecoder{Dim: dim, Divide: float32(v.divide)}, nil
+	case formats.WDS:
+		return &validator.WDSDecoder{Label: v.label, Features: v.features}, nil
+	case formats.NPY, formats.Fixed:
+		d := &validator.RowDecoder{}
+		if fx, ok := f.(formats.Fixed); ok {
+			d.Fixed = &fx
+		}
+		if v.labelColumn != "" {
+			n, err := strconv.Atoi(v.labelColumn)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("--label-column %q: for %s, a column number from 0", v.labelColumn, f.Name())
+			}
+			d.Label = n
+		}
+		for _, c := range v.ignoreColumns {
+			n, err := strconv.Atoi(c)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("--ignore-columns %q: for %s, column numbers from 0", v.ignoreColumns.String(), f.Name())
+			}
+			d.Ignore = append(d.Ignore, n)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("validate does not read --format %s", f.Name())
+}
+
+// formatFiles returns the files under dir whose base name matches one of
+// include, in lexical order.
+func formatFiles(dir string, include []string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		for _, pat := range include {
+			if ok, _ := filepath.Match(pat, e.Name()); ok {
+				files = append(files, p)
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no TFRecord files in %s", dir)
+		return nil, fmt.Errorf("no files matching %s in %s", strings.Join(include, ","), dir)
 	}
 	return files, nil
 }

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/tune"
+	"github.com/dustin/go-humanize"
+)
+
+const tuneAbout = `Tells which --block-size and --buffer SRC needs, with the evidence.
+
+Storage: reads SRC's files at random 4 KiB-aligned offsets with O_DIRECT,
+--in-flight reads at a time, at each block size from --min-block to
+--max-block, and recommends the smallest block within 10% of the fastest
+(the CorgiPile paper's advice) among those of at least 1 MiB, which a mount
+reads with O_DIRECT too (smaller ones go through the page cache). The source must be cold (not in the page
+cache) for the figures to be the storage's; tune says when they are not.
+
+Data (with --label): cuts SRC into blocks as a mount would (the index, at
+the recommended or the given --block-size) and measures how clustered the
+source order is: the mean total variation distance between each block's
+label distribution and the global one, and the CorgiPile paper's block
+heterogeneity h_D of a softmax regression at its initial (zero) weights,
+with --features as the input vector (only the label's bias gradient
+without it). h_D is about 1 for a random order and up to the records per
+block when every block is as unlike the rest as one record is. The buffer
+printed is the smallest for which the paper's bound (1-alpha)*h_D <= 1
+holds, alpha = (n-1)/(N-1) for n blocks per buffer of N: the buffer's mean
+gradient is then no noisier than that of as many records drawn uniformly.
+The bound is sufficient, not necessary: on Fashion-MNIST sorted by label,
+in 32 KiB blocks (h_D 28), it asks for a 97% buffer, while 2% and 10%
+buffers already matched a full shuffle's final accuracy for a linear model
+(VALIDATION.md). Treat it as the buffer that is safe whatever the model;
+the table shows (1-alpha)*h_D at smaller buffers.
+
+Last, it prints a 'corgifs mount' line with both.`
+
+func runTune(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("tune", "SRC", tuneAbout, stderr)
+	var d datasetFlags
+	d.register(fset, false)
+	bs := fset.Lookup("block-size")
+	bs.Usage = "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or 8 MiB with --probe=false)"
+	bs.DefValue = "0 B" // printed as no default: the usage says it
+	label := fset.String("label", "", "int64 `feature` holding the class of a record; without it, only the storage is measured")
+	features := fset.String("features", "", "`feature` holding the input vector (a float_list, or a bytes_list of one uint8 string\nsuch as image pixels, scaled to [0, 1]); without it h_D is the label's alone")
+	probe := fset.Bool("probe", true, "measure the storage (false: skip it)")
+	probeBytes := sizeFlag(256 << 20)
+	fset.Var(&probeBytes, "probe-bytes", "`bytes` read per block size at most (a smaller dataset is read once per size)")
+	probeTime := fset.Duration("probe-time", 10*time.Second, "time spent per block size at most")
+	inFlight := fset.Int("in-flight", 8, "reads in flight at once during the probe")
+	rounds := fset.Int("rounds", 3, "passes over all block sizes, each reading a share of --probe-bytes; a size's\nfigure is the median of its passes (steadier on a shared machine)")
+	minBlock, maxBlock := sizeFlag(64<<10), sizeFlag(32<<20)
+	fset.Var(&minBlock, "min-block", "smallest block `size` probed")
+	fset.Var(&maxBlock, "max-block", "largest block `size` probed (sizes double from --min-block)")
+	dataBytes := sizeFlag(1 << 30)
+	fset.Var(&dataBytes, "data-bytes", "`bytes` of records read for the data analysis at most; a larger dataset is\nanalysed on a random sample of its blocks")
+	seed := fset.Uint64("seed", 1, "`seed` of the probe's offsets, the block sample and the random-order baseline")
+	asJSON := fset.Bool("json", false, "print one JSON object instead of the tables")
+	pos, err := parse(fset, args, 1)
+	if err != nil {
+		return err
+	}
+	blockGiven := false
+	fset.Visit(func(f *flag.Flag) { blockGiven = blockGiven || f.Name == "block-size" })
+	if *features != "" && *label == "" {
+		return fmt.Errorf("--features needs --label: h_D is the gradient of a classifier")
+	}
+	if !*probe && *label == "" {
+		return fmt.Errorf("nothing to measure: --probe=false and no --label")
+	}
+	if minBlock > maxBlock {
+		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
+	}
+	if *inFlight < 1 || *rounds < 1 {
+		return fmt.Errorf("--in-flight %d, --rounds %d: want at least 1", *inFlight, *rounds)
+	}
+	src := pos[0]
+	log := newLogger(stderr, d.debug)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var out tuneOutput
+	out.Source = src
+	if *probe {
+		files, err := probeFiles(src, d.include, d.follow)
+		if err != nil {
+			return err
+		}
+		// A mount reads blocks under MinDirectBlock through the page cache,
+		// whose cold reads cost CPU and fall behind the device, so the
+		// block it is told to use is one it reads directly.
+		var floor int64
+		if d.directIO {
+			floor = blockcache.MinDirectBlock
+		}
+		var sizes []int64
+		for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
+			sizes = append(sizes, n)
+		}
+		rep, err := tune.Probe(ctx, files, tune.ProbeOptions{
+			Sizes: sizes, Bytes: int64(probeBytes), Time: *probeTime, InFlight: *inFlight, Rounds: *rounds, Seed: *seed, Floor: floor,
+			Progress: progressFunc(stderr, "probing"),
+		})
+		if err != nil {
+			return err
+		}
+		out.Storage = &rep
+	}
+	block := int64(d.blockSize)
+	switch {
+	case blockGiven:
+	case out.Storage != nil && out.Storage.Recommended > 0:
+		block = out.Storage.Recommended
+	}
+	out.BlockSize = block
+
+	if *label != "" {
+		if err := d.checkCacheDir(); err != nil {
+			return err
+		}
+		d.blockSize = sizeFlag(block)
+		ix, _, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
+		if err != nil {
+			return err
+		}
+		rep, err := tune.Data(ctx, ix, tune.TFExample{Label: *label, Features: *features}, tune.DataOptions{
+			MaxBytes: int64(dataBytes), Seed: *seed, Progress: progressFunc(stderr, "reading"),
+		})
+		if err != nil {
+			return err
+		}
+		out.Data = &rep
+		out.Label, out.Features = *label, *features
+		out.Buffer = bufferAdvice(rep, ix)
+	}
+	out.Mount = mountLine(src, block, out.Buffer)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	printTune(stdout, out)
+	return nil
+}
+
+// tuneOutput is what tune prints, and its --json form.
+type tuneOutput struct {
+	Source    string              `json:"source"`
+	Storage   *tune.StorageReport `json:"storage,omitempty"`
+	BlockSize int64               `json:"block_size"`
+	Label     string              `json:"label,omitempty"`
+	Features  string              `json:"features,omitempty"`
+	Data      *tune.DataReport    `json:"data,omitempty"`
+	Buffer    *bufferChoice       `json:"buffer,omitempty"`
+	Mount     string              `json:"mount"`
+}
+
+// bufferChoice is the buffer the bound asks for, and the bound at a few
+// common buffer sizes for comparison.
+type bufferChoice struct {
+	Blocks int     `json:"blocks"` // n: the fewest blocks per buffer meeting the bound
+	Of     int     `json:"of"`     // N: blocks of the dataset
+	Bound  float64 `json:"bound"`  // (1-alpha)*h_D at Blocks
+	// Percent is the --buffer of the mount line, in percent of a part
+	// (of the dataset with --parts 1; with K parts, the bound over a
+	// part's N/K blocks asks for about the same percentage): Blocks,
+	// and at least minBufferBlocks, rounded up to a whole percent.
+	Percent float64      `json:"percent"`
+	Bytes   int64        `json:"bytes"` // of a buffer of Percent, with --parts 1
+	At      []boundPoint `json:"at"`
+}
+
+// minBufferBlocks is the fewest blocks a buffer should hold whatever the
+// bound says: fewer hardly shuffle, and a mount lowers the block size (or
+// warns) below it.
+const minBufferBlocks = 16
+
+type boundPoint struct {
+	Percent float64 `json:"percent"`
+	Blocks  int     `json:"blocks"`
+	Bound   float64 `json:"bound"`
+}
+
+func bufferAdvice(rep tune.DataReport, ix *blockcache.Index) *bufferChoice {
+	all := len(ix.Blocks)
+	n := tune.NeededBlocks(rep.HD, all)
+	// A whole percent, rounded up, so that the mount's buffer holds at
+	// least n blocks.
+	want := max(n, min(minBufferBlocks, all))
+	pct := math.Min(100, math.Max(1, math.Ceil(100*float64(want)/float64(all)-1e-9)))
+	c := &bufferChoice{Blocks: n, Of: all, Percent: pct, Bound: tune.BoundAt(rep.HD, n, all)}
+	if all > 0 {
+		c.Bytes = int64(float64(ix.Bytes) * pct / 100)
+	}
+	for _, p := range []float64{1, 2, 5, 10, 25, 50, 100} {
+		k := max(1, int(math.Round(p/100*float64(all))))
+		c.At = append(c.At, boundPoint{Percent: p, Blocks: k, Bound: tune.BoundAt(rep.HD, k, all)})
+	}
+	return c
+}
+
+func mountLine(src string, block int64, buf *bufferChoice) string {
+	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", shellQuote(src), flagSize(block))
+	if buf != nil {
+		s += fmt.Sprintf(" --buffer %g%%", buf.Percent)
+		// Two buffers (the one served and the next) must fit in --max-memory.
+		if need := 2 * buf.Bytes; need > 1<<30 {
+			s += " --max-memory " + flagSize(need+need/8)
+		}
+	}
+	return s
+}
+
+// flagSize writes n as a size flag takes it: 32KiB, 4MiB, or, when not a
+// whole number of them, rounded up to a whole MiB.
+func flagSize(n int64) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n < 1<<20 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	case n < 1<<20:
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%dMiB", (n+1<<20-1)>>20)
+}
+
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '+' || r == ':' || r == '@' ||
+			r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func printTune(w io.Writer, o tuneOutput) {
+	if s := o.Storage; s != nil {
+		how := "direct I/O (O_DIRECT)"
+		if !s.Direct {
+			how = "through the page cache (the file system refused O_DIRECT)"
+		}
+		fmt.Fprintf(w, "Storage: random reads of %s, %s\n", o.Source, how)
+		switch {
+		case s.Cached < 0:
+			fmt.Fprintf(w, "  (could not tell how much of the data is in the page cache)\n")
+		case s.Warm:
+			fmt.Fprintf(w, "  WARM: %.0f%% of the data was in the page cache, so these are the page cache's\n  figures, not the storage's (drop the cache, or run on data not read lately)\n", 100*s.Cached)
+		case s.Cached > 0.05:
+			fmt.Fprintf(w, "  %.0f%% of the data is in the page cache; direct reads bypass it, so the figures are\n  the storage's, but a mount serves those blocks from memory\n", 100*s.Cached)
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  block size\tMB/s\treads\t\n")
+		for _, t := range s.Sizes {
+			if t.Skipped != "" {
+				fmt.Fprintf(tw, "  %s\t-\t-\t  %s\n", humanize.IBytes(uint64(t.BlockSize)), t.Skipped)
+				continue
+			}
+			note := ""
+			if t.BlockSize == s.Smallest {
+				note = "  smallest within 10% of the best"
+			}
+			if t.BlockSize == s.Best {
+				note += "  (best)"
+			}
+			if t.BlockSize == s.Recommended {
+				note += "  <- recommended"
+			}
+			fmt.Fprintf(tw, "  %s\t%.0f\t%d\t%s\n", humanize.IBytes(uint64(t.BlockSize)), t.MBps, t.Reads, note)
+		}
+		tw.Flush()
+		if s.Recommended != s.Smallest {
+			fmt.Fprintf(w, "  recommended %s: a mount reads blocks under %s through the page cache, where cold reads\n  cost CPU and fall behind the device (--direct-io=false removes this floor)\n",
+				humanize.IBytes(uint64(s.Recommended)), humanize.IBytes(blockcache.MinDirectBlock))
+		}
+		fmt.Fprintln(w)
+	}
+	if dr := o.Data; dr != nil {
+		sample := ""
+		if dr.Blocks < dr.BlocksInAll {
+			sample = fmt.Sprintf(" (a random sample of %d)", dr.Blocks)
+		}
+		feat := "none (h_D of the bias gradient, from the label alone)"
+		if o.Features != "" {
+			feat = fmt.Sprintf("%q, %d values", o.Features, dr.Features)
+		}
+		fmt.Fprintf(w, "Data: %d blocks of %s%s, %.1f records each, %d records, %d classes\n  label %q, features %s\n",
+			dr.BlocksInAll, humanize.IBytes(uint64(o.BlockSize)), sample, dr.BlockRecords, dr.Records, dr.Classes, o.Label, feat)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  label TV distance, block vs all\t%.3f\t(a random order of these blocks: %.3f; every block one label: %.3f)\n", dr.LabelTV, dr.LabelTVShuf, dr.LabelTVMax)
+		fmt.Fprintf(tw, "  block heterogeneity h_D\t%.2f\t(a random order: about 1; at most about %.0f, the records per block)\n", dr.HD, dr.BlockRecords)
+		tw.Flush()
+		if b := o.Buffer; b != nil {
+			fmt.Fprintf(w, "\n  buffer   blocks   (1-alpha)*h_D\n")
+			for _, p := range b.At {
+				mark := ""
+				if p.Bound <= 1 {
+					mark = "  <= 1"
+				}
+				fmt.Fprintf(w, "  %5g%%  %7d   %12.2f%s\n", p.Percent, p.Blocks, p.Bound, mark)
+			}
+			fmt.Fprintf(w, "  needed for (1-alpha)*h_D <= 1: %d of %d blocks per buffer\n", b.Blocks, b.Of)
+			if b.Blocks < minBufferBlocks && b.Of > b.Blocks {
+				fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(minBufferBlocks, b.Of))
+			}
+			fmt.Fprintf(w, "  --buffer %g%%: %s a buffer, %s of memory for two\n", b.Percent, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
+			if b.Percent > 50 {
+				fmt.Fprintf(w, "  The bound asks for more than half of the data in a buffer: the source order is\n"+
+					"  clustered at this block size, and only a shuffle of nearly everything is sure to\n"+
+					"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
+					"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%s\n", o.Mount)
+}
+
+// probeFiles lists the files of src that a mount would index.
+func probeFiles(src string, include []string, follow bool) ([]tune.ProbeFile, error) {
+	if len(include) == 0 {
+		include = blockcache.DefaultInclude
+	}
+	var files []tune.ProbeFile
+	err := filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("list %s: %w", path, err)
+		}
+		if de.IsDir() || !slices.ContainsFunc(include, func(p string) bool { ok, _ := filepath.Match(p, de.Name()); return ok }) {
+			return nil
+		}
+		fi, err := de.Info()
+		if de.Type()&fs.ModeSymlink != 0 && follow {
+			fi, err = os.Stat(path)
+		}
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", path, err)
+		}
+		if fi.Mode().IsRegular() && fi.Size() > 0 {
+			files = append(files, tune.ProbeFile{Path: path, Size: fi.Size()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no files under %s match --include %s", src, strings.Join(include, ","))
+	}
+	return files, nil
+}
