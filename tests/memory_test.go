@@ -76,6 +76,7 @@ func TestLookingUpManyValidNamesLeavesNoInodesBehind(t *testing.T) {
 	const epochs, parts = 4, 4
 	m := startMount(t, src, "--block-size", "64KiB", "--max-memory", "16MiB", "--seed", "5",
 		"--epochs", fmt.Sprint(epochs), "--parts", fmt.Sprint(parts))
+	resetPeakRSS(t, m.cmd.Process.Pid)
 	base := m.inodes()
 	for e := range epochs {
 		for i := range parts {
@@ -229,8 +230,9 @@ func TestManyConcurrentReadersStayWithinMaxMemoryPlus64MiB(t *testing.T) {
 	}
 	limit := int64(budget + 64<<20)
 	if raceEnabled {
-		// The race detector's shadow memory and per-goroutine history.
-		limit += 128 << 20
+		// The race detector's shadow memory and per-goroutine history:
+		// measured 171 to 217 MiB in all.
+		limit += 192 << 20
 	}
 	t.Logf("%d readers read %d MiB; daemon peak RSS %d MiB (limit %d MiB)", readers, total>>20, hwm>>20, limit>>20)
 	if hwm > limit {
