@@ -46,6 +46,7 @@ type runEnv struct {
 	e2e  *e2eResults
 	lat  *latResults
 	fio  *fioResults
+	mem  *memResults
 }
 
 func (e *runEnv) logf(format string, a ...any) { fmt.Fprintf(e.stderr, format+"\n", a...) }

@@ -60,8 +60,8 @@ type options struct {
 	profile     bool
 
 	// Which sections to run (default only warm); --all sets them all.
-	warm, cold, e2e, fio, latency bool
-	fioRuntime                    time.Duration
+	warm, cold, e2e, fio, latency, memory bool
+	fioRuntime                            time.Duration
 }
 
 func main() {
@@ -102,8 +102,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.e2e, "e2e", false, "run end to end against Shuffle Once (issue 4; drops the page cache) (default false)")
 	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and the source files (issue 4) (default false)")
 	fs.BoolVar(&o.latency, "latency", false, "run first byte, epoch boundary and reader waits (issue 4; drops the page cache) (default false)")
+	fs.BoolVar(&o.memory, "memory", false, "run the daemon's peak RSS against --max-memory for 1 to 256 readers, and the read\n"+
+		"amplification under a short budget (issue 12; a few minutes with --size 1GiB) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
-	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency, and the issue 4 targets (default false)")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
@@ -112,7 +114,9 @@ measures on each the throughput of reading one epoch through corgifs mounts
 against a go-fuse passthrough mount and the page-cached source files; writes
 the results into --out. --all adds the issue 4 sections (cold cache, end to
 end, fio, latency) and checks the issue's targets; with the default datasets
-that takes 15 to 20 minutes (17 to 19 on 2 vCPUs). Run it as root from the repository root.
+that takes 15 to 20 minutes (17 to 19 on 2 vCPUs), and a few more for the
+memory section of issue 12 (--memory: 48 s with --size 1GiB on 2 vCPUs).
+Run it as root from the repository root.
 
 Flags:
 `)
@@ -146,7 +150,7 @@ Flags:
 		o.keep = true
 	}
 	if all {
-		o.warm, o.cold, o.e2e, o.fio, o.latency = true, true, true, true, true
+		o.warm, o.cold, o.e2e, o.fio, o.latency, o.memory = true, true, true, true, true, true
 	}
 	if o.fioRuntime < time.Second {
 		fmt.Fprintf(stderr, "bench: --fio-runtime must be at least 1s\n")
@@ -292,6 +296,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.e2e, e2eHeading, (*runEnv).runE2E, (*harness).e2eMarkdown},
 		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
+		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
 	} {
 		if !s.on {
 			continue

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
@@ -164,9 +165,10 @@ func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions 
 // within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
 // bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes a record the slabs can hold), request
-// buffers, and room to collect garbage in: 32 MiB beyond the estimate is
-// its soft limit. About 10 MiB of the process is neither (code, runtime).
+// buffers parts serve (16 bytes a record the slabs can hold), the reply
+// buffers of the FUSE requests in flight (fs.RequestMemory, whatever the
+// number of readers), and room to collect garbage in: 32 MiB beyond these
+// is its soft limit. About 10 MiB of the process is neither (code, runtime).
 // When the estimate leaves the heap more than the 64 MiB allowance, the
 // slabs get less.
 func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
@@ -180,7 +182,7 @@ func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (sl
 	if ix.Records > 0 && ix.Bytes > 0 {
 		est += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
 	}
-	heapLimit = est + 32<<20
+	heapLimit = est + fs.RequestMemory + 32<<20
 	slabs = maxMemory - max(0, heapLimit+10<<20-64<<20)
 	return max(slabs, maxMemory/2), heapLimit
 }
