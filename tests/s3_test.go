@@ -430,3 +430,41 @@ func TestS3MountFailsClearlyOnBadCredentialsMissingBucketEmptyPrefixOrUnreachabl
 		})
 	}
 }
+
+func TestS3IndexSidecarIsReusedUntilAnObjectsETagChanges(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 500, 8, 2, 2, "clustered")
+	s.upload("data", "sidecar", src)
+	cache := filepath.Join(t.TempDir(), "cache")
+	index := func() string {
+		return corgifs(t, "index", "s3://data/sidecar", "--s3-endpoint", s.endpoint, "--cache-dir", cache)
+	}
+	if out := index(); !strings.Contains(out, "from cache  false") {
+		t.Fatalf("first index:\n%s", out)
+	}
+	if out := index(); !strings.Contains(out, "from cache  true") {
+		t.Fatalf("second index of unchanged objects did not reuse the sidecar:\n%s", out)
+	}
+	// Same key, same size, other bytes: only the ETag says it changed.
+	name := "data-00000-of-00002.tfrecord"
+	b, err := os.ReadFile(filepath.Join(src, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[50] ^= 1
+	if _, err := s.client.PutObject(context.Background(), "data", "sidecar/"+name, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, "index", "s3://data/sidecar", "--s3-endpoint", s.endpoint, "--cache-dir", cache)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	// The flipped bit is in a record: the new object fails its CRC check
+	// when indexed again, rather than being served from the old index.
+	if err == nil && strings.Contains(out.String(), "from cache  true") {
+		t.Fatalf("index of a replaced object came from the old sidecar:\n%s", out.String())
+	}
+	if !strings.Contains(errb.String(), "rebuilding index") || !strings.Contains(errb.String(), name) {
+		t.Fatalf("no log line saying why the index is rebuilt:\n%s", errb.String())
+	}
+}
