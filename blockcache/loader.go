@@ -870,11 +870,11 @@ func (l *Loader) read(b *Buf) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	workers := cap(l.sem)
-	if b.unit.Records == nil && !l.direct {
+	if b.unit.Records == nil && !l.direct && l.ix.src == nil {
 		// Whole blocks through the page cache are long sequential reads
 		// that the kernel's readahead keeps ahead of: a few workers do.
-		// Direct reads and single records wait for the device, and gain
-		// from every read in flight.
+		// Direct reads, single records and remote GETs wait for the
+		// device or the network, and gain from every read in flight.
 		workers = min(workers, 4)
 	}
 	var failed atomic.Bool

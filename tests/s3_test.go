@@ -38,9 +38,12 @@ const (
 // s3Server is a versitygw serving a fresh directory.
 type s3Server struct {
 	t        *testing.T
+	gw, dir  string
 	addr     string // host:port
 	endpoint string // http://host:port
 	client   *minio.Client
+	cmd      *exec.Cmd
+	log      syncBuffer
 }
 
 // startS3 starts versitygw on a free port of 127.0.0.1 and sets the AWS
@@ -53,47 +56,58 @@ func startS3(t *testing.T) *s3Server {
 	if err != nil {
 		testenv.Missing(t, "no versitygw S3 server on PATH (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
 	}
-	dir := filepath.Join(t.TempDir(), "s3")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	s := &s3Server{t: t, gw: gw, dir: filepath.Join(t.TempDir(), "s3")}
+	if err := os.Mkdir(s.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	s.addr = l.Addr().String()
+	s.endpoint = "http://" + s.addr
 	l.Close()
-	var log syncBuffer
-	cmd := exec.Command(gw, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet", "posix", dir)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	s := &s3Server{t: t, addr: addr, endpoint: "http://" + addr}
-	s.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s3Access, s3Secret, ""), BucketLookup: minio.BucketLookupPath})
+	s.client, err = minio.New(s.addr, &minio.Options{Creds: credentials.NewStaticV4(s3Access, s3Secret, ""), BucketLookup: minio.BucketLookupPath})
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := s.client.ListBuckets(context.Background()); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not answer: %v\n%s", err, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s.start()
+	t.Cleanup(s.kill)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3Access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3Secret)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_ENDPOINT_URL", "")
 	t.Setenv("AWS_REGION", "us-east-1")
 	return s
+}
+
+// start starts the server and waits until it answers.
+func (s *s3Server) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.gw, "--port", s.addr, "--access", s3Access, "--secret", s3Secret, "--quiet", "posix", s.dir)
+	s.cmd.Stdout, s.cmd.Stderr = &s.log, &s.log
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := s.client.ListBuckets(context.Background()); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			s.t.Fatalf("versitygw did not answer: %v\n%s", err, s.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill stops the server at once.
+func (s *s3Server) kill() {
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
 }
 
 // upload creates bucket and puts every file of dir under prefix.
@@ -466,5 +480,42 @@ func TestS3IndexSidecarIsReusedUntilAnObjectsETagChanges(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "rebuilding index") || !strings.Contains(errb.String(), name) {
 		t.Fatalf("no log line saying why the index is rebuilt:\n%s", errb.String())
+	}
+}
+
+func TestS3ServerKilledMidEpochGivesEIOAndTheMountRecoversWhenItIsBack(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 2000, 16, 4, 2, "clustered")
+	s.upload("data", "restart", src)
+	flags := []string{"--seed", "9", "--parts", "3", "--block-size", "16KiB"}
+	local := startMount(t, src, flags...)
+	remote := startMount(t, "s3://data/restart", append(flags, "--s3-endpoint", s.endpoint, "--s3-timeout", "2s")...)
+	if !bytes.Equal(remote.read(0, 0, 3), local.read(0, 0, 3)) {
+		t.Fatal("epoch 0 part 0 differs from the local directory's")
+	}
+	s.kill()
+	// A part no reader has opened: none of its blocks is in memory.
+	want := local.read(7, 2, 3)
+	done := make(chan error, 1)
+	go func() {
+		b, err := os.ReadFile(remote.part(7, 2, 3))
+		if err == nil && !bytes.Equal(b, want) {
+			err = errors.New("wrong bytes")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("read with the server down: %v, want EIO", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("read stuck with the server down\n%s", remote.log)
+	}
+	s.start()
+	for i := range 3 {
+		if !bytes.Equal(remote.read(7, i, 3), local.read(7, i, 3)) {
+			t.Fatalf("epoch 7 part %d differs from the local directory's once the server is back", i)
+		}
 	}
 }

@@ -163,7 +163,13 @@ func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
 
 // loaderOptions are the options of a loader for the dataset opened by open.
 func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	return blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	if d.source != nil {
+		// Every GET waits for the network: as many in flight as
+		// --s3-concurrency allows.
+		o.InFlight = d.s3.concurrency
+	}
+	return o
 }
 
 // memorySplit divides maxMemory between the loader's slabs, which live
