@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -361,14 +362,30 @@ func TestS3ObjectReplacedDuringMountGivesEIOAndALogNamingIt(t *testing.T) {
 	src := genSynthetic(t, 2000, 16, 4, 2, "clustered")
 	s.upload("data", "replaced", src)
 	remote := startMount(t, "s3://data/replaced", "--seed", "5", "--block-size", "16KiB", "--s3-endpoint", s.endpoint)
-	// Same key, same size, other bytes: a record's payload changed.
+	// Same key, same size, every record intact: two records of one
+	// length swapped. Only the ETag says the object is not the one
+	// indexed; served from it, a part would hold the wrong records.
 	name := "data-00001-of-00002.tfrecord"
 	b, err := os.ReadFile(filepath.Join(src, name))
 	if err != nil {
 		t.Fatal(err)
 	}
+	frameLen := func(off int) int { return int(binary.LittleEndian.Uint64(b[off:])) + 16 }
+	first := -1
+	for off := 0; off+frameLen(off) < len(b); off += frameLen(off) {
+		if n := frameLen(off); frameLen(off+n) == n && !bytes.Equal(b[off:off+n], b[off+n:off+2*n]) {
+			first = off
+			break
+		}
+	}
+	if first < 0 {
+		t.Fatal("no two adjacent records of one length to swap")
+	}
+	n := frameLen(first)
+	a := slices.Clone(b[first : first+n])
+	copy(b[first:], b[first+n:first+2*n])
+	copy(b[first+n:], a)
 	other := filepath.Join(t.TempDir(), name)
-	b[100] ^= 0xff
 	if err := os.WriteFile(other, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
