@@ -205,8 +205,10 @@ type faultProxy struct {
 	faults   [3]atomic.Int64 // cut, delayed, slowdown
 	mu       sync.Mutex
 	conns    map[net.Conn]bool
+	closed   chan struct{} // closed when the test ends
 	rng      *rand.Rand
 	delay    time.Duration
+	only     int // with faults on, every new connection gets fault only; -1: a random one, or none
 }
 
 func startProxy(t *testing.T, target string, delay time.Duration) *faultProxy {
@@ -215,9 +217,9 @@ func startProxy(t *testing.T, target string, delay time.Duration) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{t: t, l: l, target: target, conns: map[net.Conn]bool{}, rng: rand.New(rand.NewPCG(7, 7)), delay: delay}
+	p := &faultProxy{t: t, l: l, target: target, conns: map[net.Conn]bool{}, rng: rand.New(rand.NewPCG(7, 7)), delay: delay, only: -1, closed: make(chan struct{})}
 	go p.serve()
-	t.Cleanup(func() { l.Close(); p.closeAll() })
+	t.Cleanup(func() { close(p.closed); l.Close(); p.closeAll() })
 	return p
 }
 
@@ -257,7 +259,9 @@ func (p *faultProxy) serve() {
 		fault := -1
 		if p.faulting.Load() {
 			p.mu.Lock()
-			if p.rng.IntN(10) < 4 {
+			if p.only >= 0 {
+				fault = p.only
+			} else if p.rng.IntN(10) < 4 {
 				fault = p.rng.IntN(3)
 			}
 			p.mu.Unlock()
@@ -303,7 +307,10 @@ func (p *faultProxy) handle(c net.Conn, fault int) {
 	case 1:
 		// Nothing until well past the client's deadline.
 		p.faults[1].Add(1)
-		time.Sleep(p.delay)
+		select {
+		case <-time.After(p.delay):
+		case <-p.closed:
+		}
 	default:
 		io.Copy(c, s)
 	}
@@ -534,5 +541,38 @@ func TestS3ServerKilledMidEpochGivesEIOAndTheMountRecoversWhenItIsBack(t *testin
 		if !bytes.Equal(remote.read(7, i, 3), local.read(7, i, 3)) {
 			t.Fatalf("epoch 7 part %d differs from the local directory's once the server is back", i)
 		}
+	}
+}
+
+func TestS3SignalWhileGETsAreHeldExitsAndFreesTheMountpoint(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 1000, 16, 4, 2, "clustered")
+	s.upload("data", "held", src)
+	p := startProxy(t, s.addr, 10*time.Minute)
+	remote := startMount(t, "s3://data/held", "--seed", "3", "--block-size", "16KiB", "--s3-endpoint", p.endpoint(), "--s3-timeout", "5m")
+	p.mu.Lock()
+	p.only = 1 // every GET is held
+	p.mu.Unlock()
+	p.setFaults(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(remote.part(0, 0, 1))
+		done <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); p.faults[1].Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no GET reached the proxy")
+		}
+	}
+	// stop sends SIGTERM and fails the test unless the daemon exits 0
+	// within 20s and leaves nothing mounted.
+	remote.stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the read of a part whose GETs were all held succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the reader is still stuck after the daemon exited")
 	}
 }
