@@ -116,7 +116,8 @@ type Index struct {
 	RecordMin, RecordMedian, RecordMax int64
 }
 
-// Path returns the absolute path of source file i.
+// Path returns the absolute path of source file i, or for a remote source
+// its URL (s3://bucket/prefix/path).
 func (ix *Index) Path(i int32) string {
 	if ix.src != nil {
 		return ix.Root + "/" + ix.Files[i].Path
