@@ -165,7 +165,7 @@ func (b *bench) mountAll(ctx context.Context, corgifs, loopback string) error {
 				files: func(epoch int) []string {
 					p := make([]string, k)
 					for i := range p {
-						p[i] = filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, ".tfrecord"))
+						p[i] = shuffler.PartPath(mnt, epoch, i, k, ".tfrecord")
 					}
 					return p
 				},

@@ -46,6 +46,7 @@ type runEnv struct {
 	e2e  *e2eResults
 	lat  *latResults
 	fio  *fioResults
+	mem  *memResults
 }
 
 func (e *runEnv) logf(format string, a ...any) { fmt.Fprintf(e.stderr, format+"\n", a...) }
@@ -119,7 +120,7 @@ func (e *runEnv) mountLoopback(ctx context.Context, name string) (*daemon, error
 
 // partPath is the path of part i of K of epoch in a corgifs mount.
 func partPath(mnt string, epoch, i, k int) string {
-	return filepath.Join(mnt, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, ".tfrecord"))
+	return shuffler.PartPath(mnt, epoch, i, k, ".tfrecord")
 }
 
 // corgifsStats reads .corgifs/stats.json of a corgifs mount.

@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/corgifs/corgifs/internal/childmount"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat: 100
@@ -22,103 +23,56 @@ const clockTicks = 100
 // daemon is a FUSE server running as a child process. The benchmark never
 // reads a mount from the process that serves it.
 type daemon struct {
+	*childmount.Child
 	name    string
-	mnt     string
+	mnt     string // the mount point (Child.Dir)
 	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	err     error         // the exit status, set before done is closed
 }
 
 // startDaemon starts argv with its output in logPath and waits until the
 // file ready exists, which means the mount is up.
 func startDaemon(ctx context.Context, name, mnt, logPath, ready string, argv ...string) (*daemon, error) {
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		return nil, err
-	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a ^C to the benchmark does not reach it, and
-	// the benchmark stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	d := &daemon{name: name, mnt: mnt, logPath: logPath}
+	d.Child, err = childmount.Start(ctx, childmount.Config{
+		Argv: argv, Dir: mnt, Ready: ready, Log: logf,
+		Timeout: 10 * time.Minute, // the first corgifs mount indexes the dataset
+		// Its own process group: a ^C to the benchmark does not reach it,
+		// and the benchmark stops it in order.
+		OwnGroup: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", name, err, d.logTail())
 	}
-	d := &daemon{name: name, mnt: mnt, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		d.err = cmd.Wait()
-		close(d.done)
-	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(10 * time.Minute) // the first corgifs mount indexes the dataset
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			return d, nil
-		}
-		select {
-		case <-d.done:
-			return nil, fmt.Errorf("%s exited before mounting: %v\n%s", name, d.err, d.logTail())
-		case <-timeout:
-			d.kill()
-			return nil, fmt.Errorf("%s: %s did not appear in 10 minutes\n%s", name, ready, d.logTail())
-		case <-ctx.Done():
-			d.kill()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
+	return d, nil
 }
 
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
+func (d *daemon) pid() int { return d.PID() }
 
-// stop sends SIGTERM and checks that the daemon unmounts and exits with 0.
+// stop sends SIGTERM and checks that the daemon unmounts and exits with 0
+// within a minute.
 func (d *daemon) stop() error {
-	select {
-	case <-d.done:
-		return fmt.Errorf("%s had already exited: %v\n%s", d.name, d.err, d.logTail())
-	default:
-	}
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	select {
-	case <-d.done:
-	case <-time.After(time.Minute):
-		d.kill()
-		return fmt.Errorf("%s did not exit within a minute of SIGTERM\n%s", d.name, d.logTail())
-	}
-	if d.err != nil {
-		return fmt.Errorf("%s: %v after SIGTERM, want exit status 0\n%s", d.name, d.err, d.logTail())
-	}
-	if mounted(d.mnt) {
-		syscall.Unmount(d.mnt, syscall.MNT_DETACH)
-		return fmt.Errorf("%s exited but %s was still mounted", d.name, d.mnt)
+	if err := d.Stop(time.Minute); err != nil {
+		return fmt.Errorf("%s: %w\n%s", d.name, err, d.logTail())
 	}
 	return nil
 }
 
-// kill ends the daemon without ceremony and detaches its mount.
+// kill ends the daemon without checks: SIGTERM, then after 10 s SIGKILL;
+// whatever it leaves mounted is detached.
 func (d *daemon) kill() {
-	select {
-	case <-d.done:
-	default:
-		d.cmd.Process.Signal(syscall.SIGTERM)
+	if !d.Exited() {
+		d.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-d.done:
+		case <-d.Done():
 		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.done
 		}
 	}
-	if mounted(d.mnt) {
-		syscall.Unmount(d.mnt, syscall.MNT_DETACH)
-	}
+	d.Kill(10 * time.Second)
 }
 
 // logTail returns the end of the daemon's log.
@@ -128,19 +82,6 @@ func (d *daemon) logTail() string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
-}
-
-// mounted reports whether dir is a mount point: its device differs from its
-// parent's. A dead FUSE mount (ENOTCONN) counts as mounted.
-func mounted(dir string) bool {
-	var st, parent syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		return errors.Is(err, syscall.ENOTCONN)
-	}
-	if err := syscall.Stat(dir+"/..", &parent); err != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
 }
 
 // cpuSeconds returns the user plus system CPU time of process pid.

@@ -28,7 +28,7 @@
 //
 // With --formats it writes, per record size, the same records in every
 // format of `corgifs gen synthetic --format` (256 MiB of TFRecord each
-// unless --size is given) and compares a warm corgipile epoch and the index
+// unless --size is given; the six formats take about 12 times that) and compares a warm corgipile epoch and the index
 // time of each format against TFRecord's (issue 13). Given alone, it runs
 // only that section.
 //
@@ -68,8 +68,8 @@ type options struct {
 	formats     bool // run the formats section (issue 13)
 
 	// Which sections to run (default only warm); --all sets them all.
-	warm, cold, e2e, fio, latency bool
-	fioRuntime                    time.Duration
+	warm, cold, e2e, fio, latency, memory bool
+	fioRuntime                            time.Duration
 }
 
 func main() {
@@ -110,11 +110,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.e2e, "e2e", false, "run end to end against Shuffle Once (issue 4; drops the page cache) (default false)")
 	fs.BoolVar(&o.fio, "fio", false, "run the fio jobs of bench/fio on a part file and the source files (issue 4) (default false)")
 	fs.BoolVar(&o.latency, "latency", false, "run first byte, epoch boundary and reader waits (issue 4; drops the page cache) (default false)")
+	fs.BoolVar(&o.memory, "memory", false, "run the daemon's peak RSS against --max-memory for 1 to 256 readers, and the read\n"+
+		"amplification under a short budget (issue 12; a few minutes with --size 1GiB) (default false)")
 	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
-	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency, and the issue 4 targets (default false)")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
@@ -123,7 +125,12 @@ measures on each the throughput of reading one epoch through corgifs mounts
 against a go-fuse passthrough mount and the page-cached source files; writes
 the results into --out. --all adds the issue 4 sections (cold cache, end to
 end, fio, latency) and checks the issue's targets; with the default datasets
-that takes 15 to 20 minutes (17 to 19 on 2 vCPUs). Run it as root from the repository root.
+that takes 15 to 20 minutes (17 to 19 on 2 vCPUs), and a few more for the
+memory section of issue 12 (--memory: 48 s with --size 1GiB on 2 vCPUs) and
+the formats section of issue 13 (--formats: the same records in six formats,
+about 12x --size on disk per record size, 256MiB of TFRecord unless --size is
+given; 3 minutes alone on 2 vCPUs, 1 when its datasets are reused).
+Run it as root from the repository root.
 
 Flags:
 `)
@@ -163,7 +170,7 @@ Flags:
 		o.keep = true
 	}
 	if all {
-		o.warm, o.cold, o.e2e, o.fio, o.latency = true, true, true, true, true
+		o.warm, o.cold, o.e2e, o.fio, o.latency, o.memory = true, true, true, true, true, true
 		o.formats = true
 	}
 	if o.fioRuntime < time.Second {
@@ -267,7 +274,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
 	// Only the formats section needs no dataset of datagen's and no loopback.
-	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory
 	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
 	if needsDatasets {
 		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
@@ -318,6 +325,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.e2e, e2eHeading, (*runEnv).runE2E, (*harness).e2eMarkdown},
 		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
+		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
 	} {
 		if !s.on {
 			continue

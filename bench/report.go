@@ -145,7 +145,8 @@ func (r *results) markdown() string {
 	}
 	p("- Loopback (the passthrough baseline): `bench/loopback`, go-fuse's `fs.NewLoopbackRoot`\n")
 	p("  mounted read-only with the tuning of corgifs (MaxWrite and MaxReadAhead 1 MiB,\n")
-	p("  MaxBackground 64, DisableSplice, DirectMount, kernel readahead raised to 4 MiB), in two\n")
+	p("  MaxBackground 16, at most 16 requests in flight, DisableSplice, DirectMount, kernel\n")
+	p("  readahead raised to 4 MiB), in two\n")
 	p("  mounts. In the baseline its files hide their descriptor from go-fuse, so every read is\n")
 	p("  served by the daemon (pread into a buffer, written to /dev/fuse) as corgifs serves its\n")
 	p("  reads. As is, go-fuse's loopback hands the descriptor to the kernel's FUSE passthrough\n")

@@ -176,7 +176,8 @@ func (d *cacheDir) remove(name string) error {
 // device and inode numbers of the deepest existing directory of the path
 // and of each of its parents with those of root, so that neither a link
 // nor a bind mount into the source gets past it; the rest of the path does
-// not exist yet, so it cannot be the source.
+// not exist yet, so it cannot be the source. An empty root (a remote
+// source) skips that check.
 func resolveCacheDir(dir, root string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		wd, err := os.Getwd()
@@ -210,6 +211,10 @@ func resolveCacheDir(dir, root string) (string, error) {
 			break
 		}
 		existing = filepath.Dir(existing)
+	}
+	if root == "" {
+		// A remote source: no local directory to keep the cache out of.
+		return resolved, nil
 	}
 	rootFI, err := os.Stat(root)
 	if err != nil {

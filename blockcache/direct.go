@@ -103,9 +103,10 @@ const scanChunk = 8 << 20
 // where the last one ended; anything further back is read through the page
 // cache. Its three slabs are reused from file to file.
 type aheadReader struct {
-	f, dio *os.File
-	size   int64
-	slots  [3]*aheadChunk
+	f     namedReaderAt
+	dio   *os.File
+	size  int64
+	slots [3]*aheadChunk
 }
 
 // noChunk is the chunk number of a slab that holds nothing.
@@ -119,8 +120,15 @@ type aheadChunk struct {
 	done chan struct{}
 }
 
-// reset points r at a new file, whose O_DIRECT twin is dio.
-func (r *aheadReader) reset(f, dio *os.File, size int64) {
+// namedReaderAt is a local *os.File or a remote source.File.
+type namedReaderAt interface {
+	io.ReaderAt
+	Name() string
+}
+
+// reset points r at a new file, whose O_DIRECT twin is dio (nil for a
+// remote file: each chunk is then one ranged request).
+func (r *aheadReader) reset(f namedReaderAt, dio *os.File, size int64) {
 	r.wait()
 	r.f, r.dio, r.size = f, dio, size
 	for _, c := range r.slots {

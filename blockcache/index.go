@@ -24,13 +24,18 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 )
 
 // File is one source file as it was when indexed.
 type File struct {
-	Path    string // relative to the index root, slash separated
-	Size    int64
-	Mtime   int64 // modification time, Unix nanoseconds
+	Path  string // relative to the index root, slash separated
+	Size  int64
+	Mtime int64 // modification time, Unix nanoseconds
+	// Version is the source's version of a remote file (its ETag), which
+	// every read is pinned to; empty for local files, checked by size and
+	// Mtime.
+	Version string
 	Records int64
 	// Head is what the format read from the file's header: where its
 	// records lie, and the Tail its last record is served with.
@@ -95,6 +100,10 @@ type Index struct {
 	Head          formats.Head
 	format        formats.Format
 
+	// src is the remote source the files are read from (Options.Source),
+	// nil for a local directory, read by the loader itself.
+	src source.Source
+
 	recOnce   sync.Once
 	sidecar   string // path of the sidecar this index is saved in, if any
 	staleOnce sync.Once
@@ -107,8 +116,12 @@ type Index struct {
 	RecordMin, RecordMedian, RecordMax int64
 }
 
-// Path returns the absolute path of source file i.
+// Path returns the absolute path of source file i, or for a remote source
+// its URL (s3://bucket/prefix/path).
 func (ix *Index) Path(i int32) string {
+	if ix.src != nil {
+		return ix.Root + "/" + ix.Files[i].Path
+	}
 	return filepath.Join(ix.Root, filepath.FromSlash(ix.Files[i].Path))
 }
 
@@ -171,6 +184,9 @@ type Options struct {
 	// listing the source, which may then lead outside it.
 	FollowSymlinks bool
 	CacheDir       string // where sidecars go; empty disables the cache
+	// Source, if set, is where the files are (an S3 bucket): the root
+	// passed to Build and Open is then ignored.
+	Source source.Source
 	// Buffered reads the files through the page cache. By default they
 	// are read with O_DIRECT where the file system allows it.
 	Buffered bool
@@ -355,6 +371,39 @@ func walkFollow(dir string, match func(string) bool, add func(string, fs.FileInf
 	return nil
 }
 
+// listSource lists the files of a remote source whose base names match
+// include.
+func listSource(ctx context.Context, src source.Source, include []string) ([]File, error) {
+	for _, p := range include {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("bad --include pattern %q: %w", p, err)
+		}
+	}
+	objs, err := src.List(ctx, func(name string) bool {
+		return slices.ContainsFunc(include, func(p string) bool {
+			ok, _ := filepath.Match(p, name)
+			return ok
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	files := make([]File, len(objs))
+	for i, o := range objs {
+		files[i] = File{Path: o.Path, Size: o.Size, Mtime: o.Mtime, Version: o.Version}
+	}
+	return files, nil
+}
+
+// rootOf returns the Root of an index of root built with o: the remote
+// source's name, or the local directory resolved.
+func rootOf(root string, o Options) (string, error) {
+	if o.Source != nil {
+		return o.Source.String(), nil
+	}
+	return resolveRoot(root)
+}
+
 // resolveRoot returns the absolute path of the source directory with its
 // symbolic links resolved: SRC itself may be a link, named by the user.
 func resolveRoot(root string) (string, error) {
@@ -372,20 +421,22 @@ func resolveRoot(root string) (string, error) {
 // Build scans every source file under root and cuts it into blocks.
 func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	o.fill()
-	root, err := resolveRoot(root)
+	root, err := rootOf(root, o)
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(root); err != nil {
-		return nil, fmt.Errorf("source: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("source %s is not a directory", root)
+	if o.Source == nil {
+		if fi, err := os.Stat(root); err != nil {
+			return nil, fmt.Errorf("source: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("source %s is not a directory", root)
+		}
 	}
-	files, f, err := selectFiles(root, o)
+	files, f, err := selectFiles(ctx, root, o)
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{Root: root, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
+	ix := &Index{Root: root, src: o.Source, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
 		Format: f.Name(), FormatOptions: formats.OptionsOf(f), format: f}
 	o.Format = f
 	var total int64
@@ -488,7 +539,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 // they are read in: o.Format, or the one their names say (formats.Detect,
 // over the names of every format's files when o.Include is empty). Build
 // and the check of a cached index select files the same way.
-func selectFiles(root string, o Options) ([]File, formats.Format, error) {
+func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.Format, error) {
 	include := o.Include
 	switch {
 	case len(include) > 0:
@@ -497,7 +548,13 @@ func selectFiles(root string, o Options) ([]File, formats.Format, error) {
 	default:
 		include = formats.AllIncludes()
 	}
-	files, err := listFiles(root, include, o.FollowSymlinks, o.Logger)
+	var files []File
+	var err error
+	if o.Source != nil {
+		files, err = listSource(ctx, o.Source, include)
+	} else {
+		files, err = listFiles(root, include, o.FollowSymlinks, o.Logger)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -560,20 +617,32 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	f := ix.Files[fi]
 	path := ix.Path(fi)
 	format := o.Format
-	// Not blocking, and only a regular file: a named pipe put in place of
-	// a listed file would hang indexing.
-	r, _, err := openRegular("", path)
-	if errors.Is(err, errNotRegular) {
-		return out, fmt.Errorf("index: %s: %w", path, err)
-	} else if err != nil {
-		return out, fmt.Errorf("index: %w", err)
+	var r namedReaderAt
+	if o.Source != nil {
+		sf, err := o.Source.Open(f.Path, f.Version)
+		if err != nil {
+			return out, fmt.Errorf("index: %w", err)
+		}
+		defer sf.Close()
+		r = sf
+	} else {
+		// Not blocking, and only a regular file: a named pipe put in place of
+		// a listed file would hang indexing.
+		lf, _, err := openRegular("", path)
+		if errors.Is(err, errNotRegular) {
+			return out, fmt.Errorf("index: %s: %w", path, err)
+		} else if err != nil {
+			return out, fmt.Errorf("index: %w", err)
+		}
+		defer lf.Close()
+		r = lf
 	}
-	defer r.Close()
 	var dio *os.File
-	if !o.Buffered {
+	if lf, ok := r.(*os.File); ok && !o.Buffered {
 		// Without it the chunks are read through the page cache, still
 		// one ahead.
-		if dio, err = openDirect(r); err == nil {
+		var err error
+		if dio, err = openDirect(lf); err == nil {
 			defer dio.Close()
 		} else {
 			dio = nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 )
 
 // Unit names what one Buf holds, in order: whole blocks, or single records
@@ -107,7 +108,7 @@ func placeBlock(blk Block, tail int64, direct bool) (lead, span int64) {
 // readsDirect reports whether a loader with options o reads the blocks of
 // ix with O_DIRECT when they are not cached.
 func readsDirect(ix *Index, o LoaderOptions) bool {
-	return !o.Buffered && ix.BlockSize >= MinDirectBlock
+	return ix.src == nil && !o.Buffered && ix.BlockSize >= MinDirectBlock
 }
 
 // MinMemory returns the smallest LoaderOptions.MaxMemory with which a
@@ -869,11 +870,11 @@ func (l *Loader) read(b *Buf) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	workers := cap(l.sem)
-	if b.unit.Records == nil && !l.direct {
+	if b.unit.Records == nil && !l.direct && l.ix.src == nil {
 		// Whole blocks through the page cache are long sequential reads
 		// that the kernel's readahead keeps ahead of: a few workers do.
-		// Direct reads and single records wait for the device, and gain
-		// from every read in flight.
+		// Direct reads, single records and remote GETs wait for the
+		// device or the network, and gain from every read in flight.
 		workers = min(workers, 4)
 	}
 	var failed atomic.Bool
@@ -884,10 +885,16 @@ func (l *Loader) read(b *Buf) error {
 				l.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
-				f, err := files.acquire(exts[i].file, exts[i].off)
-				if err == nil {
-					err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
-					files.release(f)
+				var err error
+				if l.ix.src != nil {
+					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
+				} else {
+					var f *poolFile
+					f, err = files.acquire(exts[i].file, exts[i].off)
+					if err == nil {
+						err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+						files.release(f)
+					}
 				}
 				<-l.sem
 				if err != nil {
@@ -1019,6 +1026,37 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 				return err
 			}
 		}
+	}
+	if err := check(e.n); err != nil {
+		return err
+	}
+	if record {
+		l.recordsRead.Add(1)
+	} else {
+		l.blocksRead.Add(1)
+	}
+	l.bytesRead.Add(e.n)
+	return nil
+}
+
+// readRemoteExtent reads extent e of a remote source into its place in
+// slab with one ranged read (one GET), pinned to the version of its file
+// that was indexed, and checks it.
+func (l *Loader) readRemoteExtent(e extent, slab []byte, record bool, check func(int64) error) error {
+	fl := &l.ix.Files[e.file]
+	f, err := l.ix.src.Open(fl.Path, fl.Version)
+	if err != nil {
+		return fmt.Errorf("read %s at offset %d: %w", l.ix.Path(e.file), e.off, err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(slab[e.at:e.at+e.n], e.off); err != nil {
+		if errors.Is(err, source.ErrChanged) {
+			l.damaged(err)
+		}
+		if !errors.Is(err, syscall.EIO) {
+			err = fmt.Errorf("%w: %w", err, syscall.EIO)
+		}
+		return err
 	}
 	if err := check(e.n); err != nil {
 		return err

@@ -86,16 +86,16 @@ func (h sidecarHeader) name() string {
 // user owns or others may write, is an error.
 func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache bool, err error) {
 	o.fill()
-	root, err = resolveRoot(root)
+	root, err = rootOf(root, o)
 	if err != nil {
 		return nil, false, err
 	}
-	h := header(root, o)
+	h := header(sidecarRoot(root, o), o)
 	name := h.name()
 	var dir *cacheDir
 	var noDir error // why there is no cache directory to save in
 	if o.CacheDir != "" {
-		path, err := resolveCacheDir(o.CacheDir, root)
+		path, err := cacheDirFor(o.CacheDir, root, o)
 		if err != nil {
 			return nil, false, err
 		}
@@ -117,7 +117,8 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 		} else {
 			ix, why = loadSidecar(dir, name, h)
 			if ix != nil {
-				why = ix.changed(o)
+				ix.src, ix.Root = o.Source, root
+				why = ix.changed(ctx, o)
 				if why == "" {
 					return ix, true, nil
 				}
@@ -144,6 +145,24 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	return ix, false, nil
 }
 
+// sidecarRoot is the source a sidecar is keyed by: the local directory,
+// or a remote source's ID, which names its endpoint as well.
+func sidecarRoot(root string, o Options) string {
+	if o.Source != nil {
+		return o.Source.ID()
+	}
+	return root
+}
+
+// cacheDirFor resolves the cache directory of an index of root; only a
+// local source can hold it.
+func cacheDirFor(dir, root string, o Options) (string, error) {
+	if o.Source != nil {
+		return resolveCacheDir(dir, "")
+	}
+	return resolveCacheDir(dir, root)
+}
+
 // staleSuffix names the file, beside a sidecar, that marks it stale: the
 // loader found a block that no longer matches the index while the file's
 // size and modification time did not change (the bytes were damaged in
@@ -156,11 +175,11 @@ const staleSuffix = ".stale"
 // index although its file kept its size and modification time.
 func MarkStale(root string, o Options, reason string) error {
 	o.fill()
-	root, err := resolveRoot(root)
+	root, err := rootOf(root, o)
 	if err != nil || o.CacheDir == "" {
 		return err
 	}
-	path, err := resolveCacheDir(o.CacheDir, root)
+	path, err := cacheDirFor(o.CacheDir, root, o)
 	if err != nil {
 		return err
 	}
@@ -169,7 +188,7 @@ func MarkStale(root string, o Options, reason string) error {
 		return err
 	}
 	defer dir.Close()
-	h := header(root, o)
+	h := header(sidecarRoot(root, o), o)
 	return dir.write(h.name()+staleSuffix, func(w io.Writer) error {
 		_, err := io.WriteString(w, reason)
 		return err
@@ -178,9 +197,9 @@ func MarkStale(root string, o Options, reason string) error {
 
 // changed says why the index no longer matches the files on disk, or "".
 // The files are selected as Build selects them, with the options o.
-func (ix *Index) changed(o Options) string {
+func (ix *Index) changed(ctx context.Context, o Options) string {
 	o.FollowSymlinks = ix.FollowSymlinks
-	files, f, err := selectFiles(ix.Root, o)
+	files, f, err := selectFiles(ctx, ix.Root, o)
 	if err != nil {
 		return err.Error()
 	}
@@ -200,6 +219,8 @@ func (ix *Index) changed(o Options) string {
 			return fmt.Sprintf("source file %s changed size (%d -> %d bytes)", f.Path, o.Size, f.Size)
 		case o.Mtime != f.Mtime:
 			return fmt.Sprintf("source file %s changed (modification time)", f.Path)
+		case o.Version != f.Version:
+			return fmt.Sprintf("source file %s changed (version %q, was %q)", f.Path, f.Version, o.Version)
 		}
 		delete(old, f.Path)
 	}

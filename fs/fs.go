@@ -54,8 +54,42 @@ type Server struct {
 
 // entryTimeout is how long the kernel may cache names and attributes. Every
 // name maps to the same bytes for the life of the mount, so the only reason
-// not to cache forever is to let the kernel reclaim memory.
+// not to cache forever is to let the kernel reclaim memory. Names get it
+// only as rootNode.cacheName says: go-fuse keeps a node for as long
+// as the kernel keeps its name, and the kernel keeps a name with a
+// timeout until memory runs short, so every name it caches is daemon
+// memory too.
 const entryTimeout = time.Hour
+
+// maxCachedInodes bounds the nodes whose names the kernel may cache (about
+// 450 bytes of daemon memory each, measured): beyond it, names are looked
+// up anew each time, and the kernel forgets them as soon as nobody uses
+// them. It is far above the names a mount lists with the default flags.
+const maxCachedInodes = 16 << 10
+
+// The requests the daemon serves at once are bounded, since each read in
+// flight holds a reply buffer of up to maxRequest bytes in the Go heap
+// (go-fuse allocates it before the handler runs) and each request an input
+// buffer of as much (mostly untouched: requests other than writes are
+// small). The kernel sends at most maxBackground reads at a time for
+// buffered reads of all files together (readahead, and the reads that
+// wait for it); O_DIRECT readers and page faults send reads of their own,
+// one per reader, which maxInflight bounds. Reads that wait (for memory,
+// for a load) never wait for another request, so the bound cannot
+// deadlock. Measured at --max-memory 16MiB, 256 readers of 1 MiB reads:
+// peak RSS 91 to 100 MiB with maxBackground 64 and no maxInflight, 56 to
+// 63 MiB with these; 256 O_DIRECT readers: 65 MiB.
+const (
+	maxRequest    = 1 << 20
+	maxBackground = 16
+	maxInflight   = 16
+)
+
+// RequestMemory is the Go heap that the reply buffers of requests in
+// flight may hold at most, whatever the number of readers. Their input
+// buffers, as large, stay mostly untouched (the kernel writes only the
+// request into them, and only writes are large).
+const RequestMemory = maxInflight * maxRequest
 
 // Mount mounts corgifs at cfg.Mountpoint and serves it until Unmount. When
 // ctx is done the file system is unmounted.
@@ -70,10 +104,11 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount: config.json: %w", err)
 	}
-	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index())}
+	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index()), forget: newForgetter()}
 	timeout := entryTimeout
 	opts := &gofs.Options{
-		EntryTimeout:    &timeout,
+		// No EntryTimeout: a lookup that sets none gives the kernel 0, so
+		// that it drops the name, and the node, once nobody uses it.
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &timeout,
 		UID:             uint32(os.Getuid()),
@@ -87,10 +122,15 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 			// before it reaches us.
 			Options: []string{"ro"},
 			// 1 MiB requests: fewer round trips through /dev/fuse per byte.
-			MaxWrite:     1 << 20,
-			MaxReadAhead: 1 << 20,
-			// Reads run concurrently (kernel readahead, several readers).
-			MaxBackground: 64,
+			MaxWrite:     maxRequest,
+			MaxReadAhead: maxRequest,
+			// Reads run concurrently (kernel readahead, several readers),
+			// but each holds a reply buffer (see RequestMemory).
+			MaxBackground: maxBackground,
+			// go-fuse counts an input buffer of about maxRequest for each
+			// request it holds, and past this stops taking requests until
+			// one ends: at most maxInflight at once.
+			MaxInflightRequestBytes: maxInflight * (maxRequest + 64<<10),
 			// Replies are slices of our slabs, not file descriptors; the splice
 			// path would only add a copy and, with a small pipe-max-size, log
 			// an error on every 1 MiB reply.
@@ -110,6 +150,12 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	s := &Server{srv: srv, mnt: cfg.Mountpoint, log: cfg.Logger}
+	stopForget := make(chan struct{})
+	go root.forget.run(stopForget)
+	go func() {
+		srv.Wait()
+		close(stopForget)
+	}()
 	if err := RaiseReadahead(cfg.Mountpoint); err != nil {
 		cfg.Logger.Debug("could not raise readahead", "err", err)
 	}
@@ -195,7 +241,7 @@ func parseEpoch(name string) (int, bool) {
 		return 0, false
 	}
 	e, err := strconv.Atoi(s)
-	if err != nil || e < 0 || fmt.Sprintf("epoch-%04d", e) != name {
+	if err != nil || e < 0 || shuffler.EpochName(e) != name {
 		return 0, false
 	}
 	return e, true

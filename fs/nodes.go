@@ -30,6 +30,32 @@ type rootNode struct {
 	// served counts the bytes of parts served, sliced those of them the
 	// kernel copied straight from the slabs.
 	served, sliced atomic.Int64
+	// inodes counts the live nodes below the root (see counted).
+	inodes atomic.Int64
+	forget *forgetter
+}
+
+// counted makes a node count itself among its root's live inodes: go-fuse
+// calls OnAdd when it takes a node made by a lookup and OnForget once the
+// kernel has forgotten it (a lookup always makes a new node, so a node
+// is never revived after OnForget).
+type counted struct{ live *atomic.Int64 }
+
+func (c counted) OnAdd(context.Context) { c.live.Add(1) }
+func (c counted) OnForget()             { c.live.Add(-1) }
+
+// cacheName lets the kernel cache a name that dir's Lookup has just
+// resolved for entryTimeout if it is listed (ls shows it: the names users
+// walk again and again) and fewer than maxCachedInodes nodes live. Any
+// other name has a timeout of 0 and is dropped by the forgetter, so that
+// looking up any number of valid names (any epoch, any K) costs the
+// daemon nothing that lasts.
+func (r *rootNode) cacheName(dir *gofs.Inode, name string, out *fuse.EntryOut, listed bool) {
+	if listed && r.inodes.Load() < maxCachedInodes {
+		out.SetEntryTimeout(entryTimeout)
+		return
+	}
+	r.forget.add(dir, name)
 }
 
 var (
@@ -50,7 +76,7 @@ func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	entries := make([]fuse.DirEntry, 0, r.cfg.Epochs+1)
 	entries = append(entries, fuse.DirEntry{Name: ctlDir, Mode: syscall.S_IFDIR})
 	for e := range r.cfg.Epochs {
-		entries = append(entries, fuse.DirEntry{Name: fmt.Sprintf("epoch-%04d", e), Mode: syscall.S_IFDIR})
+		entries = append(entries, fuse.DirEntry{Name: shuffler.EpochName(e), Mode: syscall.S_IFDIR})
 	}
 	return gofs.NewListDirStream(entries), 0
 }
@@ -62,7 +88,8 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if name == ctlDir {
 		out.Mode = syscall.S_IFDIR | 0o555
 		setTimes(&out.Attr, r.mtime)
-		return r.NewInode(ctx, &ctlNode{root: r}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+		r.cacheName(&r.Inode, name, out, true)
+		return r.NewInode(ctx, &ctlNode{counted: counted{&r.inodes}, root: r}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	}
 	e, ok := parseEpoch(name)
 	if !ok {
@@ -70,19 +97,25 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	}
 	out.Mode = syscall.S_IFDIR | 0o555
 	setTimes(&out.Attr, r.mtime)
-	return r.NewInode(ctx, &epochNode{root: r, epoch: e}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	// Every epoch directory may be cached (within maxCachedInodes), also
+	// past --epochs: a trainer walks into it for each of its parts.
+	r.cacheName(&r.Inode, name, out, true)
+	return r.NewInode(ctx, &epochNode{counted: counted{&r.inodes}, root: r, epoch: e}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
 type epochNode struct {
 	gofs.Inode
+	counted
 	root  *rootNode
 	epoch int
 }
 
 var (
-	_ gofs.NodeLookuper  = (*epochNode)(nil)
-	_ gofs.NodeReaddirer = (*epochNode)(nil)
-	_ gofs.NodeGetattrer = (*epochNode)(nil)
+	_ gofs.NodeLookuper    = (*epochNode)(nil)
+	_ gofs.NodeReaddirer   = (*epochNode)(nil)
+	_ gofs.NodeGetattrer   = (*epochNode)(nil)
+	_ gofs.NodeOnAdder     = (*epochNode)(nil)
+	_ gofs.NodeOnForgetter = (*epochNode)(nil)
 )
 
 func (d *epochNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -109,8 +142,9 @@ func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil {
 		return nil, syscall.ENOENT
 	}
-	p := &partNode{root: d.root, epoch: d.epoch, part: i, parts: k, size: size}
+	p := &partNode{counted: counted{&d.root.inodes}, root: d.root, epoch: d.epoch, part: i, parts: k, size: size}
 	p.attr(&out.Attr)
+	d.root.cacheName(&d.Inode, name, out, d.epoch < d.root.cfg.Epochs && k == d.root.cfg.Parts)
 	return d.NewInode(ctx, p, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
@@ -121,14 +155,17 @@ func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // per record).
 type partNode struct {
 	gofs.Inode
+	counted
 	root               *rootNode
 	epoch, part, parts int
 	size               int64
 }
 
 var (
-	_ gofs.NodeOpener    = (*partNode)(nil)
-	_ gofs.NodeGetattrer = (*partNode)(nil)
+	_ gofs.NodeOpener      = (*partNode)(nil)
+	_ gofs.NodeGetattrer   = (*partNode)(nil)
+	_ gofs.NodeOnAdder     = (*partNode)(nil)
+	_ gofs.NodeOnForgetter = (*partNode)(nil)
 )
 
 func (p *partNode) attr(a *fuse.Attr) {
@@ -275,6 +312,7 @@ func (h *partHandle) Release(ctx context.Context) syscall.Errno {
 // ctlNode is the .corgifs directory.
 type ctlNode struct {
 	gofs.Inode
+	counted
 	root *rootNode
 }
 
@@ -300,8 +338,9 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	default:
 		return nil, syscall.ENOENT
 	}
-	f := &ctlFile{content: content, mtime: c.root.mtime}
+	f := &ctlFile{counted: counted{&c.root.inodes}, content: content, mtime: c.root.mtime}
 	f.attr(&out.Attr)
+	c.root.cacheName(&c.Inode, name, out, true)
 	return c.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
@@ -315,12 +354,15 @@ type processStats struct {
 	BytesServedFromSlabs int64 `json:"bytes_served_from_slabs"`
 	Goroutines           int   `json:"goroutines"`
 	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
+	// Inodes are the nodes the kernel has not forgotten (the root aside).
+	Inodes int64 `json:"inodes"`
 	// Plans is the planner's work and memory, outside MemoryBudget.
 	Plans shuffler.PlanStats `json:"plans"`
 }
 
 func (r *rootNode) stats() []byte {
-	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1, Plans: r.cfg.Planner.Stats()}
+	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1,
+		Inodes: r.inodes.Load(), Plans: r.cfg.Planner.Stats()}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
 	}
@@ -331,6 +373,7 @@ func (r *rootNode) stats() []byte {
 // ctlFile is a small file whose content is taken when it is opened.
 type ctlFile struct {
 	gofs.Inode
+	counted
 	content func() []byte
 	mtime   time.Time
 }

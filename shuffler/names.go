@@ -2,9 +2,19 @@ package shuffler
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
+
+// EpochName returns the directory name of epoch e: epoch-EEEE.
+func EpochName(e int) string { return fmt.Sprintf("epoch-%04d", e) }
+
+// PartPath returns the path of part i of k of epoch e under the mount point
+// mnt, for readers of a mount (the CLI's child mounts, tests, benchmarks).
+func PartPath(mnt string, e, i, k int, ext string) string {
+	return filepath.Join(mnt, EpochName(e), PartName(i, k, ext))
+}
 
 // PartName returns the file name of part i of k: part-IIIII-of-KKKKK
 // followed by ext, the format's extension (".tfrecord", ".csv").

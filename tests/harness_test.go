@@ -10,7 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"github.com/corgifs/corgifs/internal/testenv"
+	"github.com/corgifs/corgifs/shuffler"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +22,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/corgifstest"
+	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
-// bin is the corgifs binary built by TestMain.
+// bin is the corgifs binary the mounts run: corgifstest's, built once by
+// TestMain (a race-detector build when the tests run with -race).
 var bin string
 
 func TestMain(m *testing.M) {
@@ -33,21 +36,9 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "corgifs-bin-")
-	if err != nil {
+	var err error
+	if bin, err = corgifstest.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "corgifs")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "../cmd/corgifs")...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building corgifs:", err)
 		return 1
 	}
 	return m.Run()
@@ -82,16 +73,21 @@ func genSynthetic(t *testing.T, records, features, classes, files int, order str
 	return dir
 }
 
-// mount is a running corgifs daemon.
+// mount is a running corgifs daemon: a corgifstest.Daemon seen through the
+// fields the tests use. Tests that start the daemon themselves (to give it
+// a broken log pipe, a mount point of their own, or to watch it before it
+// serves) fill in cmd, log, done and exit and leave d nil.
 type mount struct {
 	t      *testing.T
 	dir    string
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd // for startMount, only Process is set: signal it, never Wait
 	log    *syncBuffer
-	done   chan struct{}
+	done   chan struct{} // closed once exit is set
 	exit   error
-	closed bool
-	ext    string // of the part files, from config.json
+	closed bool       // set by a test that ended the daemon itself: stop does nothing
+	ext    string     // of the part files, from config.json (set by startMount, or by part)
+	extMu  sync.Mutex // guards ext where part sets it
+	d      *corgifstest.Daemon
 }
 
 type syncBuffer struct {
@@ -123,37 +119,22 @@ func startMount(t *testing.T, src string, flags ...string) *mount {
 func startMountUnder(t *testing.T, prefix []string, src string, flags ...string) *mount {
 	t.Helper()
 	fuseOK(t)
-	base := t.TempDir()
-	m := &mount{t: t, dir: filepath.Join(base, "mnt"), log: &syncBuffer{}, done: make(chan struct{})}
-	if err := os.Mkdir(m.dir, 0o755); err != nil {
-		t.Fatal(err)
+	m := &mount{t: t, log: &syncBuffer{}, done: make(chan struct{})}
+	opts := []corgifstest.Option{corgifstest.Output(m.log), corgifstest.Args(flags...)}
+	if prefix != nil {
+		opts = append(opts, corgifstest.Wrapper(prefix...))
 	}
-	args := append([]string{"mount", src, m.dir, "--cache-dir", filepath.Join(base, "cache")}, flags...)
-	argv := append(append(slices.Clone(prefix), bin), args...)
-	m.cmd = exec.Command(argv[0], argv[1:]...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	// A test binary killed by its timeout must not leave mounts behind.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(m.dir, ".corgifs", "config.json")); err == nil {
-			break
-		}
-		select {
-		case <-m.done:
-			t.Fatalf("corgifs mount exited early: %v\n%s", m.exit, m.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			m.cmd.Process.Kill()
-			t.Fatalf("mount did not come up in time\n%s", m.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	m.d = corgifstest.Mount(t, src, opts...)
+	m.dir = m.d.Dir
+	m.ext = filepath.Ext(m.d.Part(0, 0, 1))
+	m.cmd = &exec.Cmd{Path: bin, Process: m.d.Process()}
+	go func() {
+		<-m.d.Done()
+		m.exit = m.d.ExitErr()
+		close(m.done)
+	}()
+	// Registered after corgifstest's cleanup, so run before it: a test
+	// that set closed has ended the daemon itself.
 	t.Cleanup(m.stop)
 	return m
 }
@@ -161,6 +142,15 @@ func startMountUnder(t *testing.T, prefix []string, src string, flags ...string)
 // stop sends SIGTERM and checks that the daemon exits 0, without a data
 // race report, and leaves no mount behind.
 func (m *mount) stop() {
+	if m.d != nil {
+		if m.closed {
+			m.d.Kill() // no checks: detach what is left
+		} else {
+			m.d.Unmount()
+		}
+		m.closed = true
+		return
+	}
 	if m.closed {
 		return
 	}
@@ -171,7 +161,7 @@ func (m *mount) stop() {
 	case <-time.After(20 * time.Second):
 		m.cmd.Process.Kill()
 		<-m.done
-		exec.Command("umount", "-l", m.dir).Run()
+		childmount.Detach(m.dir)
 		m.t.Errorf("daemon did not exit within 20s of SIGTERM\n%s", m.log)
 		return
 	}
@@ -182,29 +172,30 @@ func (m *mount) stop() {
 		m.t.Errorf("daemon reported a data race\n%s", m.log)
 	}
 	if mounted(m.dir) {
-		exec.Command("umount", "-l", m.dir).Run()
+		childmount.Detach(m.dir)
 		m.t.Errorf("%s still mounted after the daemon exited", m.dir)
 	}
 }
 
-func mounted(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
-}
+// mounted reports whether dir is a mount point (a dead one included).
+func mounted(dir string) bool { return childmount.Mounted(dir) }
 
+// part returns the path of part i of k of epoch. It is safe for
+// concurrent use.
 func (m *mount) part(epoch, i, k int) string {
+	if m.d != nil {
+		return m.d.Part(epoch, i, k)
+	}
+	m.extMu.Lock()
 	if m.ext == "" {
 		b, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
 		var cfg struct{ Extension string }
 		json.Unmarshal(b, &cfg)
 		m.ext = cmp.Or(cfg.Extension, ".tfrecord")
 	}
-	return filepath.Join(m.dir, fmt.Sprintf("epoch-%04d", epoch), shuffler.PartName(i, k, m.ext))
+	ext := m.ext
+	m.extMu.Unlock()
+	return shuffler.PartPath(m.dir, epoch, i, k, ext)
 }
 
 func (m *mount) read(epoch, i, k int) []byte {

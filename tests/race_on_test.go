@@ -2,6 +2,6 @@
 
 package tests
 
-// raceEnabled makes the daemon under test a race-detector build too when the
-// tests run with -race.
+// raceEnabled says the tests run with -race, and so does the daemon:
+// corgifstest builds it with -race too (its own raceEnabled).
 const raceEnabled = true

@@ -55,14 +55,16 @@ func run(src, mnt string, kernelPassthrough bool) error {
 	}
 	srv, err := fs.Mount(mnt, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
-			FsName:        src,
-			Name:          "loopback",
-			Options:       []string{"ro"},
-			MaxWrite:      1 << 20,
-			MaxReadAhead:  1 << 20,
-			MaxBackground: 64,
-			DisableSplice: true,
-			DirectMount:   os.Geteuid() == 0,
+			FsName:       src,
+			Name:         "loopback",
+			Options:      []string{"ro"},
+			MaxWrite:     1 << 20,
+			MaxReadAhead: 1 << 20,
+			// corgifs's bounds on the requests in flight (fs/fs.go).
+			MaxBackground:           16,
+			MaxInflightRequestBytes: 16 * (1<<20 + 64<<10),
+			DisableSplice:           true,
+			DirectMount:             os.Geteuid() == 0,
 		},
 	})
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -91,6 +93,8 @@ type datasetFlags struct {
 	maxMemory   sizeFlag
 	equalParts  bool
 	debug       bool
+	s3          s3Flags
+	source      *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
 
 	// What open made of --max-memory: the budget of the loader's slabs
 	// and the soft limit of the Go heap (see memorySplit).
@@ -112,6 +116,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
+	d.s3.register(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -132,6 +137,9 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	}
 	if !d.includeSet {
 		o.Include = nil
+	}
+	if d.source != nil {
+		o.Source = d.source
 	}
 	if d.format != nil {
 		o.Format, o.FormatOptions = d.format.format, d.format.options
@@ -156,7 +164,13 @@ func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
 
 // loaderOptions are the options of a loader for the dataset opened by open.
 func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	return blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	if d.source != nil {
+		// Every GET waits for the network: as many in flight as
+		// --s3-concurrency allows.
+		o.InFlight = d.s3.concurrency
+	}
+	return o
 }
 
 // memorySplit divides maxMemory between the loader's slabs, which live
@@ -164,9 +178,10 @@ func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions 
 // within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
 // bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes a record the slabs can hold), request
-// buffers, and room to collect garbage in: 32 MiB beyond the estimate is
-// its soft limit. About 10 MiB of the process is neither (code, runtime).
+// buffers parts serve (16 bytes a record the slabs can hold), the reply
+// buffers of the FUSE requests in flight (fs.RequestMemory, whatever the
+// number of readers), and room to collect garbage in: 32 MiB beyond these
+// is its soft limit. About 10 MiB of the process is neither (code, runtime).
 // When the estimate leaves the heap more than the 64 MiB allowance, the
 // slabs get less.
 func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
@@ -180,7 +195,7 @@ func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (sl
 	if ix.Records > 0 && ix.Bytes > 0 {
 		est += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
 	}
-	heapLimit = est + 32<<20
+	heapLimit = est + fs.RequestMemory + 32<<20
 	slabs = maxMemory - max(0, heapLimit+10<<20-64<<20)
 	return max(slabs, maxMemory/2), heapLimit
 }
@@ -225,6 +240,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	}
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := d.openSource(ctx, src, log); err != nil {
 		return nil, nil, 0, err
 	}
 	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))

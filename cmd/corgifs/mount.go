@@ -17,6 +17,7 @@ import (
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 )
 
@@ -219,15 +220,18 @@ func checkParts(parts int) error {
 // checkMountpoint refuses mount points that would surprise: inside the
 // source, not a directory, not empty, or a dead FUSE mount.
 func checkMountpoint(src, mnt string, nonempty bool) error {
-	absSrc, err := realPath(src)
-	if err != nil {
-		return err
+	absSrc := ""
+	if !s3.IsURL(src) {
+		var err error
+		if absSrc, err = realPath(src); err != nil {
+			return err
+		}
 	}
 	absMnt, err := realPath(mnt)
 	if err != nil {
 		return err
 	}
-	if rel, err := filepath.Rel(absSrc, absMnt); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+	if rel, err := filepath.Rel(absSrc, absMnt); err == nil && absSrc != "" && (rel == "." || !strings.HasPrefix(rel, "..")) {
 		return fmt.Errorf("mount point %s is inside the source %s; choose a mount point outside it", mnt, src)
 	}
 	// A dead mount can still answer stat from the kernel's attribute cache:
@@ -309,6 +313,9 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := d.openSource(ctx, pos[0], log); err != nil {
+		return err
+	}
 	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
 	if err != nil {
 		return err

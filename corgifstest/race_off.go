@@ -1,0 +1,5 @@
+//go:build !race
+
+package corgifstest
+
+const raceEnabled = false

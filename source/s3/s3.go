@@ -1,0 +1,307 @@
+// Package s3 is a source.Source of objects in an S3-compatible store (AWS
+// S3, MinIO, Ceph RGW, versitygw, R2 and GCS through their S3 APIs).
+//
+// It uses minio-go: a small, well-kept client whose dependency tree is a
+// fraction of the AWS SDK's, which signs for any S3 server, pages listings,
+// reads the AWS environment and the shared credentials file (AWS_PROFILE),
+// and exposes the raw ranged GET with If-Match that the loader needs.
+// Retries are corgifs's own, because a body cut off mid-transfer is retried
+// by nobody else and every retry must stay pinned to the indexed ETag.
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/corgifs/corgifs/source"
+)
+
+// Config says how to reach the store; zero fields take the AWS
+// environment's values or the defaults.
+type Config struct {
+	Endpoint string // URL (http://host:port) or host; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3
+	Region   string // default AWS_REGION, AWS_DEFAULT_REGION, else asked of the server
+	// PathStyle addresses buckets as endpoint/bucket rather than
+	// bucket.endpoint (MinIO and most S3 servers but AWS).
+	PathStyle bool
+	// Concurrency bounds the GETs in flight (default 64: about what
+	// 8 MiB blocks need to fill a 10 Gb/s link at 50 ms a request).
+	Concurrency int
+	// Timeout is the deadline of one request, body included (default 30s).
+	Timeout time.Duration
+	// Attempts is how many times a failed read is tried (default 5).
+	Attempts int
+	Logger   *slog.Logger
+}
+
+// Source is a bucket and prefix in an S3 store.
+type Source struct {
+	bucket, prefix string // prefix ends in "/" unless empty
+	endpoint       string
+	core           minio.Core
+	sem            chan struct{}
+	timeout        time.Duration
+	attempts       int
+	log            *slog.Logger
+}
+
+var _ source.Source = (*Source)(nil)
+
+// IsURL reports whether src names an S3 source (s3://bucket/prefix).
+func IsURL(src string) bool { return strings.HasPrefix(src, "s3://") }
+
+// New returns the source of the objects under s3://bucket/prefix, after
+// checking that the endpoint answers, the credentials are accepted and
+// the bucket exists, so that a mount fails at once with the reason.
+func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
+	bucket, prefix, ok := strings.Cut(strings.TrimPrefix(rawURL, "s3://"), "/")
+	if !IsURL(rawURL) || bucket == "" {
+		return nil, fmt.Errorf("source %q: want s3://bucket/prefix", rawURL)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if ok && prefix != "" {
+		prefix += "/"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Concurrency = cmp(c.Concurrency, 64)
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	c.Attempts = cmp(c.Attempts, 5)
+	endpoint := firstSet(c.Endpoint, os.Getenv("AWS_ENDPOINT_URL_S3"), os.Getenv("AWS_ENDPOINT_URL"), "https://s3.amazonaws.com")
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "https://" + endpoint
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("S3 endpoint %q: want http(s)://host[:port]", endpoint)
+	}
+	// The AWS order: the environment, then the shared credentials file
+	// (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials, AWS_PROFILE).
+	creds := credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+	})
+	lookup := minio.BucketLookupAuto
+	if c.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   c.Concurrency,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: c.Timeout,
+	}
+	opts := &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: tr, BucketLookup: lookup,
+		Region: firstSet(c.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
+		// Reads are retried here, pinned to the ETag; a few tries for
+		// listing and the checks at mount.
+		MaxRetries: 3}
+	cl, err := minio.New(u.Host, opts)
+	if err != nil {
+		return nil, fmt.Errorf("S3 client for %s: %w", endpoint, err)
+	}
+	s := &Source{bucket: bucket, prefix: prefix, endpoint: u.Scheme + "://" + u.Host, core: minio.Core{Client: cl},
+		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger}
+	cctx, cancel := context.WithTimeout(ctx, 2*c.Timeout)
+	defer cancel()
+	exists, err := cl.BucketExists(cctx, bucket)
+	if err != nil {
+		return nil, s.explain(err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("%s: bucket %q does not exist at %s", s, bucket, s.endpoint)
+	}
+	return s, nil
+}
+
+// explain turns an error of a request at mount into one that names the
+// problem: credentials, bucket, endpoint.
+func (s *Source) explain(err error) error {
+	er := minio.ToErrorResponse(err)
+	switch er.Code {
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden":
+		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE: %w",
+			s, s.endpoint, er.Code, er.Message, err)
+	case "NoSuchBucket":
+		return fmt.Errorf("%s: bucket %q does not exist at %s: %w", s, s.bucket, s.endpoint, err)
+	}
+	if er.StatusCode == http.StatusForbidden {
+		return fmt.Errorf("%s: access denied by %s (wrong credentials, or no permission on the bucket): %w", s, s.endpoint, err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: cannot reach the S3 endpoint %s (set --s3-endpoint or AWS_ENDPOINT_URL): %w", s, s.endpoint, err)
+	}
+	return fmt.Errorf("%s at %s: %w", s, s.endpoint, err)
+}
+
+func (s *Source) String() string {
+	return "s3://" + s.bucket + "/" + strings.TrimSuffix(s.prefix, "/")
+}
+
+// ID names the endpoint too: the same bucket name on two servers is two
+// datasets.
+func (s *Source) ID() string { return s.endpoint + "/" + s.bucket + "/" + s.prefix }
+
+// List lists the objects under the prefix whose base names match, page by
+// page.
+func (s *Source) List(ctx context.Context, match func(string) bool) ([]source.Object, error) {
+	var objs []source.Object
+	for o := range s.core.Client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, fmt.Errorf("list %s: %w", s, s.explain(o.Err))
+		}
+		rel := strings.TrimPrefix(o.Key, s.prefix)
+		if rel == "" || strings.HasSuffix(rel, "/") || !match(path.Base(rel)) {
+			continue
+		}
+		objs = append(objs, source.Object{Path: rel, Size: o.Size, Mtime: o.LastModified.UnixNano(), Version: o.ETag})
+	}
+	slices.SortFunc(objs, func(a, b source.Object) int { return strings.Compare(a.Path, b.Path) })
+	return objs, nil
+}
+
+// Open returns a reader of the object at rel whose every GET is pinned to
+// the ETag version. It makes no request.
+func (s *Source) Open(rel, version string) (source.File, error) {
+	return &object{s: s, key: s.prefix + rel, etag: version}, nil
+}
+
+type object struct {
+	s         *Source
+	key, etag string
+}
+
+func (o *object) Name() string { return "s3://" + o.s.bucket + "/" + o.key }
+func (o *object) Close() error { return nil }
+
+// ReadAt reads len(p) bytes at off with one ranged GET, retried with
+// exponential backoff and jitter on errors that may pass (5xx, 429,
+// SlowDown, timeouts, connections reset or cut mid-body). It gives up
+// after the configured attempts, each under the per-request deadline, so
+// that it ends in bounded time. A short read is an error: callers read
+// ranges they know exist.
+func (o *object) ReadAt(p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var err error
+	for attempt := range o.s.attempts {
+		if attempt > 0 {
+			// Full jitter: 0 to 100ms·2^attempt, at most 5s.
+			d := min(100*time.Millisecond<<attempt, 5*time.Second)
+			time.Sleep(rand.N(d))
+		}
+		err = o.get(p, off)
+		if err == nil {
+			return len(p), nil
+		}
+		if !retryable(err) {
+			break
+		}
+		o.s.log.Debug("S3 read failed; retrying", "object", o.Name(), "offset", off, "attempt", attempt+1, "err", err)
+	}
+	if errors.Is(err, source.ErrChanged) {
+		o.s.log.Error("S3 object replaced since indexing; its blocks give EIO (remount to reindex)", "object", o.Name(), "err", err)
+		return 0, fmt.Errorf("read %s at offset %d: %w: %w", o.Name(), off, err, syscall.EIO)
+	}
+	return 0, fmt.Errorf("read %s at offset %d (%d bytes): %w: %w", o.Name(), off, len(p), err, syscall.EIO)
+}
+
+// get makes one ranged GET of len(p) bytes at off into p.
+func (o *object) get(p []byte, off int64) error {
+	o.s.sem <- struct{}{}
+	defer func() { <-o.s.sem }()
+	ctx, cancel := context.WithTimeout(context.Background(), o.s.timeout)
+	defer cancel()
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
+		return err
+	}
+	if o.etag != "" {
+		if err := opts.SetMatchETag(o.etag); err != nil {
+			return err
+		}
+	}
+	body, info, _, err := o.s.core.GetObject(ctx, o.s.bucket, o.key, opts)
+	if err != nil {
+		er := minio.ToErrorResponse(err)
+		switch {
+		case er.StatusCode == http.StatusPreconditionFailed || er.Code == "PreconditionFailed":
+			return fmt.Errorf("ETag is no longer %q: %w", o.etag, source.ErrChanged)
+		case er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound:
+			return fmt.Errorf("object removed: %w", source.ErrChanged)
+		case er.StatusCode == http.StatusRequestedRangeNotSatisfiable || er.Code == "InvalidRange":
+			return fmt.Errorf("object shorter than indexed: %w", source.ErrChanged)
+		}
+		return err
+	}
+	defer body.Close()
+	if o.etag != "" && info.ETag != "" && info.ETag != o.etag {
+		// A server that ignores If-Match.
+		return fmt.Errorf("ETag is now %q, was %q: %w", info.ETag, o.etag, source.ErrChanged)
+	}
+	if _, err := io.ReadFull(body, p); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
+		}
+		return fmt.Errorf("body cut off: %w", err)
+	}
+	return nil
+}
+
+// retryable reports whether a failed GET may succeed if tried again.
+func retryable(err error) bool {
+	if errors.Is(err, source.ErrChanged) {
+		return false
+	}
+	er := minio.ToErrorResponse(err)
+	switch {
+	case er.StatusCode >= 500, er.StatusCode == http.StatusTooManyRequests, er.StatusCode == http.StatusRequestTimeout:
+		return true
+	case er.Code == "SlowDown" || er.Code == "RequestTimeout" || er.Code == "InternalError" || er.Code == "ServiceUnavailable":
+		return true
+	case er.StatusCode != 0:
+		// Any other answer of the server (403, 400) will be the same.
+		return false
+	}
+	// No answer: timeouts, resets, refused connections, bodies cut off.
+	return true
+}
+
+func firstSet(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func cmp(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
