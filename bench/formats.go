@@ -455,6 +455,15 @@ func (fr *formatsRun) markdown(o options) string {
 		fr.records, fr.features, dataClasses, dataFiles)
 	p("  `corgifs gen synthetic --format F --records %d --features %d --files %d --classes %d --seed %d`.\n",
 		fr.records, fr.features, dataFiles, dataClasses, dataSeed)
+	var made []string
+	for _, s := range fr.sets {
+		m := fmt.Sprintf("%s %.1f s", s.format, s.genSecs)
+		if s.reused {
+			m += " (reused)"
+		}
+		made = append(made, m)
+	}
+	p("- Written by `corgifs gen synthetic` (reused: by an earlier run with `--work`): %s.\n", strings.Join(made, ", "))
 	p("- Mounts: `--block-size %s --buffer %s` for every format (a TFRecord block holds about %d records).\n",
 		fmtBytes(fr.blockSize), fmtBytes(fr.buffer), max(1, fr.blockSize*int64(fr.records)/tf.bytes))
 	p("%s\n", loadLine(fr.load))
