@@ -463,14 +463,14 @@ func (fr *formatsRun) markdown(o options) string {
 		}
 		made = append(made, m)
 	}
-	p("- Written by `corgifs gen synthetic` (reused: by an earlier run with `--work`): %s.\n", strings.Join(made, ", "))
+	p("- Written by `corgifs gen synthetic` in: %s.\n", strings.Join(made, ", "))
 	p("- Mounts: `--block-size %s --buffer %s` for every format (a TFRecord block holds about %d records).\n",
 		fmtBytes(fr.blockSize), fmtBytes(fr.buffer), max(1, fr.blockSize*int64(fr.records)/tf.bytes))
 	p("%s\n", loadLine(fr.load))
 
 	p("#### Warm epoch\n\n")
-	p("| format | bytes per record | epoch MB | median records/s | × TFRecord (records/s) | per-run × TFRecord | median MB/s | min–max MB/s | × TFRecord (MB/s) | daemon CPU s per M records | daemon CPU s per GiB | %.1f× in records/s |\n", formatsTarget)
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("| format | bytes per record | epoch MB | median records/s | × TFRecord (records/s) | TFRecord's bytes per record ÷ its | per-run × TFRecord | median MB/s | min–max MB/s | × TFRecord (MB/s) | daemon CPU s per M records | daemon CPU s per GiB | %.1f× in records/s |\n", formatsTarget)
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	tfRate, tfMB := tf.recordsPerSec(fr.records).med, tf.mbps().med
 	var missed, missedMB []string
 	for _, s := range fr.sets {
@@ -488,8 +488,8 @@ func (fr *formatsRun) markdown(o options) string {
 			missedMB = append(missedMB, fmt.Sprintf("%s (%.2f×)", s.format, r))
 		}
 		cpu := s.cpuPerMillion(fr.records)
-		p("| %s | %.0f | %.1f | %.0f | %.2f | %s | %.0f | %.0f–%.0f | %.2f | %.2f | %.2f | %s |\n", s.format,
-			float64(s.bytes)/float64(fr.records), float64(s.partLen)/1e6, rate.med, ratio,
+		p("| %s | %.0f | %.1f | %.0f | %.2f | %.2f | %s | %.0f | %.0f–%.0f | %.2f | %.2f | %.2f | %s |\n", s.format,
+			float64(s.bytes)/float64(fr.records), float64(s.partLen)/1e6, rate.med, ratio, float64(tf.partLen)/float64(s.partLen),
 			join(roundRatios(s, tf), "%.2f"), mb.med, mb.lo, mb.hi, mb.med/tfMB,
 			cpu, cpu*float64(fr.records)/1e6/(float64(s.partLen)/(1<<30)), verdict)
 	}
@@ -513,6 +513,7 @@ func (fr *formatsRun) markdown(o options) string {
 		lo, hi = min(lo, r), max(hi, r)
 	}
 	p("TFRecord served %.0f records/s (%.0f MB/s); the other formats %.2f–%.2f× that in records/s.", tfRate, tf.mbps().med, lo, hi)
+	p(" Serving costs per byte (FUSE writes, source reads, copies), so a format whose records take k times TFRecord's bytes can reach about 1/k of its records/s (the column TFRecord's bytes per record ÷ its).")
 	if len(missed) == 0 {
 		p(" Every format met the %.1f× target.", formatsTarget)
 	} else {
