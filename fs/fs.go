@@ -146,7 +146,9 @@ func (s *Server) Unmount() error {
 	if err == nil {
 		return nil
 	}
-	s.log.Warn("mount busy, detaching lazily", "mountpoint", s.mnt, "err", err)
+	// go-fuse returns fusermount's stderr with its exit status on separate
+	// lines ("...busy\n (code exit status 1)\n"): one line in the log.
+	s.log.Warn("mount busy, detaching lazily", "mountpoint", s.mnt, "err", strings.Join(strings.Fields(err.Error()), " "))
 	if err := LazyUnmount(s.mnt); err != nil {
 		return err
 	}
