@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -538,7 +539,21 @@ func TestMountOverALiveCorgifsMountSaysSo(t *testing.T) {
 	m := startMount(t, src, "--seed", "1")
 	for _, extra := range [][]string{nil, {"--nonempty"}} {
 		args := append([]string{"mount", src, m.dir, "--cache-dir", t.TempDir()}, extra...)
-		_, stderr, code := run(args...)
+		// Before the fix, --nonempty stacked a second mount and served it:
+		// a bound and SIGTERM end that one cleanly.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 20 * time.Second
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		cmd.Run()
+		stderr, code := errb.String(), cmd.ProcessState.ExitCode()
+		if ctx.Err() != nil {
+			code = 0 // it mounted
+		}
+		cancel()
 		if code == 0 || !strings.Contains(stderr, "already a live corgifs mount") || strings.Contains(stderr, "not empty") {
 			t.Errorf("mount over a live corgifs mount %v: exit %d, %q", extra, code, stderr)
 		}
