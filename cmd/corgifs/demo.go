@@ -17,9 +17,9 @@ import (
 )
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("demo", "", `Shows the whole idea in 10 to 15 seconds of work (measured on 2 cores): makes a label-clustered dataset in a
-temporary directory (Fashion-MNIST when the Debian package dataset-fashion-mnist
-is installed, a synthetic set otherwise), trains softmax regression on it
+	fset := newFlagSet("demo", "", `Shows the whole idea in 10 to 15 seconds (measured on 2 cores): makes a
+label-clustered dataset in a temporary directory (Fashion-MNIST when the Debian
+package dataset-fashion-mnist is installed, a synthetic set otherwise), trains softmax regression on it
 through real corgifs mounts with the orders none, window, corgipile and full,
 prints the results with a verdict, writes the plot and cleans up.`, stderr)
 	epochs := fset.Int("epochs", 5, "training epochs per strategy")
