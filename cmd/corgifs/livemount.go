@@ -27,7 +27,7 @@ func refuseLiveMount(mnt string) error {
 // notMountedError explains an unmount of a directory nothing is mounted on.
 func notMountedError(mnt string, err error) error {
 	if errors.Is(err, fs.ErrNotMounted) {
-		return fmt.Errorf("nothing is mounted at %s: it was already unmounted, or never mounted", mnt)
+		return fmt.Errorf("nothing is mounted at %s (not a mount point): it was already unmounted, or never mounted", mnt)
 	}
 	return err
 }
