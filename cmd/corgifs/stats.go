@@ -150,13 +150,16 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	c := s.c
 	mb := func(v int64) string { return humanize.IBytes(uint64(max(0, v))) }
 	fmt.Fprintf(w, "corgifs stats %s   %s (every %.1fs, Ctrl-C to stop)\n\n", mnt, l.Time.Local().Format("15:04:05"), l.Interval)
-	fmt.Fprintf(w, "  served to readers   %9.1f MB/s   %s in all\n", l.ServedMBps, mb(c.BytesServed))
-	fmt.Fprintf(w, "  read from source    %9.1f MB/s   %s in all\n", l.SourceMBps, mb(c.BytesRead))
-	fmt.Fprintf(w, "  buffers found loaded %7.1f %%      prefetched buffers used %.1f %%\n", 100*l.HitRate, 100*l.PrefetchUseRate)
-	fmt.Fprintf(w, "  stalls              %9.1f /s     %d in all, %.1f s waited; %d waits for memory\n", l.StallsPerSecond, c.Stalls, c.StallSeconds, c.MemoryWaits)
-	fmt.Fprintf(w, "  memory              %s in use, %s peak, %s budget\n", mb(c.MemoryInUse), mb(c.MemoryPeak), mb(c.MemoryBudget))
+	row := func(label string, v float64, unit, rest string) {
+		fmt.Fprintf(w, "  %-21s %8.1f %-6s %s\n", label, v, unit, rest)
+	}
+	row("served to readers", l.ServedMBps, "MB/s", mb(c.BytesServed)+" in all")
+	row("read from source", l.SourceMBps, "MB/s", mb(c.BytesRead)+" in all")
+	row("buffers found loaded", 100*l.HitRate, "%", fmt.Sprintf("prefetched buffers used: %.1f %%", 100*l.PrefetchUseRate))
+	row("stalls", l.StallsPerSecond, "/s", fmt.Sprintf("%d in all, %.1f s waited; %d waits for memory", c.Stalls, c.StallSeconds, c.MemoryWaits))
+	fmt.Fprintf(w, "  %-21s %s in use, %s peak, %s budget\n", "memory", mb(c.MemoryInUse), mb(c.MemoryPeak), mb(c.MemoryBudget))
 	if c.LoadErrors > 0 {
-		fmt.Fprintf(w, "  load errors         %d (see the daemon's log)\n", c.LoadErrors)
+		fmt.Fprintf(w, "  %-21s %d (see the daemon's log)\n", "load errors", c.LoadErrors)
 	}
 	// Counters this version does not know, such as per-epoch source
 	// bytes, are shown as they are.
@@ -168,6 +171,6 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Fprintf(w, "  %-19s %s\n", k, s.raw[k])
+		fmt.Fprintf(w, "  %-21s %s\n", k, s.raw[k])
 	}
 }
