@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -177,7 +178,7 @@ func TestForegroundMountPrintsOneReadyLineOnStdout(t *testing.T) {
 	mnt := filepath.Join(base, "mnt")
 	os.Mkdir(mnt, 0o755)
 	cmd := exec.Command(bin, "mount", src, mnt, "--cache-dir", filepath.Join(base, "cache"), "--seed", "3", "--parts", "4")
-	var stderr syncBuffer
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -217,6 +218,24 @@ func TestForegroundMountPrintsOneReadyLineOnStdout(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mnt, "epoch-0000", "part-00003-of-00004.tfrecord")); err != nil {
 		t.Errorf("after the ready line: %v", err)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // notifySocket listens where a service manager would for sd_notify
