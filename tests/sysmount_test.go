@@ -637,3 +637,59 @@ func TestOrderHelpSaysTheSeedIsRequired(t *testing.T) {
 		t.Errorf("order without --seed: exit %d, %q", code, stderr)
 	}
 }
+
+// TestInterruptingABackgroundMountBeforeItIsReadyStopsTheDaemon presses
+// Ctrl-C on mount --background while the daemon indexes a source whose
+// reads hang: the daemon, in a session of its own, would not see the
+// terminal's SIGINT, so the waiting caller must stop it.
+func TestInterruptingABackgroundMountBeforeItIsReadyStopsTheDaemon(t *testing.T) {
+	fuseOK(t)
+	data := genSynthetic(t, 4000, 16, 2, 2, "clustered")
+	src := serveStuckSource(t, data)
+	src.stick()
+	base := t.TempDir()
+	mnt := filepath.Join(base, "mnt")
+	os.Mkdir(mnt, 0o755)
+	var stderr lockedBuffer
+	cmd := exec.Command(bin, append([]string{"mount", "--background", src.dir, mnt, "--cache-dir", filepath.Join(base, "cache"),
+		"--log-file", filepath.Join(base, "log")}, smallFlags...)...)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-src.blocked:
+	case err := <-done:
+		t.Fatalf("mount --background ended before the daemon read the source: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("no source read blocked within 60 s\n%s", stderr.String())
+	}
+	pid := daemonPid(t, stderr.String())
+	t.Cleanup(func() {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if mounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(stderr.String(), "before the mount was ready") {
+			t.Errorf("interrupted mount --background: %v, stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("mount --background did not return within 30 s of SIGINT\n%s", stderr.String())
+	}
+	if alive(pid) {
+		t.Errorf("daemon %d still runs after the interrupted mount --background returned", pid)
+	}
+	if mounted(mnt) {
+		t.Errorf("%s mounted after an interrupted mount --background", mnt)
+	}
+}
