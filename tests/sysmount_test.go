@@ -548,8 +548,10 @@ func TestVersionOnEveryCommand(t *testing.T) {
 		}
 	}
 	_, stderr, _ := run("mount", "--help")
-	if !strings.Contains(stderr, "-version") {
-		t.Errorf("mount --help does not list --version")
+	for _, f := range []string{"-version", "-background", "-log-file"} {
+		if !strings.Contains(stderr, f) {
+			t.Errorf("mount --help does not list %s", f)
+		}
 	}
 }
 
