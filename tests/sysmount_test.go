@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/corgifs/corgifs/internal/childmount"
 	"io"
 	"net"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -178,7 +178,7 @@ func TestForegroundMountPrintsOneReadyLineOnStdout(t *testing.T) {
 	mnt := filepath.Join(base, "mnt")
 	os.Mkdir(mnt, 0o755)
 	cmd := exec.Command(bin, "mount", src, mnt, "--cache-dir", filepath.Join(base, "cache"), "--seed", "3", "--parts", "4")
-	var stderr lockedBuffer
+	var stderr childmount.LogBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -218,24 +218,6 @@ func TestForegroundMountPrintsOneReadyLineOnStdout(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mnt, "epoch-0000", "part-00003-of-00004.tfrecord")); err != nil {
 		t.Errorf("after the ready line: %v", err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // notifySocket listens where a service manager would for sd_notify
@@ -652,7 +634,7 @@ func TestInterruptingABackgroundMountBeforeItIsReadyStopsTheDaemon(t *testing.T)
 	base := t.TempDir()
 	mnt := filepath.Join(base, "mnt")
 	os.Mkdir(mnt, 0o755)
-	var stderr lockedBuffer
+	var stderr childmount.LogBuffer
 	cmd := exec.Command(bin, append([]string{"mount", "--background", src.dir, mnt, "--cache-dir", filepath.Join(base, "cache"),
 		"--log-file", filepath.Join(base, "log")}, smallFlags...)...)
 	cmd.Stderr = &stderr
