@@ -117,7 +117,7 @@ type Daemon struct {
 
 	tb    testing.TB
 	child *childmount.Child
-	log   syncBuffer
+	log   childmount.LogBuffer
 	grace time.Duration
 
 	mu    sync.Mutex
@@ -330,23 +330,4 @@ func readRecords(f formats.Format, r io.Reader) ([][]byte, error) {
 		}
 		recs = append(recs, bytes.Clone(rec))
 	}
-}
-
-// syncBuffer is the daemon's log, written by the copying goroutine of
-// exec.Cmd and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

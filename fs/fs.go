@@ -192,7 +192,10 @@ func (s *Server) Unmount() error {
 	if err == nil {
 		return nil
 	}
-	s.log.Warn("mount busy, detaching lazily", "mountpoint", s.mnt, "err", err)
+	// go-fuse returns fusermount's stderr with its exit status on separate
+	// lines ("...busy\n (code exit status 1)\n"): one line in the log.
+	msg := strings.Replace(strings.Join(strings.Fields(err.Error()), " "), " (code exit status", " (exit status", 1)
+	s.log.Warn("mount busy, detaching lazily", "mountpoint", s.mnt, "err", msg)
 	if err := LazyUnmount(s.mnt); err != nil {
 		return err
 	}

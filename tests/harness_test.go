@@ -90,22 +90,7 @@ type mount struct {
 	d      *corgifstest.Daemon
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = childmount.LogBuffer
 
 // startMount mounts src in a new temporary directory with the given extra
 // flags and waits until it serves. The mount is stopped at the end of the test.

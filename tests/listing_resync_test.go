@@ -6,11 +6,11 @@ package tests
 
 import (
 	"fmt"
+	"github.com/corgifs/corgifs/internal/testtree"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -45,57 +45,10 @@ func TestSkipCorruptNeverServesAFrameEmbeddedInADamagedRecord(t *testing.T) {
 	}
 }
 
-// deepTree makes, under base, directories nested deep enough that the path
-// of near/<250 bytes>.tfrecord passes PATH_MAX while near itself does not,
-// and a directory under near whose own path passes it, holding a file. It
-// works relative to each directory (mkdirat, openat), as a deep tree is
-// made, and returns the two files' paths.
-func deepTree(t *testing.T, base string, data []byte) (file, inDir string) {
-	t.Helper()
-	fd, err := syscall.Open(base, syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { syscall.Close(fd) }()
-	path := base
-	down := func(name string) {
-		if err := syscall.Mkdirat(fd, name, 0o755); err != nil {
-			t.Fatalf("mkdir at depth %d bytes: %v", len(path), err)
-		}
-		next, err := syscall.Openat(fd, name, syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		syscall.Close(fd)
-		fd, path = next, path+"/"+name
-	}
-	create := func(name string) string {
-		f, err := syscall.Openat(fd, name, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_EXCL, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer syscall.Close(f)
-		if _, err := syscall.Write(f, data); err != nil {
-			t.Fatal(err)
-		}
-		return path + "/" + name
-	}
-	for len(path)+101 <= 3990 {
-		down(strings.Repeat("d", 100))
-	}
-	file = create("deep-file-" + strings.Repeat("f", 230) + ".tfrecord")
-	down("deep-dir-" + strings.Repeat("g", 240))
-	inDir = create("in-deep-dir.tfrecord")
-	if len(file) <= 4096 || len(inDir) <= 4096 || len(filepath.Dir(file)) >= 4096 {
-		t.Fatalf("paths of %d and %d bytes under a directory of %d: the tree is not deep enough", len(file), len(inDir), len(filepath.Dir(file)))
-	}
-	return file, inDir
-}
-
 func TestPathLongerThanPathMaxIsSkippedNamingItAndTheRestIndexed(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, filepath.Join(src, "a.tfrecord"), records("a", 10, 60))
-	file, inDir := deepTree(t, src, records("deep", 5, 60))
+	file, inDir := testtree.DeepTree(t, src, records("deep", 5, 60))
 	for _, flags := range [][]string{nil, {"--follow-symlinks"}} {
 		out, stderr, code, _ := runTimed(t, 60*time.Second, append([]string{"index", src, "--cache-dir", t.TempDir()}, flags...)...)
 		if code != 0 {

@@ -308,6 +308,7 @@ func progressFunc(w io.Writer, what string) func(done, total int64) {
 func newFlagSet(name, args, about string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Bool("version", false, "print the version of corgifs and exit") // answered in run, before parsing
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: corgifs %s [flags] %s\n\n%s\n\nFlags:\n", name, args, about)
 		fs.PrintDefaults()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 )
 
 type command struct {
@@ -28,6 +29,10 @@ func commands() []command {
 		{"validate", "", "train models on several orders side by side (SGD validator)", runValidate},
 		{"demo", "", "make a dataset, mount it, read epochs and show the orders", runDemo},
 		{"tune", "SRC", "measure SRC's storage and data; print the block and buffer sizes they need", runTune},
+		{"stats", "MNT", "show the live counters of a mount, every second", runStats},
+		{"install-helper", "", "link mount.fuse.corgifs into /sbin so that mount -t fuse.corgifs and fstab work", runInstallHelper},
+		{"mount-helper", "SRC MNT [-o OPTS]", "what mount(8) runs for -t fuse.corgifs: -o name=value for every mount flag", runMountHelper},
+		{"version", "", "print the version", runVersion},
 	}
 }
 
@@ -40,12 +45,17 @@ Usage: corgifs COMMAND [flags] [args]
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %-14s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-14s %-17s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun 'corgifs COMMAND --help' for the flags of a command and their defaults.\n")
 }
 
 func main() {
+	// mount(8) runs /sbin/mount.fuse.corgifs, a link to this binary, for
+	// -t fuse.corgifs and fstab lines (helper.go).
+	if filepath.Base(os.Args[0]) == helperName {
+		os.Exit(run(append([]string{"mount-helper"}, os.Args[1:]...), os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -58,9 +68,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
+			if wantsVersion(args[1:]) {
+				fmt.Fprintln(stdout, versionLine())
+				return 0
+			}
 			err := c.run(args[1:], stdout, stderr)
 			switch {
 			case err == nil:
@@ -69,6 +86,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 0
 			case errors.Is(err, errUsage):
 				return 2
+			}
+			if e, ok := errors.AsType[errExit](err); ok {
+				return e.code
 			}
 			fmt.Fprintf(stderr, "corgifs %s: %v\n", c.name, err)
 			return 1

@@ -106,10 +106,11 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 	return in
 }
 
-func runMount(args []string, stdout, stderr io.Writer) error {
+func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of record files (TFRecord, CSV, JSONL, LIBSVM, text
-lines, WebDataset tar, .npy or fixed-size records; see --format), read-only at
-MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP.
+lines, WebDataset tar, .npy or fixed-size records; see --format) or s3://BUCKET/PREFIX,
+read-only at MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP
+(--background: in a daemon, returning once the mount serves).
 MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
 the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
 parts of an epoch hold every record once.`, stderr)
@@ -121,6 +122,8 @@ parts of an epoch hold every record once.`, stderr)
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
 	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	var sys sysFlags
+	sys.register(fset)
 	pos, err := parse(fset, args, 2)
 	if err != nil {
 		return err
@@ -133,6 +136,9 @@ parts of an epoch hold every record once.`, stderr)
 		return err
 	}
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
+		return err
+	}
+	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
 		return err
 	}
 	// A reader of stderr that goes away (`corgifs mount … 2>&1 | head`, a
@@ -197,6 +203,7 @@ parts of an epoch hold every record once.`, stderr)
 	log.Info("mounted", "mountpoint", mnt, "strategy", d.strategy, "seed", seed, "parts", *parts,
 		"buffer", d.buffer.v.String(), "block_size", humanize.IBytes(uint64(d.blockSize)),
 		"max_memory", humanize.IBytes(uint64(d.maxMemory)))
+	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%d records, %d parts, seed %d)", src, mnt, ix.Records, *parts, seed))
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
@@ -205,6 +212,7 @@ parts of an epoch hold every record once.`, stderr)
 		return nil
 	case <-ctx.Done():
 	}
+	rd.stopping()
 	log.Info("signal received, unmounting", "signal", signalOf(ctx), "mountpoint", mnt)
 	return shutdown(srv, mnt, done, again, log)
 }
@@ -241,6 +249,9 @@ func checkMountpoint(src, mnt string, nonempty bool) error {
 			return fmt.Errorf("%s is a dead FUSE mount (its daemon was killed): run 'corgifs unmount %s' first", mnt, mnt)
 		}
 		return fmt.Errorf("mount point: %w", err)
+	}
+	if err := refuseLiveMount(mnt); err != nil {
+		return err
 	}
 	fi, err := os.Stat(mnt)
 	if err != nil {
@@ -286,7 +297,7 @@ killed. Any other mount at MNT is refused unless --force.`, stderr)
 	mnt := pos[0]
 	typ, err := fs.MountType(mnt)
 	if err != nil {
-		return err
+		return notMountedError(mnt, err)
 	}
 	if typ != fs.MountTypeName && !*force {
 		return fmt.Errorf("%s is a %s mount, not a corgifs one (%s); pass --force to detach it anyway", mnt, typ, fs.MountTypeName)

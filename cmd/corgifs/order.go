@@ -26,6 +26,7 @@ frame's size.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerFormat(fset)
+	fset.Lookup("seed").Usage = "`seed` of the order (required: the same seed as the mount's gives its order)"
 	epoch := fset.Int("epoch", 0, "epoch")
 	part := fset.Int("part", 0, "part index i, 0 <= i < K")
 	parts := fset.Int("parts", 1, "number of parts K")

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/term"
+)
+
+// counters are the fields of MNT/.corgifs/stats.json that stats computes
+// with; every other field is passed through as it is.
+type counters struct {
+	BytesServed    int64   `json:"bytes_served"`
+	BytesRead      int64   `json:"bytes_read"`
+	BuffersLoaded  int64   `json:"buffers_loaded"`
+	PrefetchIssued int64   `json:"prefetch_issued"`
+	PrefetchHits   int64   `json:"prefetch_hits"`
+	CacheHits      int64   `json:"cache_hits"`
+	Stalls         int64   `json:"stalls"`
+	StallSeconds   float64 `json:"stall_seconds"`
+	MemoryWaits    int64   `json:"memory_waits"`
+	LoadErrors     int64   `json:"load_errors"`
+	MemoryInUse    int64   `json:"memory_in_use"`
+	MemoryPeak     int64   `json:"memory_peak"`
+	MemoryBudget   int64   `json:"memory_budget"`
+}
+
+type statsSample struct {
+	at  time.Time
+	c   counters
+	raw map[string]json.RawMessage
+}
+
+// statsLine is one interval, as printed on a pipe.
+type statsLine struct {
+	Time     time.Time `json:"time"`
+	Interval float64   `json:"interval_s"`
+	// Throughput over the interval: to readers, and from the source.
+	ServedMBps float64 `json:"served_mb_s"`
+	SourceMBps float64 `json:"source_mb_s"`
+	// Since the mount started: buffers a reader found loaded (by
+	// prefetch or still cached) among all it asked for, and prefetched
+	// buffers that were used.
+	HitRate         float64 `json:"hit_rate"`
+	PrefetchUseRate float64 `json:"prefetch_use_rate"`
+	StallsPerSecond float64 `json:"stalls_per_s"`
+	// The counters of stats.json at the end of the interval, all of them.
+	Counters map[string]json.RawMessage `json:"counters"`
+}
+
+func runStats(args []string, stdout, stderr io.Writer) error {
+	fset := newFlagSet("stats", "MNT", `Shows the live counters of the corgifs mount at MNT (MNT/.corgifs/stats.json):
+throughput to readers and from the source over each interval, the share of
+buffers readers found already loaded, stalls, memory. On a terminal the
+screen is redrawn every --interval; on a pipe one JSON object is printed per
+interval, a line each, with every counter of stats.json under "counters".`, stderr)
+	interval := fset.Duration("interval", time.Second, "time between samples")
+	count := fset.Int("count", 0, "stop after `N` intervals (0: until interrupted)")
+	pos, err := parse(fset, args, 1)
+	if err != nil {
+		return err
+	}
+	if *interval <= 0 || *count < 0 {
+		return fmt.Errorf("--interval must be positive and --count >= 0")
+	}
+	path := filepath.Join(pos[0], ".corgifs", "stats.json")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f, isFile := stdout.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd()))
+
+	prev, err := readStats(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for n := 0; *count == 0 || n < *count; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		cur, err := readStats(path)
+		if err != nil {
+			return err
+		}
+		line := between(prev, cur)
+		if tty {
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
+			drawStats(stdout, pos[0], line, cur)
+		} else if err := enc.Encode(line); err != nil {
+			return err
+		}
+		prev = cur
+	}
+	return nil
+}
+
+// readStats reads stats.json once. A stats.json that is not there says
+// that MNT is not a corgifs mount.
+func readStats(path string) (statsSample, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		mnt := filepath.Dir(filepath.Dir(path))
+		return statsSample{}, fmt.Errorf("%s is not a live corgifs mount (%w)", mnt, err)
+	}
+	s := statsSample{at: time.Now()}
+	if err := json.Unmarshal(b, &s.c); err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &s.raw); err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+func between(a, b statsSample) statsLine {
+	dt := b.at.Sub(a.at).Seconds()
+	l := statsLine{Time: b.at.UTC().Round(time.Millisecond), Interval: dt, Counters: b.raw}
+	if dt > 0 {
+		l.ServedMBps = float64(b.c.BytesServed-a.c.BytesServed) / dt / 1e6
+		l.SourceMBps = float64(b.c.BytesRead-a.c.BytesRead) / dt / 1e6
+		l.StallsPerSecond = float64(b.c.Stalls-a.c.Stalls) / dt
+	}
+	// Buffers loaded on demand are those not loaded by a prefetch.
+	hits := b.c.PrefetchHits + b.c.CacheHits
+	misses := max(0, b.c.BuffersLoaded-b.c.PrefetchIssued)
+	if hits+misses > 0 {
+		l.HitRate = float64(hits) / float64(hits+misses)
+	}
+	if b.c.PrefetchIssued > 0 {
+		l.PrefetchUseRate = float64(b.c.PrefetchHits) / float64(b.c.PrefetchIssued)
+	}
+	return l
+}
+
+func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
+	c := s.c
+	mb := func(v int64) string { return humanize.IBytes(uint64(max(0, v))) }
+	fmt.Fprintf(w, "corgifs stats %s   %s (every %.1fs, Ctrl-C to stop)\n\n", mnt, l.Time.Local().Format("15:04:05"), l.Interval)
+	row := func(label string, v float64, unit, rest string) {
+		fmt.Fprintf(w, "  %-21s %8.1f %-6s %s\n", label, v, unit, rest)
+	}
+	row("served to readers", l.ServedMBps, "MB/s", mb(c.BytesServed)+" in all")
+	row("read from source", l.SourceMBps, "MB/s", mb(c.BytesRead)+" in all")
+	row("buffers found loaded", 100*l.HitRate, "%", fmt.Sprintf("prefetched buffers used: %.1f %%", 100*l.PrefetchUseRate))
+	row("stalls", l.StallsPerSecond, "/s", fmt.Sprintf("%d in all, %.1f s waited; %d waits for memory", c.Stalls, c.StallSeconds, c.MemoryWaits))
+	fmt.Fprintf(w, "  %-21s %s in use, %s peak, %s budget\n", "memory", mb(c.MemoryInUse), mb(c.MemoryPeak), mb(c.MemoryBudget))
+	if c.LoadErrors > 0 {
+		fmt.Fprintf(w, "  %-21s %d (see the daemon's log)\n", "load errors", c.LoadErrors)
+	}
+	// Counters this version does not know, such as per-epoch source
+	// bytes, are shown as they are.
+	var keys []string
+	for k := range s.raw {
+		if strings.Contains(k, "epoch") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %-21s %s\n", k, s.raw[k])
+	}
+}
