@@ -55,33 +55,40 @@ func trimEOL(line []byte) []byte {
 	return bytes.TrimSuffix(line, []byte{'\r'})
 }
 
-// Lines is the Format of plain text files, one record per line.
-type Lines struct{}
+// lineFormat is what the formats of one record per line share: no header,
+// nothing around a part's records, no checksum of their own, and lines
+// cut at LF (CRLF kept).
+type lineFormat struct{}
 
-func (Lines) Name() string                                 { return "lines" }
-func (Lines) Include() []string                            { return []string{"*.txt"} }
-func (Lines) Ext() string                                  { return ".txt" }
-func (Lines) Checksummed() bool                            { return false }
-func (Lines) Head(r io.ReaderAt, size int64) (Head, error) { return lineHead(r, size) }
+func (lineFormat) Checksummed() bool                            { return false }
+func (lineFormat) Head(r io.ReaderAt, size int64) (Head, error) { return lineHead(r, size) }
+func (lineFormat) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error) {
+	return splitLines(buf, filled, from, base, starts)
+}
+func (lineFormat) AppendPrologue(dst []byte, h Head, records int64) []byte { return dst }
+func (lineFormat) AppendEpilogue(dst []byte, h Head) []byte                { return dst }
+func (lineFormat) NewReader(r io.Reader) RecordReader                      { return newCutReader(r, cutLine, false) }
+
+// Lines is the Format of plain text files, one record per line.
+type Lines struct{ lineFormat }
+
+func (Lines) Name() string      { return "lines" }
+func (Lines) Include() []string { return []string{"*.txt"} }
+func (Lines) Ext() string       { return ".txt" }
 func (Lines) Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner {
 	return newCutScanner(r, start, end, "line", cutLine, nil)
 }
-func (Lines) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error) {
-	return splitLines(buf, filled, from, base, starts)
-}
-func (Lines) AppendPrologue(dst []byte, h Head, records int64) []byte { return dst }
-func (Lines) AppendEpilogue(dst []byte, h Head) []byte                { return dst }
-func (Lines) NewReader(r io.Reader) RecordReader                      { return newCutReader(r, cutLine, false) }
 
 // JSONL is the Format of JSON Lines files. With Check, indexing checks
 // that every line is one JSON value.
-type JSONL struct{ Check bool }
+type JSONL struct {
+	lineFormat
+	Check bool
+}
 
-func (JSONL) Name() string                                 { return "jsonl" }
-func (JSONL) Include() []string                            { return []string{"*.jsonl", "*.ndjson"} }
-func (JSONL) Ext() string                                  { return ".jsonl" }
-func (JSONL) Checksummed() bool                            { return false }
-func (JSONL) Head(r io.ReaderAt, size int64) (Head, error) { return lineHead(r, size) }
+func (JSONL) Name() string      { return "jsonl" }
+func (JSONL) Include() []string { return []string{"*.jsonl", "*.ndjson"} }
+func (JSONL) Ext() string       { return ".jsonl" }
 func (j JSONL) Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner {
 	var check func([]byte, int64) error
 	if j.Check {
@@ -89,12 +96,6 @@ func (j JSONL) Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner {
 	}
 	return newCutScanner(r, start, end, "line", cutLine, check)
 }
-func (JSONL) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error) {
-	return splitLines(buf, filled, from, base, starts)
-}
-func (JSONL) AppendPrologue(dst []byte, h Head, records int64) []byte { return dst }
-func (JSONL) AppendEpilogue(dst []byte, h Head) []byte                { return dst }
-func (JSONL) NewReader(r io.Reader) RecordReader                      { return newCutReader(r, cutLine, false) }
 
 func checkJSONLine(line []byte, _ int64) error {
 	if !json.Valid(line) {
@@ -110,22 +111,14 @@ func checkJSONLine(line []byte, _ int64) error {
 // with a numeric label (or comma-separated labels), indices that are
 // non-negative integers in increasing order, and numeric values.
 // Indexing checks every line.
-type LibSVM struct{}
+type LibSVM struct{ lineFormat }
 
-func (LibSVM) Name() string                                 { return "libsvm" }
-func (LibSVM) Include() []string                            { return []string{"*.libsvm", "*.svm", "*.svmlight"} }
-func (LibSVM) Ext() string                                  { return ".libsvm" }
-func (LibSVM) Checksummed() bool                            { return false }
-func (LibSVM) Head(r io.ReaderAt, size int64) (Head, error) { return lineHead(r, size) }
+func (LibSVM) Name() string      { return "libsvm" }
+func (LibSVM) Include() []string { return []string{"*.libsvm", "*.svm", "*.svmlight"} }
+func (LibSVM) Ext() string       { return ".libsvm" }
 func (LibSVM) Scan(r io.ReaderAt, h Head, start, end int64) RecordScanner {
 	return newCutScanner(r, start, end, "line", cutLine, func(line []byte, _ int64) error { return CheckLibSVM(line) })
 }
-func (LibSVM) SplitFilled(h Head, buf []byte, filled, from, base int64, starts []int64) ([]int64, int64, error) {
-	return splitLines(buf, filled, from, base, starts)
-}
-func (LibSVM) AppendPrologue(dst []byte, h Head, records int64) []byte { return dst }
-func (LibSVM) AppendEpilogue(dst []byte, h Head) []byte                { return dst }
-func (LibSVM) NewReader(r io.Reader) RecordReader                      { return newCutReader(r, cutLine, false) }
 
 // CheckLibSVM checks the syntax of one LIBSVM line (with or without its
 // line end). The error is a *CorruptError whose offset is within line.
