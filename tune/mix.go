@@ -74,9 +74,10 @@ func (m *Mix) Blocks() int { return m.all }
 
 // ExpectedTV returns the expected TV distance between the label
 // distribution of a buffer of n blocks and the global one, the mean over
-// MixDraws seeded random buffers (fewer for very large buffers). When every block of the dataset was
-// analysed, a buffer is n distinct blocks (a partial Fisher–Yates
-// shuffle), and a buffer of all N blocks is the dataset: 0. When the
+// MixDraws seeded random buffers (fewer for very large buffers). When
+// every block of the dataset was analysed, a buffer is n distinct blocks
+// (a partial Fisher–Yates shuffle), and a buffer of all N blocks is the
+// dataset: 0. When the
 // analysed blocks are a sample of the dataset's, a buffer is n of them
 // drawn with replacement, which overstates the TV a little (by up to the
 // finite-population factor (N−n)/(N−1) of the variance it ignores): the
