@@ -157,7 +157,7 @@ func TestTuneOnLabelSortedFashionMNISTRecommendsABufferWhereCorgipileMatchedFull
 		t.Errorf("shuffled: h_D %.2f, buffer %g%% (%d blocks); want about 1 and the 16-block floor", s.Data.HD, s.Buffer.Percent, s.Buffer.Blocks)
 	}
 	text := corgifs(t, append([]string{"tune", "--cache-dir", filepath.Join(dir, "cache"), filepath.Join(dir, "sorted", "train")}, args...)...)
-	for _, want := range []string{"buffer label TV", "chosen by the label mix", "bound, (1-alpha)*h_D <= 1, the guarantee:", "--buffer 97%"} {
+	for _, want := range []string{"buffer label TV", "chosen by the label mix", "bound, (1-alpha)*h_D <= 1, the guarantee:", "1529 of 1584 blocks per buffer, --buffer 100%"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("tune output lacks %q:\n%s", want, text)
 		}
