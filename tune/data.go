@@ -81,10 +81,11 @@
 // estimated by a seeded Monte Carlo over the blocks' label histograms;
 // Mix.NeededBlocks gives the smallest n, at least 16, whose expected TV is
 // at most a threshold. The default threshold, 0.1, comes from that
-// measurement: there the buffers of 2% have an expected TV of 0.20 and those
-// of 10% 0.09, and 0.1 asks for 128 blocks (8%), where corgipile matched
-// too. It is about the TV of a uniform sample of a few hundred records of
-// 10 classes, so a shuffled order needs no more than 16 blocks. It
+// measurement: there the buffers of 2% (31 blocks) have an expected TV of
+// 0.21 and those of 10% (144 blocks) 0.094, and 0.1 asks for 128 blocks,
+// where corgipile matched too (4 seeds). It is several times the TV of a
+// uniform sample of a few hundred records of 10 classes, so a shuffled
+// order needs no more than 16 blocks. It
 // measures the label only: features clustered within a label (h_D with
 // features shows them) are the bound's to catch.
 package tune

@@ -48,7 +48,7 @@ Buffer (with --label): two rules, shown side by side per buffer size.
     replacement from the N blocks as a buffer is (a seeded estimate over the
     blocks' label histograms). The default 0.1 is from Fashion-MNIST sorted
     by label, in 32 KiB blocks (VALIDATION.md): it asks for 128 blocks
-    (--buffer 8.4%), between the 2% (TV 0.20) and 10% (TV 0.09) buffers with
+    (--buffer 8.4%), between the 2% (TV 0.21) and 10% (TV 0.094) buffers with
     which corgipile matched a full shuffle's final accuracy within a point.
     It looks at the label only.
   - The paper's bound (1-alpha)*h_D <= 1, alpha = (n-1)/(N-1): the buffer's
