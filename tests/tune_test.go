@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"os"
 	"os/exec"
@@ -31,10 +32,14 @@ type tuneJSON struct {
 		Classes int     `json:"classes"`
 	} `json:"data"`
 	Buffer *struct {
-		Blocks  int     `json:"blocks"`
-		Of      int     `json:"of"`
-		Percent float64 `json:"percent"`
-		Bound   float64 `json:"bound"`
+		Criterion    string  `json:"criterion"`
+		Blocks       int     `json:"blocks"`
+		Of           int     `json:"of"`
+		Percent      float64 `json:"percent"`
+		Bound        float64 `json:"bound"`
+		MixTV        float64 `json:"mix_tv"`
+		BoundBlocks  int     `json:"bound_blocks"`
+		BoundPercent float64 `json:"bound_percent"`
 	} `json:"buffer"`
 	Mount string `json:"mount"`
 }
@@ -68,8 +73,9 @@ func TestTuneFindsAClusteredOrderFarMoreHeterogeneousAndAsksItABiggerBuffer(t *t
 	if s.Data.HD > 1.5 || c.Data.HD < 10*s.Data.HD {
 		t.Errorf("h_D: clustered %.2f, shuffled %.2f; want shuffled about 1 and clustered above 10 times it", c.Data.HD, s.Data.HD)
 	}
-	if c.Buffer.Percent <= s.Buffer.Percent || c.Buffer.Blocks <= s.Buffer.Blocks || c.Buffer.Bound > 1 || s.Buffer.Bound > 1 {
-		t.Errorf("buffer: clustered %+v, shuffled %+v; want the clustered one larger, both meeting the bound", *c.Buffer, *s.Buffer)
+	if c.Buffer.Percent <= s.Buffer.Percent || c.Buffer.Blocks <= s.Buffer.Blocks || c.Buffer.BoundBlocks <= s.Buffer.BoundBlocks ||
+		c.Buffer.MixTV > 0.1 || s.Buffer.MixTV > 0.1 {
+		t.Errorf("buffer: clustered %+v, shuffled %+v; want the clustered one larger by both rules, both mixing the labels to TV 0.1", *c.Buffer, *s.Buffer)
 	}
 	if !strings.Contains(c.Mount, "--block-size 16KiB --buffer ") || !strings.HasPrefix(c.Mount, "corgifs mount "+clustered+" ") {
 		t.Errorf("mount line %q", c.Mount)
@@ -108,7 +114,8 @@ func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	}
 	out := string(b)
 	for _, want := range []string{"-label", "-features", "-probe", "-probe-bytes", "-probe-time", "-in-flight", "-min-block",
-		"-max-block", "-data-bytes", "-seed", "-json", "-block-size", "-cache-dir", "(default 256 MiB)", "(default 10s)", "(default 1.0 GiB)"} {
+		"-max-block", "-data-bytes", "-seed", "-json", "-block-size", "-cache-dir", "(default 256 MiB)", "(default 10s)", "(default 1.0 GiB)",
+		"-mix-tv", "(default 0.1)", "label mix", "(1-alpha)*h_D <= 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("tune --help lacks %q:\n%s", want, out)
 		}
@@ -117,11 +124,12 @@ func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 
 // On Fashion-MNIST sorted by label, cut into 32 KiB blocks as in
 // VALIDATION.md (1,584 blocks of about 38 records), corgipile matched the
-// full shuffle's final accuracy with 2% and 10% buffers. The paper's bound
-// is a sufficient condition: it asks for more, never less, than what was
-// seen to be enough, while a shuffled Fashion-MNIST needs a buffer of a
-// few blocks.
-func TestTuneOnLabelSortedFashionMNISTAsksNoLessThanTheValidatedBuffer(t *testing.T) {
+// full shuffle within a point at the last epoch with 2% and 10% buffers
+// (2% fell 4-6 points behind in single epochs). The buffer tune recommends,
+// by the label mix, must lie in that range (2% to 15%), while the paper's
+// bound, printed as the guarantee, still asks for nearly everything; a
+// shuffled Fashion-MNIST needs no more than the 16-block floor.
+func TestTuneOnLabelSortedFashionMNISTRecommendsABufferWhereCorgipileMatchedFull(t *testing.T) {
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
 		testenv.Missing(t, "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
 	}
@@ -135,11 +143,28 @@ func TestTuneOnLabelSortedFashionMNISTAsksNoLessThanTheValidatedBuffer(t *testin
 	if c.Buffer.Of != 1584 || c.Data.TV < 0.85 || c.Data.HD < 20 || c.Data.HD > 38 {
 		t.Errorf("sorted: %d blocks, TV %.3f, h_D %.2f; want 1584, TV > 0.85, 20 < h_D < 38", c.Buffer.Of, c.Data.TV, c.Data.HD)
 	}
-	if c.Buffer.Percent < 10 {
-		t.Errorf("sorted: buffer %g%%, below the 10%% VALIDATION.md found enough", c.Buffer.Percent)
+	if c.Buffer.Criterion != "mix" || c.Buffer.Percent < 2 || c.Buffer.Percent > 15 || c.Buffer.MixTV > 0.1 {
+		t.Errorf("sorted: buffer %g%% by %q (TV %.3f), want the label mix's, between the 2%% and 10-15%% where corgipile matched full",
+			c.Buffer.Percent, c.Buffer.Criterion, c.Buffer.MixTV)
 	}
-	if s.Data.HD > 1.3 || s.Buffer.Percent > 2 {
-		t.Errorf("shuffled: h_D %.2f, buffer %g%%; want about 1 and at most 2%%", s.Data.HD, s.Buffer.Percent)
+	if c.Buffer.BoundPercent < 90 || c.Buffer.BoundBlocks <= c.Buffer.Blocks {
+		t.Errorf("sorted: the bound asks for %d blocks (%g%%), want nearly all of them", c.Buffer.BoundBlocks, c.Buffer.BoundPercent)
+	}
+	if !strings.Contains(c.Mount, fmt.Sprintf("--buffer %g%%", c.Buffer.Percent)) {
+		t.Errorf("sorted: mount line %q lacks --buffer %g%%", c.Mount, c.Buffer.Percent)
+	}
+	if s.Data.HD > 1.3 || s.Buffer.Percent > 2 || s.Buffer.Blocks != 16 {
+		t.Errorf("shuffled: h_D %.2f, buffer %g%% (%d blocks); want about 1 and the 16-block floor", s.Data.HD, s.Buffer.Percent, s.Buffer.Blocks)
+	}
+	text := corgifs(t, append([]string{"tune", "--cache-dir", filepath.Join(dir, "cache"), filepath.Join(dir, "sorted", "train")}, args...)...)
+	for _, want := range []string{"buffer label TV", "chosen by the label mix", "bound, (1-alpha)*h_D <= 1, the guarantee:", "1529 of 1584 blocks per buffer, --buffer 100%"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("tune output lacks %q:\n%s", want, text)
+		}
+	}
+	c0 := tuneRun(t, append([]string{filepath.Join(dir, "sorted", "train"), "--mix-tv", "0"}, args...)...)
+	if c0.Buffer.Criterion != "bound" || c0.Buffer.Percent != c.Buffer.BoundPercent {
+		t.Errorf("--mix-tv 0: buffer %g%% by %q, want the bound's %g%%", c0.Buffer.Percent, c0.Buffer.Criterion, c.Buffer.BoundPercent)
 	}
 }
 

@@ -110,6 +110,7 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 		return rep, fmt.Errorf("%s: %w", ix.Root, err)
 	}
 	rep.BlocksInAll = len(ix.Blocks)
+	rep.Mix = a.Mix(len(ix.Blocks), o.Seed)
 	return rep, nil
 }
 

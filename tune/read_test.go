@@ -86,6 +86,10 @@ func TestDataMatchesTheAnalysisAndLeavesColdBlocksUncached(t *testing.T) {
 	}
 	want, _ := a.Report(7)
 	want.BlocksInAll = len(ix.Blocks)
+	if rep.Mix == nil || rep.Mix.ExpectedTV(4) != a.Mix(len(ix.Blocks), 7).ExpectedTV(4) {
+		t.Errorf("Data's label mix %+v is not the analysis's", rep.Mix)
+	}
+	rep.Mix = nil
 	if rep != want {
 		t.Errorf("Data = %+v\nwant   %+v", rep, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/tune"
 	"github.com/dustin/go-humanize"
 )
@@ -38,15 +39,26 @@ label distribution and the global one, and the CorgiPile paper's block
 heterogeneity h_D of a softmax regression at its initial (zero) weights,
 with --features as the input vector (only the label's bias gradient
 without it). h_D is about 1 for a random order and up to the records per
-block when every block is as unlike the rest as one record is. The buffer
-printed is the smallest for which the paper's bound (1-alpha)*h_D <= 1
-holds, alpha = (n-1)/(N-1) for n blocks per buffer of N: the buffer's mean
-gradient is then no noisier than that of as many records drawn uniformly.
-The bound is sufficient, not necessary: on Fashion-MNIST sorted by label,
-in 32 KiB blocks (h_D 28), it asks for a 97% buffer, while 2% and 10%
-buffers already matched a full shuffle's final accuracy for a linear model
-(VALIDATION.md). Treat it as the buffer that is safe whatever the model;
-the table shows (1-alpha)*h_D at smaller buffers.
+block when every block is as unlike the rest as one record is.
+
+Buffer (with --label): two rules, shown side by side per buffer size.
+  - The label mix, which chooses the buffer of the mount line: the smallest
+    buffer, of at least 16 blocks, whose expected label TV distance to all
+    records is at most --mix-tv, for n blocks drawn at random without
+    replacement from the N blocks as a buffer is (a seeded estimate over the
+    blocks' label histograms). The default 0.1 is from Fashion-MNIST sorted
+    by label, in 32 KiB blocks (VALIDATION.md): it asks for 128 blocks
+    (--buffer 8.4%), between the 2% (TV 0.21) and 10% (TV 0.094) buffers with
+    which corgipile matched a full shuffle's final accuracy within a point.
+    It looks at the label only.
+  - The paper's bound (1-alpha)*h_D <= 1, alpha = (n-1)/(N-1): the buffer's
+    mean gradient is then no noisier than that of as many records drawn
+    uniformly, for any clustering h_D sees. It is a conservative guarantee:
+    on that Fashion-MNIST (h_D 28) it asks for 1529 of 1584 blocks, a
+    buffer of 100%. --mix-tv 0 makes it choose the mount line's buffer.
+--buffer is a share of a part (--parts), which a mount cuts into buffers
+of equal size; the percent printed is one whose buffers hold the blocks
+asked for.
 
 Last, it prints a 'corgifs mount' line with both.`
 
@@ -71,6 +83,8 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	dataBytes := sizeFlag(1 << 30)
 	fset.Var(&dataBytes, "data-bytes", "`bytes` of records read for the data analysis at most; a larger dataset is\nanalysed on a random sample of its blocks")
 	seed := fset.Uint64("seed", 1, "`seed` of the probe's offsets, the block sample and the random-order baseline")
+	parts := fset.Int("parts", 1, "parts `K` of an epoch the mount will serve: --buffer is a share of a part")
+	mixTV := fset.Float64("mix-tv", 0.1, "the label mix rule: the mount line's buffer is the smallest (of at least 16 blocks)\nwhose expected label TV distance to all records is at most this; 0: the buffer\nof the paper's bound (1-alpha)*h_D <= 1 instead")
 	asJSON := fset.Bool("json", false, "print one JSON object instead of the tables")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
@@ -86,6 +100,12 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	if minBlock > maxBlock {
 		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
+	}
+	if *parts < 1 {
+		return fmt.Errorf("--parts %d: want at least 1", *parts)
+	}
+	if *mixTV < 0 || *mixTV >= 1 {
+		return fmt.Errorf("--mix-tv %g: want at least 0 (0: use the bound) and under 1 (a TV distance is at most 1)", *mixTV)
 	}
 	if *inFlight < 1 || *rounds < 1 {
 		return fmt.Errorf("--in-flight %d, --rounds %d: want at least 1", *inFlight, *rounds)
@@ -147,9 +167,11 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 		out.Data = &rep
 		out.Label, out.Features = *label, *features
-		out.Buffer = bufferAdvice(rep, ix)
+		if out.Buffer, err = bufferAdvice(rep, ix, *parts, *mixTV); err != nil {
+			return err
+		}
 	}
-	out.Mount = mountLine(src, block, out.Buffer)
+	out.Mount = mountLine(src, block, *parts, out.Buffer)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -171,23 +193,35 @@ type tuneOutput struct {
 	Mount     string              `json:"mount"`
 }
 
-// bufferChoice is the buffer the bound asks for, and the bound at a few
-// common buffer sizes for comparison.
+// bufferChoice is the buffer of the mount line, what each rule asks
+// for, and both rules' figures at a few common buffer sizes.
 type bufferChoice struct {
-	Blocks int     `json:"blocks"` // n: the fewest blocks per buffer meeting the bound
-	Of     int     `json:"of"`     // N: blocks of the dataset
-	Bound  float64 `json:"bound"`  // (1-alpha)*h_D at Blocks
-	// Percent is the --buffer of the mount line, in percent of a part
-	// (of the dataset with --parts 1; with K parts, the bound over a
-	// part's N/K blocks asks for about the same percentage): Blocks,
-	// and at least minBufferBlocks, rounded up to a whole percent.
-	Percent float64      `json:"percent"`
-	Bytes   int64        `json:"bytes"` // of a buffer of Percent, with --parts 1
-	At      []boundPoint `json:"at"`
+	// Criterion is the rule that chose the mount line's buffer: "mix"
+	// (the label mix, --mix-tv) or "bound" ((1-alpha)*h_D <= 1).
+	Criterion string `json:"criterion"`
+	Blocks    int    `json:"blocks"` // n: blocks per buffer the criterion asks for
+	Of        int    `json:"of"`     // N: blocks of the dataset
+	Part      int    `json:"part"`   // blocks of a part: N/K
+	// Percent is the --buffer of the mount line, in percent of a part:
+	// one whose balanced buffers hold at least Blocks blocks, and at
+	// least minBufferBlocks (see bufferPercent).
+	Percent float64 `json:"percent"`
+	Bytes   int64   `json:"bytes"`  // of a buffer of Percent, with --parts 1
+	Bound   float64 `json:"bound"`  // (1-alpha)*h_D at Blocks
+	MixTV   float64 `json:"mix_tv"` // expected buffer label TV at Blocks
+	// MaxTV is --mix-tv, MixBlocks the fewest blocks (at least
+	// minBufferBlocks) whose expected buffer TV is at most MaxTV.
+	MaxTV     float64 `json:"mix_tv_max"`
+	MixBlocks int     `json:"mix_blocks"`
+	// BoundBlocks is the fewest blocks meeting the bound, BoundPercent
+	// the --buffer that asks for them.
+	BoundBlocks  int          `json:"bound_blocks"`
+	BoundPercent float64      `json:"bound_percent"`
+	At           []boundPoint `json:"at"`
 }
 
 // minBufferBlocks is the fewest blocks a buffer should hold whatever the
-// bound says: fewer hardly shuffle, and a mount lowers the block size (or
+// rules say: fewer hardly shuffle, and a mount lowers the block size (or
 // warns) below it.
 const minBufferBlocks = 16
 
@@ -195,28 +229,102 @@ type boundPoint struct {
 	Percent float64 `json:"percent"`
 	Blocks  int     `json:"blocks"`
 	Bound   float64 `json:"bound"`
+	MixTV   float64 `json:"mix_tv"`
 }
 
-func bufferAdvice(rep tune.DataReport, ix *blockcache.Index) *bufferChoice {
-	all := len(ix.Blocks)
-	n := tune.NeededBlocks(rep.HD, all)
-	// A whole percent, rounded up, so that the mount's buffer holds at
-	// least n blocks.
-	want := max(n, min(minBufferBlocks, all))
-	pct := math.Min(100, math.Max(1, math.Ceil(100*float64(want)/float64(all)-1e-9)))
-	c := &bufferChoice{Blocks: n, Of: all, Percent: pct, Bound: tune.BoundAt(rep.HD, n, all)}
-	if all > 0 {
-		c.Bytes = int64(float64(ix.Bytes) * pct / 100)
+// bufferAdvice applies the label mix rule (maxTV > 0) or the bound (maxTV
+// 0) to the dataset of ix served in parts parts.
+func bufferAdvice(rep tune.DataReport, ix *blockcache.Index, parts int, maxTV float64) (*bufferChoice, error) {
+	all := rep.BlocksInAll
+	// A buffer is drawn from a part's blocks. A part of corgipile's is a
+	// random share of them, so n of its blocks mix the labels as n blocks
+	// of the dataset do: the mix rule asks for n blocks whatever the parts.
+	// The bound's alpha is about drawing without replacement from what a
+	// buffer is drawn from: a part.
+	part := max(1, all/max(parts, 1))
+	c := &bufferChoice{Of: all, Part: part, MaxTV: maxTV, BoundBlocks: tune.NeededBlocks(rep.HD, part)}
+	var err error
+	if c.BoundPercent, err = bufferPercent(ix, parts, c.BoundBlocks); err != nil {
+		return nil, err
 	}
+	c.Criterion, c.Blocks, c.Percent = "bound", c.BoundBlocks, c.BoundPercent
+	if maxTV > 0 && rep.Mix != nil {
+		c.MixBlocks = rep.Mix.NeededBlocks(maxTV, minBufferBlocks)
+		c.Criterion, c.Blocks = "mix", c.MixBlocks
+		if c.Percent, err = bufferPercent(ix, parts, c.MixBlocks); err != nil {
+			return nil, err
+		}
+	}
+	c.Bound = tune.BoundAt(rep.HD, c.Blocks, part)
+	if rep.Mix != nil {
+		c.MixTV = rep.Mix.ExpectedTV(c.Blocks)
+	}
+	c.Bytes = int64(float64(ix.Bytes) / float64(max(parts, 1)) * c.Percent / 100)
 	for _, p := range []float64{1, 2, 5, 10, 25, 50, 100} {
-		k := max(1, int(math.Round(p/100*float64(all))))
-		c.At = append(c.At, boundPoint{Percent: p, Blocks: k, Bound: tune.BoundAt(rep.HD, k, all)})
+		k, _, err := plannedBuffer(ix, parts, p)
+		if err != nil {
+			return nil, err
+		}
+		bp := boundPoint{Percent: p, Blocks: k, Bound: tune.BoundAt(rep.HD, k, part)}
+		if rep.Mix != nil {
+			bp.MixTV = rep.Mix.ExpectedTV(k)
+		}
+		c.At = append(c.At, bp)
 	}
-	return c
+	return c, nil
 }
 
-func mountLine(src string, block int64, buf *bufferChoice) string {
+// bufferPercent returns the smallest --buffer, in tenths of a percent of a
+// part, whose buffers all hold at least n blocks (and at least
+// minBufferBlocks) in the plan a mount makes. A mount cuts a part into
+// buffers of about equal bytes and closes one early when the next block
+// would pass the target, so p% can hold fewer than p% of the blocks: 10%
+// of 1584 blocks of 32 KiB gives 11 buffers of 144.
+func bufferPercent(ix *blockcache.Index, parts, n int) (float64, error) {
+	part := max(1, len(ix.Blocks)/max(parts, 1))
+	n = max(n, min(minBufferBlocks, part))
+	for t := max(1, int(math.Floor(1000*float64(n)/float64(part)))); t < 1000; t++ {
+		p := float64(t) / 10
+		_, fewest, err := plannedBuffer(ix, parts, p)
+		if err != nil {
+			return 0, err
+		}
+		if fewest >= n {
+			return p, nil
+		}
+	}
+	return 100, nil
+}
+
+// plannedBuffer returns the mean and the fewest blocks of the buffers of
+// part 0 of epoch 0 with --buffer p%, as a corgipile mount plans them.
+func plannedBuffer(ix *blockcache.Index, parts int, p float64) (mean, fewest int, err error) {
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "corgipile", Seed: 1,
+		Buffer: shuffler.BufferSize{Percent: p}, MaxMemory: math.MaxInt64 / 4})
+	if err != nil {
+		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+	}
+	plan, err := pl.Plan(0, 0, parts)
+	if err != nil {
+		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+	}
+	if len(plan.Buffers) == 0 {
+		return 0, 0, nil
+	}
+	fewest = math.MaxInt
+	var total int
+	for _, b := range plan.Buffers {
+		total += len(b.Blocks)
+		fewest = min(fewest, len(b.Blocks))
+	}
+	return int(math.Round(float64(total) / float64(len(plan.Buffers)))), fewest, nil
+}
+
+func mountLine(src string, block int64, parts int, buf *bufferChoice) string {
 	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", shellQuote(src), flagSize(block))
+	if parts > 1 {
+		s += fmt.Sprintf(" --parts %d", parts)
+	}
 	if buf != nil {
 		s += fmt.Sprintf(" --buffer %g%%", buf.Percent)
 		// Two buffers (the one served and the next) must fit in --max-memory.
@@ -308,29 +416,54 @@ func printTune(w io.Writer, o tuneOutput) {
 		fmt.Fprintf(tw, "  block heterogeneity h_D\t%.2f\t(a random order: about 1; at most about %.0f, the records per block)\n", dr.HD, dr.BlockRecords)
 		tw.Flush()
 		if b := o.Buffer; b != nil {
-			fmt.Fprintf(w, "\n  buffer   blocks   (1-alpha)*h_D\n")
-			for _, p := range b.At {
-				mark := ""
-				if p.Bound <= 1 {
-					mark = "  <= 1"
-				}
-				fmt.Fprintf(w, "  %5g%%  %7d   %12.2f%s\n", p.Percent, p.Blocks, p.Bound, mark)
-			}
-			fmt.Fprintf(w, "  needed for (1-alpha)*h_D <= 1: %d of %d blocks per buffer\n", b.Blocks, b.Of)
-			if b.Blocks < minBufferBlocks && b.Of > b.Blocks {
-				fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(minBufferBlocks, b.Of))
-			}
-			fmt.Fprintf(w, "  --buffer %g%%: %s a buffer, %s of memory for two\n", b.Percent, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
-			if b.Percent > 50 {
-				fmt.Fprintf(w, "  The bound asks for more than half of the data in a buffer: the source order is\n"+
-					"  clustered at this block size, and only a shuffle of nearly everything is sure to\n"+
-					"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
-					"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
-			}
+			printBuffer(w, b)
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "%s\n", o.Mount)
+}
+
+func printBuffer(w io.Writer, b *bufferChoice) {
+	fmt.Fprintf(w, "\n  buffer   blocks   (1-alpha)*h_D   buffer label TV\n")
+	for _, p := range b.At {
+		bound, mix := "", ""
+		if p.Bound <= 1 {
+			bound = " <= 1"
+		}
+		if b.MaxTV > 0 && p.MixTV <= b.MaxTV {
+			mix = fmt.Sprintf(" <= %g", b.MaxTV)
+		}
+		fmt.Fprintf(w, "  %5g%%  %7d   %12.2f%-5s   %7.3f%s\n", p.Percent, p.Blocks, p.Bound, bound, p.MixTV, mix)
+	}
+	of := fmt.Sprintf("%d blocks", b.Part)
+	if b.Part < b.Of {
+		of = fmt.Sprintf("%d blocks of a part", b.Part)
+	}
+	if b.MaxTV > 0 {
+		fmt.Fprintf(w, "  %-42s %7d of %s per buffer, --buffer %g%%\n",
+			fmt.Sprintf("label mix, buffer TV <= %g (--mix-tv):", b.MaxTV), b.MixBlocks, of, b.Percent)
+	}
+	fmt.Fprintf(w, "  %-42s %7d of %s per buffer, --buffer %g%%\n", "bound, (1-alpha)*h_D <= 1, the guarantee:", b.BoundBlocks, of, b.BoundPercent)
+	if b.Criterion == "bound" && b.BoundBlocks < minBufferBlocks && b.Part > b.BoundBlocks {
+		fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(minBufferBlocks, b.Part))
+	}
+	rule := fmt.Sprintf("the label mix (expected buffer TV %.3f <= %g)", b.MixTV, b.MaxTV)
+	if b.Criterion == "bound" {
+		rule = fmt.Sprintf("the bound ((1-alpha)*h_D %.2f <= 1; --mix-tv 0)", b.Bound)
+	}
+	fmt.Fprintf(w, "  mount line: --buffer %g%%, chosen by %s:\n    %s a buffer, %s of memory for two\n",
+		b.Percent, rule, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
+	if b.Criterion == "mix" && b.BoundPercent > b.Percent {
+		fmt.Fprintf(w, "  The bound asks for more (--buffer %g%%): the labels of a buffer are mixed, but the\n"+
+			"  blocks' gradients vary more than a random order's (h_D). The bound is sufficient,\n"+
+			"  not necessary; corgifs validate checks a model on the smaller buffer.\n", b.BoundPercent)
+	}
+	if b.Criterion == "bound" && b.Percent > 50 {
+		fmt.Fprintf(w, "  The bound asks for more than half of the data in a buffer: the source order is\n"+
+			"  clustered at this block size, and only a shuffle of nearly everything is sure to\n"+
+			"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
+			"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
+	}
 }
 
 // probeFiles lists the files of src that a mount would index.
