@@ -6,11 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strconv"
-	"syscall"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Blocks that are not in the page cache are read with O_DIRECT, straight
@@ -20,7 +15,9 @@ import (
 // a third of the disk's speed, while direct reads ran at the disk's speed
 // for almost no CPU, and leave the page cache to the reader. Blocks that are
 // cached are still copied from the page cache: a warm dataset is served at
-// memory speed, not at disk speed.
+// memory speed, not at disk speed. Direct reads and the page-cache query
+// are Linux's (direct_linux.go); on other systems every read goes through
+// the page cache (direct_other.go).
 
 // MinDirectBlock is the smallest block size read with O_DIRECT. A block
 // read directly takes whole pages of a slab, up to two more than its bytes:
@@ -34,63 +31,10 @@ const dioAlign = 4096
 func alignDown(n int64) int64 { return n &^ (dioAlign - 1) }
 func alignUp(n int64) int64   { return (n + dioAlign - 1) &^ (dioAlign - 1) }
 
-// openDirect opens the file behind f a second time with O_DIRECT. The
-// reopening goes through /proc/self/fd, so it reaches the very inode that
-// was opened and checked, never a path that may have changed since.
-func openDirect(f *os.File) (*os.File, error) {
-	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), os.O_RDONLY|syscall.O_DIRECT, 0)
-}
-
 // errNoDirect marks a direct read the file system refused (no O_DIRECT
 // support, or a stricter alignment): the caller reads through the page
 // cache instead.
 var errNoDirect = errors.New("direct I/O not supported")
-
-// uncached reports whether most of the n bytes at off of f are not in the
-// page cache, so that reading them directly beats copying them from it. It
-// asks cachestat(2), which only counts; a read would start the very
-// readahead a direct read is meant to avoid (a RWF_NOWAIT read starts it
-// too). Where cachestat is missing (Linux before 6.5) or refused (it wants
-// a file the caller owns or may write), the answer is false: a read through
-// the page cache is right in every case, only slower when cold.
-func uncached(f *os.File, off, n int64) bool {
-	from := alignDown(off)
-	rng := unix.CachestatRange{Off: uint64(from), Len: uint64(alignUp(off+n) - from)}
-	var st unix.Cachestat_t
-	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, f.Fd(), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
-	if errno != 0 {
-		return false
-	}
-	return st.Cache*2 < rng.Len/dioAlign
-}
-
-// readDirect fills win, which must start at an aligned address, with the
-// file's bytes from the aligned offset off, up to the end of the file. It
-// returns the number of bytes read.
-func readDirect(f *os.File, win []byte, off int64) (int, error) {
-	if off%dioAlign != 0 || len(win)%dioAlign != 0 {
-		return 0, fmt.Errorf("direct read of %d bytes at %d: %w", len(win), off, errNoDirect)
-	}
-	done := 0
-	for done < len(win) {
-		// Not f.ReadAt: after a short read at the end of the file it would
-		// read again at an unaligned offset, which O_DIRECT refuses.
-		n, err := unix.Pread(int(f.Fd()), win[done:], off+int64(done))
-		switch {
-		case errors.Is(err, syscall.EINTR):
-			continue
-		case errors.Is(err, syscall.EINVAL):
-			return done, errNoDirect
-		case err != nil:
-			return done, &os.PathError{Op: "read", Path: f.Name(), Err: err}
-		}
-		done += n
-		if n == 0 || n%dioAlign != 0 {
-			break // the end of the file
-		}
-	}
-	return done, nil
-}
 
 // scanChunk is the unit of an aheadReader's reads.
 const scanChunk = 8 << 20

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Source files are opened by the loader's workers as they reach them, and
@@ -25,17 +23,6 @@ import (
 // maxPoolFiles bounds the pool whatever the open-file limit: a worker holds
 // one file at a time, and the loader runs at most a few dozen workers.
 const maxPoolFiles = 1024
-
-// poolSize returns the descriptors the pool may hold: a quarter of the
-// open-file limit, leaving the rest to the FUSE connection, the Go
-// runtime, indexing and whatever else the process opens.
-func poolSize() int {
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
-		return maxPoolFiles
-	}
-	return int(min(max(lim.Cur/4, 8), maxPoolFiles))
-}
 
 // filePool bounds the source descriptors open at once across all loads.
 // Idle descriptors stay open for their load until the pool needs room.

@@ -288,16 +288,6 @@ func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]
 	return files, nil
 }
 
-// fileKey returns the device and inode of fi, which name one file
-// whatever path reached it.
-func fileKey(fi fs.FileInfo) ([2]uint64, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return [2]uint64{}, false
-	}
-	return [2]uint64{uint64(st.Dev), uint64(st.Ino)}, true
-}
-
 // tooLong reports whether err is the kernel refusing a path longer than
 // PATH_MAX.
 func tooLong(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }

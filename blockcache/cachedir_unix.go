@@ -1,3 +1,5 @@
+//go:build unix
+
 package blockcache
 
 import (
@@ -13,11 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// ErrUnsafeCacheDir marks a cache directory that corgifs refuses to use:
-// anyone else who can write it could plant an index that serves records
-// twice or never, or a symbolic link that makes corgifs overwrite a file.
-var ErrUnsafeCacheDir = errors.New("unsafe cache directory")
 
 // cacheDir is an open cache directory whose owner and mode were checked on
 // the descriptor. Its files are opened relative to that descriptor and
@@ -101,16 +98,6 @@ func (d *cacheDir) open(name string) (*os.File, error) {
 		return nil, fmt.Errorf("%s %s; not trusted", path, why)
 	}
 	return f, nil
-}
-
-// readSmall reads at most limit bytes of name, opened as open does.
-func (d *cacheDir) readSmall(name string, limit int64) ([]byte, error) {
-	f, err := d.open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, limit))
 }
 
 // exists reports whether the directory has an entry name, of any type.

@@ -1,0 +1,62 @@
+package portability
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corgifs/corgifs/internal/testenv"
+)
+
+// purePackages are the packages that must build wherever Go runs.
+// blockcache is among them because the shuffler imports it.
+var purePackages = []string{
+	"github.com/corgifs/corgifs/formats/...",
+	"github.com/corgifs/corgifs/tfexample/...",
+	"github.com/corgifs/corgifs/validator/...",
+	"github.com/corgifs/corgifs/datagen/...",
+	"github.com/corgifs/corgifs/shuffler/...",
+	"github.com/corgifs/corgifs/blockcache/...",
+	"github.com/corgifs/corgifs/source/...",
+}
+
+// TestPurePackagesBuildOnOtherSystems cross-compiles the pure packages for
+// macOS and Windows, so that a Linux-only system call used outside a
+// _linux.go file is caught on Linux.
+func TestPurePackagesBuildOnOtherSystems(t *testing.T) {
+	goBin := goTool(t)
+	for _, target := range []struct{ goos, goarch string }{
+		{"darwin", "arm64"},
+		{"windows", "amd64"},
+	} {
+		t.Run(target.goos+"_"+target.goarch, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), goBin, append([]string{"build"}, purePackages...)...)
+			cmd.Env = append(os.Environ(), "GOOS="+target.goos, "GOARCH="+target.goarch, "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("GOOS=%s GOARCH=%s go build %s: %v\n%s\nmove the Linux-only calls into a _linux.go file with a //go:build !linux fallback beside it",
+					target.goos, target.goarch, strings.Join(purePackages, " "), err, out)
+			}
+		})
+	}
+}
+
+// goTool returns the go command of the toolchain in use: the one in
+// `go env GOROOT`, not whichever go is first on PATH.
+func goTool(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Missing(t, "the go command is not on PATH (install Go): %v", err)
+	}
+	out, err := exec.CommandContext(t.Context(), path, "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("%s env GOROOT: %v", path, err)
+	}
+	goBin := filepath.Join(strings.TrimSpace(string(out)), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		t.Fatalf("go env GOROOT names a toolchain without a go command: %v", err)
+	}
+	return goBin
+}
