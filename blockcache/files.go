@@ -31,13 +31,13 @@ type filePool struct {
 	limit int // descriptors
 	open  int // descriptors open or being opened
 	// Files with refs == 0, least recently used at the front.
-	idleHead, idleTail *poolFile
-	waiters            int
-	freed              chan struct{}
+	idle    idleList[poolFile]
+	waiters int
+	freed   chan struct{}
 }
 
 func newFilePool(limit int) *filePool {
-	return &filePool{limit: max(limit, 2), freed: make(chan struct{})}
+	return &filePool{limit: max(limit, 2), freed: make(chan struct{}), idle: newIdleList(func(f *poolFile) *links[poolFile] { return &f.links })}
 }
 
 // poolFile is one source file opened for one load.
@@ -54,8 +54,7 @@ type poolFile struct {
 	once   sync.Once
 	dio    *os.File
 
-	prev, next *poolFile
-	idle       bool
+	links[poolFile] // in filePool.idle while no load uses it
 }
 
 // directFile returns the O_DIRECT twin of f, or nil if direct reads are off
@@ -105,7 +104,7 @@ func (s *fileSet) acquire(i int32, off int64) (*poolFile, error) {
 	p.mu.Lock()
 	for {
 		if f := s.files[i]; f != nil {
-			p.removeIdleLocked(f)
+			p.idle.remove(f)
 			f.refs++
 			p.mu.Unlock()
 			<-f.opened
@@ -154,7 +153,7 @@ func (s *fileSet) release(f *poolFile) {
 		p.closeLocked(f)
 		return
 	}
-	p.pushIdleLocked(f)
+	p.idle.push(f)
 	p.signalLocked()
 }
 
@@ -172,7 +171,7 @@ func (s *fileSet) close() {
 // least recently used first. It reports whether there is room.
 func (p *filePool) makeRoomLocked(n int) bool {
 	for p.open+n > p.limit {
-		f := p.idleHead
+		f := p.idle.head
 		if f == nil {
 			return false
 		}
@@ -183,7 +182,7 @@ func (p *filePool) makeRoomLocked(n int) bool {
 
 // closeLocked closes f and removes it from its set and the pool.
 func (p *filePool) closeLocked(f *poolFile) {
-	p.removeIdleLocked(f)
+	p.idle.remove(f)
 	if f.set.files[f.file] == f {
 		delete(f.set.files, f.file)
 	}
@@ -199,33 +198,6 @@ func (p *filePool) signalLocked() {
 	}
 	close(p.freed)
 	p.freed = make(chan struct{})
-}
-
-func (p *filePool) pushIdleLocked(f *poolFile) {
-	f.idle, f.prev, f.next = true, p.idleTail, nil
-	if p.idleTail != nil {
-		p.idleTail.next = f
-	} else {
-		p.idleHead = f
-	}
-	p.idleTail = f
-}
-
-func (p *filePool) removeIdleLocked(f *poolFile) {
-	if !f.idle {
-		return
-	}
-	if f.prev != nil {
-		f.prev.next = f.next
-	} else {
-		p.idleHead = f.next
-	}
-	if f.next != nil {
-		f.next.prev = f.prev
-	} else {
-		p.idleTail = f.prev
-	}
-	f.idle, f.prev, f.next = false, nil, nil
 }
 
 // openRegular opens a source file for reading without blocking, and

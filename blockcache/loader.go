@@ -155,11 +155,10 @@ type Buf struct {
 	// prefetched is set while a Buf loaded ahead of time waits for its first
 	// user, so that the first Get counts as a prefetch hit.
 	prefetched bool
-	// prev and next link the Buf into Loader's idle list while refs == 0;
-	// an intrusive list, so that a Release allocates nothing.
-	prev, next *Buf
-	idle       bool
-	dropped    bool // evicted: Data may belong to another Buf now
+	// links put the Buf into Loader's idle list while refs == 0; an
+	// intrusive list, so that a Release allocates nothing.
+	links[Buf]
+	dropped bool // evicted: Data may belong to another Buf now
 	// servers counts the users serving b to a reader (Serve, Pass), and
 	// used is when b was last taken or given back (Loader.clock): see
 	// serveGrace.
@@ -250,12 +249,11 @@ type Loader struct {
 	mapped int64
 	bufs   map[uint64][]*Buf
 	// Bufs with refs == 0, least recently used at the front.
-	idleHead, idleTail *Buf
-	idleCount          int
-	largest            int64  // the largest reservation so far
-	waiters            int    // Gets waiting for memory
-	free               []*Buf // evicted Bufs whose slabs can be reused
-	changed            chan struct{}
+	idle    idleList[Buf]
+	largest int64  // the largest reservation so far
+	waiters int    // Gets waiting for memory
+	free    []*Buf // evicted Bufs whose slabs can be reused
+	changed chan struct{}
 
 	blocksRead, recordsRead                    atomic.Int64
 	bytesRead, buffersLoaded                   atomic.Int64
@@ -284,6 +282,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		files:  newFilePool(o.MaxOpenFiles),
 		start:  time.Now(),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
+		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 	}
 }
 
@@ -386,7 +385,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 
 // acquire takes a reference to a Buf found in the table. l.mu must be held.
 func (l *Loader) acquire(b *Buf) {
-	l.removeIdle(b)
+	l.idle.remove(b)
 	b.refs++
 	b.used = l.clock()
 	if b.prefetched {
@@ -407,7 +406,7 @@ func (l *Loader) Reacquire(b *Buf) bool {
 	if b.dropped {
 		return false
 	}
-	l.removeIdle(b)
+	l.idle.remove(b)
 	b.refs++
 	b.used = l.clock()
 	return true
@@ -501,7 +500,7 @@ func (l *Loader) startPrefetch(u Unit) (*Buf, <-chan struct{}) {
 	}
 	b.unit, b.hash, b.prefetched = u.clone(), h, true
 	l.bufs[h] = append(l.bufs[h], b)
-	l.pushIdle(b) // evictable, but only after older idle Bufs
+	l.idle.push(b) // evictable, but only after older idle Bufs
 	l.prefetchIssued.Add(1)
 	return b, b.ready
 }
@@ -576,7 +575,7 @@ func (l *Loader) Release(b *Buf) {
 	if b.err != nil {
 		l.drop(b)
 	} else {
-		l.pushIdle(b)
+		l.idle.push(b)
 	}
 	l.signal()
 }
@@ -590,35 +589,6 @@ func (l *Loader) signal() {
 	l.changed = make(chan struct{})
 }
 
-func (l *Loader) pushIdle(b *Buf) {
-	l.idleCount++
-	b.idle, b.prev, b.next = true, l.idleTail, nil
-	if l.idleTail != nil {
-		l.idleTail.next = b
-	} else {
-		l.idleHead = b
-	}
-	l.idleTail = b
-}
-
-func (l *Loader) removeIdle(b *Buf) {
-	if !b.idle {
-		return
-	}
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		l.idleHead = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		l.idleTail = b.prev
-	}
-	b.idle, b.prev, b.next = false, nil, nil
-	l.idleCount--
-}
-
 // drop removes b from the table and keeps its slab for reuse. l.mu must be held.
 func (l *Loader) drop(b *Buf) {
 	list := l.bufs[b.hash]
@@ -629,7 +599,7 @@ func (l *Loader) drop(b *Buf) {
 	} else {
 		l.bufs[b.hash] = list
 	}
-	l.removeIdle(b)
+	l.idle.remove(b)
 	b.dropped = true
 	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0], lens: b.lens[:0], exts: b.exts[:0]})
 }
@@ -654,7 +624,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	// oldest such Buf whose slab is too small, so that the new slab
 	// replaces it instead of adding to it.
 	var keep [2]*Buf
-	for v, i := l.idleTail, 0; v != nil && i < len(keep); v = v.prev {
+	for v, i := l.idle.tail, 0; v != nil && i < len(keep); v = v.prev {
 		if !v.prefetched {
 			keep[i] = v
 			i++
@@ -662,7 +632,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	}
 	now := l.clock()
 	var small *Buf
-	for v := l.idleHead; v != nil; v = v.next {
+	for v := l.idle.head; v != nil; v = v.next {
 		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protected(v, now) {
 			if int64(cap(v.Data)) >= n {
 				l.evictions.Add(1)
@@ -784,7 +754,7 @@ func (l *Loader) canFree(need int64, evict bool, now time.Duration) bool {
 // unset) evicts nothing newer than a Buf prefetched for a reader. l.mu
 // must be held.
 func (l *Loader) nextVictim(from *Buf, evict bool, now time.Duration) *Buf {
-	v := l.idleHead
+	v := l.idle.head
 	if from != nil {
 		v = from.next
 	}
@@ -1030,12 +1000,7 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 	if err := check(e.n); err != nil {
 		return err
 	}
-	if record {
-		l.recordsRead.Add(1)
-	} else {
-		l.blocksRead.Add(1)
-	}
-	l.bytesRead.Add(e.n)
+	l.counted(e.n, record)
 	return nil
 }
 
@@ -1061,11 +1026,16 @@ func (l *Loader) readRemoteExtent(e extent, slab []byte, record bool, check func
 	if err := check(e.n); err != nil {
 		return err
 	}
+	l.counted(e.n, record)
+	return nil
+}
+
+// counted counts a record or block of n bytes read from the source.
+func (l *Loader) counted(n int64, record bool) {
 	if record {
 		l.recordsRead.Add(1)
 	} else {
 		l.blocksRead.Add(1)
 	}
-	l.bytesRead.Add(e.n)
-	return nil
+	l.bytesRead.Add(n)
 }
