@@ -65,6 +65,9 @@ func (pl *Planner) prefixes(seq *sequence) {
 // bounds returns the positions [lo, hi) in seq of the units of part of
 // parts.
 func (pl *Planner) bounds(seq *sequence, part, parts int) (lo, hi int) {
+	if seq.off != nil {
+		return seq.off[part], seq.off[part+1]
+	}
 	if parts == 1 {
 		return 0, seq.n
 	}
@@ -123,7 +126,15 @@ func (pl *Planner) most(seq *sequence, parts int) int64 {
 		return m
 	}
 	var m int64
-	if seq.total == 0 {
+	if seq.off != nil {
+		for j := range parts {
+			var n int64
+			for i := seq.off[j]; i < seq.off[j+1]; i++ {
+				n += pl.unitRecords(seq, seq.at(i))
+			}
+			m = max(m, n)
+		}
+	} else if seq.total == 0 {
 		for j := range parts {
 			lo, hi := slice(seq.n, j, parts)
 			var n int64

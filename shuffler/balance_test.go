@@ -150,7 +150,7 @@ func TestBalancedPartsAgreeWithTheirLargestCount(t *testing.T) {
 					p, _ := pl.Plan(2, i, k)
 					most = max(most, p.Records)
 				}
-				seq := pl.sequence(2)
+				seq := pl.sequence(2, k)
 				got := pl.most(seq, k)
 				pl.cache.mu.Lock()
 				pl.cache.releaseLocked(seq)
@@ -176,7 +176,7 @@ func BenchmarkBalancedPartBounds(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	seq := pl.sequence(0)
+	seq := pl.sequence(0, 0)
 	pl.prefixes(seq)
 	b.ResetTimer()
 	for i := range b.N {

@@ -37,12 +37,15 @@ const maxMost = 64
 // sequence is the order of the units (blocks or records) that the parts of
 // an epoch share.
 type sequence struct {
-	key     int
+	key     seqKey
 	records bool    // units are records, else blocks
 	perm    []int32 // nil: the source order
-	n       int     // units
-	once    sync.Once
-	refs    int // under planCache.mu: open plans and builds using it
+	// off, for local and pls, bounds the parts: part i is
+	// perm[off[i]:off[i+1]] (their assignment, pls.go).
+	off  []int
+	n    int // units
+	once sync.Once
+	refs int // under planCache.mu: open plans and builds using it
 
 	// Byte balance of the parts (balance.go), computed at the first K > 1.
 	sums   sync.Once
@@ -73,6 +76,10 @@ func (pl *Planner) share(s *sequence, part, parts int) []int32 {
 
 type partKey struct{ epoch, part, parts int }
 
+// seqKey names a sequence: an epoch's (-1: the same for all epochs), and
+// for local and pls the number of parts it is assigned to (else 0).
+type seqKey struct{ epoch, parts int }
+
 // shared is the plan of one part and the opens that hold it.
 type shared struct {
 	once sync.Once
@@ -84,17 +91,19 @@ type shared struct {
 // planCache is the Planner's table of shared plans.
 type planCache struct {
 	mu    sync.Mutex
-	seqs  map[int]*sequence
+	seqs  map[seqKey]*sequence
 	idle  []*sequence // refs == 0, least recently used first
 	parts map[partKey]*shared
 	sizes map[partKey]int64
+	// assigns are the kept pls assignments (pls.go), oldest first.
+	assigns []*assignment
 
 	sequenced, built atomic.Int64
 	seqBytes         atomic.Int64
 }
 
 func (c *planCache) init() {
-	c.seqs = make(map[int]*sequence)
+	c.seqs = make(map[seqKey]*sequence)
 	c.parts = make(map[partKey]*shared)
 	c.sizes = make(map[partKey]int64)
 }
@@ -134,7 +143,7 @@ func (pl *Planner) Acquire(epoch, part, parts int) (*Plan, error) {
 	sh.refs++
 	c.mu.Unlock()
 	sh.once.Do(func() {
-		sh.seq = pl.sequence(epoch)
+		sh.seq = pl.sequence(epoch, parts)
 		sh.plan = pl.build(sh.seq, epoch, part, parts)
 	})
 	return sh.plan, nil
@@ -186,14 +195,17 @@ func (pl *Planner) Size(epoch, part, parts int) (int64, error) {
 	return p.Size, nil
 }
 
-// sequence returns the sequence of epoch with a reference on it, computing
-// it if it is not cached.
-func (pl *Planner) sequence(epoch int) *sequence {
+// sequence returns the sequence of epoch (for parts parts: local and pls
+// assign blocks to a given K) with a reference on it, computing it if it
+// is not cached.
+func (pl *Planner) sequence(epoch, parts int) *sequence {
 	c := &pl.cache
-	key := epoch
+	key := seqKey{epoch: epoch}
 	switch pl.p.Strategy {
 	case "once", "none", "window":
-		key = -1 // the same every epoch
+		key.epoch = -1 // the same every epoch
+	case "local", "pls":
+		key.parts = parts
 	}
 	c.mu.Lock()
 	s := c.seqs[key]
@@ -219,6 +231,12 @@ func (pl *Planner) sequence(epoch int) *sequence {
 			seed = Derive(pl.p.Seed, purposeFull, uint64(epoch))
 		case "once":
 			seed = Derive(pl.p.Seed, purposeOnce)
+		case "local", "pls":
+			a := pl.assignment(epoch, parts)
+			s.perm, s.off = a.blocks, a.off
+			c.sequenced.Add(1)
+			c.seqBytes.Add(a.bytes())
+			return
 		default:
 			return // the source order
 		}
@@ -241,6 +259,6 @@ func (c *planCache) releaseLocked(s *sequence) {
 		old := c.idle[0]
 		c.idle = slices.Delete(c.idle, 0, 1)
 		delete(c.seqs, old.key)
-		c.seqBytes.Add(-int64(4*len(old.perm) + 8*len(old.prefix)))
+		c.seqBytes.Add(-int64(4*len(old.perm) + 8*len(old.prefix) + 8*len(old.off)))
 	}
 }

@@ -62,6 +62,12 @@ type Params struct {
 	// of their own records, so that all K parts hold the same number of
 	// records (for lock-step distributed training).
 	EqualParts bool
+	// Partition is how local and pls assign blocks to parts in epoch 0:
+	// PartitionRandom ("" too) or PartitionContiguous.
+	Partition string
+	// Exchange is pls's Q, the fraction of its blocks a part sends to
+	// the other parts before each epoch, in [0, 1].
+	Exchange float64
 }
 
 // Buffer is a group of blocks, or of single records, served together.
@@ -127,6 +133,8 @@ var strategies = map[string]strategyInfo{
 	"window":    {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
 	"full":      {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
 	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
+	"local":     {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
+	"pls":       {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
 }
 
 // Description says in one line what strategy does, for --help; "" for an
@@ -163,6 +171,9 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 	s, ok := strategies[p.Strategy]
 	if !ok {
 		return nil, fmt.Errorf("unknown strategy %q (choose one of %s)", p.Strategy, strings.Join(Strategies(), ", "))
+	}
+	if err := checkExchange(p); err != nil {
+		return nil, err
 	}
 	if p.Buffer.Bytes <= 0 && p.Buffer.Percent <= 0 {
 		return nil, fmt.Errorf("buffer size must be positive")

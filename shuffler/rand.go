@@ -23,6 +23,11 @@ const (
 	purposeOnce    = 4 // the one record permutation (once)
 	purposeWindow  = 5 // the draws of the sliding window
 	purposePad     = 6 // the records repeated by EqualParts
+
+	purposeAssign     = 7  // the random partition of epoch 0 (local, pls)
+	purposePick       = 8  // the blocks a part sends (pls)
+	purposeLocalOrder = 9  // the block order of a part in an epoch (local, pls)
+	purposeRing       = 10 // the cycle of a round of exchanges (pls)
 )
 
 // Derive mixes a seed with a list of integers: h = sm(seed), then
