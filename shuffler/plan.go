@@ -11,6 +11,39 @@
 // Derive(seed, 2, e, i, K, g). Permutations are an in-repo Fisher–Yates that
 // draws bounded integers by Lemire's method, so an order never depends on
 // the Go release. Golden tests pin orders of a fixed index.
+//
+// Local and partial local shuffling (local, pls; Nguyen et al., IPDPS 2022)
+// give part i of K a set of blocks that it keeps from epoch to epoch, so
+// that a node reading only its part fetches only what is new to it:
+//
+//  1. Epoch 0: the blocks in the order of --partition (random: the
+//     permutation Derive(seed, 7); contiguous: the source order) are cut
+//     into K runs balanced by bytes by balance.go's rule, so every part
+//     holds T/K bytes within one largest block. Part i's list is its run.
+//  2. Before each epoch e ≥ 1 (pls only; local keeps epoch 0's sets), each
+//     part i with n blocks picks c_i = ⌈Q·n − 10⁻⁹⌉ of them (the 10⁻⁹ keeps
+//     0.3·10 at 3 despite floating point): the first c_i positions of a
+//     partial Fisher–Yates of its list drawn from Derive(seed, 8, e, K, i).
+//  3. Round r (r = 0, 1, ...) moves the r-th picks of the parts with
+//     c_i > r, taken in order of c_i descending, then i ascending: they are
+//     put in a random order (Fisher–Yates from Derive(seed, 10, e, K, r))
+//     and each sends its pick to the next part of that cycle, the last to
+//     the first; the received block takes the sent one's position. A round
+//     with a single part leaves its pick where it is.
+//  4. So in every round a part receives exactly one block if it sends one,
+//     never its own (a cycle of two or more parts has no fixed point):
+//     every part receives exactly as many blocks as it sends, its block
+//     count stays epoch 0's forever, and it keeps at least n − c_i ≥
+//     (1−Q)·n − 1 of its blocks. Q = 0 is local; Q = 1 sends every block.
+//  5. Part i serves its set of epoch e in a CorgiPile order: its list
+//     permuted by Derive(seed, 9, e, i, K), buffers sized and records
+//     shuffled as corgipile's.
+//
+// A step costs time linear in the blocks (and K log K). Epoch e's
+// assignment is stepped from the nearest kept one at or above the last
+// multiple of 16 below it; the assignments of multiples of 16 passed and of
+// the last epochs computed are kept, at most 8, so any epoch is derived
+// without keeping every earlier one.
 package shuffler
 
 import (
