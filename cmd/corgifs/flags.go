@@ -52,6 +52,31 @@ func (g givenFlag) Set(s string) error {
 	return g.Value.Set(s)
 }
 
+// partitionFlag is --partition: how local and pls assign blocks to parts.
+type partitionFlag string
+
+func (p *partitionFlag) String() string { return string(*p) }
+func (p *partitionFlag) Set(v string) error {
+	if v != shuffler.PartitionRandom && v != shuffler.PartitionContiguous {
+		return fmt.Errorf("want %s or %s", shuffler.PartitionRandom, shuffler.PartitionContiguous)
+	}
+	*p = partitionFlag(v)
+	return nil
+}
+
+// fractionFlag is --exchange: a fraction Q with 0 ≤ Q ≤ 1.
+type fractionFlag float64
+
+func (f *fractionFlag) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
+func (f *fractionFlag) Set(v string) error {
+	q, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(q >= 0 && q <= 1) {
+		return fmt.Errorf("want a fraction Q with 0 ≤ Q ≤ 1, such as 0.3")
+	}
+	*f = fractionFlag(q)
+	return nil
+}
+
 type bufferFlag struct{ v shuffler.BufferSize }
 
 func (b *bufferFlag) String() string { return b.v.String() }
@@ -92,9 +117,14 @@ type datasetFlags struct {
 	seed        string
 	maxMemory   sizeFlag
 	equalParts  bool
-	debug       bool
-	s3          s3Flags
-	source      *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
+	// --partition and --exchange, of local and pls, and whether each
+	// was given (they mean nothing to the other strategies).
+	partition                     partitionFlag
+	exchange                      fractionFlag
+	partitionGiven, exchangeGiven bool
+	debug                         bool
+	s3                            s3Flags
+	source                        *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
 
 	// What open made of --max-memory: the budget of the loader's slabs
 	// and the soft limit of the Go heap (see memorySplit).
@@ -127,6 +157,9 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
+	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
+	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local and pls assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
+	fs.Var(givenFlag{&d.exchange, &d.exchangeGiven}, "exchange", "fraction `Q` (0 ≤ Q ≤ 1) of its blocks each part of --strategy pls sends to the\nother parts before every epoch, receiving as many; 0 is local, 1 moves every block")
 	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
 }
 
@@ -230,12 +263,36 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 	return seed, false, nil
 }
 
+// checkExchange refuses --partition and --exchange with a strategy they
+// do not apply to, rather than ignoring them.
+func (d *datasetFlags) checkExchange() error {
+	local := d.strategy == "local" || d.strategy == "pls"
+	if d.partitionGiven && !local {
+		return fmt.Errorf("--partition applies to --strategy local and pls only (the set each part keeps); --strategy %s has no partition", d.strategy)
+	}
+	if d.exchangeGiven && d.strategy != "pls" {
+		return fmt.Errorf("--exchange applies to --strategy pls only (local is pls with --exchange 0); --strategy %s exchanges nothing", d.strategy)
+	}
+	return nil
+}
+
+// exchangeQ is the planner's Exchange: --exchange for pls, else 0.
+func (d *datasetFlags) exchangeQ() float64 {
+	if d.strategy != "pls" {
+		return 0
+	}
+	return float64(d.exchange)
+}
+
 // open builds or loads the index and a planner for it.
 func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
 	if err := d.checkCacheDir(); err != nil {
 		return nil, nil, 0, err
 	}
 	if err := d.resolveFormat(); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := d.checkExchange(); err != nil {
 		return nil, nil, 0, err
 	}
 	seed, chosen, err := d.parseSeed()
@@ -270,6 +327,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
 		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
+		Partition: string(d.partition), Exchange: d.exchangeQ(),
 	})
 	if err != nil {
 		return nil, nil, 0, err

@@ -36,8 +36,11 @@ type info struct {
 	Parts      int    `json:"parts"`
 	EqualParts bool   `json:"equal_parts"`
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
-	Padded  int         `json:"equal_parts_padding_epoch0"`
-	Dataset datasetInfo `json:"dataset"`
+	Padded int `json:"equal_parts_padding_epoch0"`
+	// --partition and --exchange, for local and pls only.
+	Partition string      `json:"partition,omitempty"`
+	Exchange  *float64    `json:"exchange,omitempty"`
+	Dataset   datasetInfo `json:"dataset"`
 	// The records' format and what a reader of the served parts needs:
 	// the parts' extension, whether they start with a CSV header row,
 	// the size of fixed records. Parts of fixed records have no file
@@ -81,6 +84,12 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
+	}
+	if p.Strategy == "local" || p.Strategy == "pls" {
+		in.Partition, in.Exchange = p.Partition, &p.Exchange
+		if in.Partition == "" {
+			in.Partition = shuffler.PartitionRandom
+		}
 	}
 	f := ix.Fmt()
 	in.Format, in.Extension = f.Name(), f.Ext()
