@@ -9,8 +9,9 @@ import (
 
 // Plans are shared. The K parts of an epoch are shares of one sequence of
 // units: the epoch's block permutation (corgipile, block), its record
-// permutation (full; once has one for all epochs), or the source order
-// (none, window). A sequence is computed once and kept while a plan made
+// permutation (full; once has one for all epochs), the source order
+// (none, window), or the epoch's assignment of blocks to K parts (local,
+// pls: one sequence per epoch and K). A sequence is computed once and kept while a plan made
 // from it is open, then among the last idleSequences unused ones. The plan
 // of a part is made from its sequence in time and memory proportional to
 // the part, and shared by every open of that part until the last closes.
@@ -20,6 +21,9 @@ import (
 // its parts, balance.go), plus as much for each of the idleSequences
 // kept, plus the open parts' own plans (a Buffer per buffer, 4 bytes per
 // record of window and of padding), plus maxSizes remembered part sizes.
+// Local and pls also keep up to maxAssignments assignments of blocks to
+// parts (pls.go), 4 bytes a block each; a sequence of theirs shares an
+// assignment's memory, and SequenceBytes counts it once for each holder.
 // It is outside --max-memory, which counts loaded blocks; Stats reports it.
 
 // idleSequences is how many sequences no open plan uses are kept: the

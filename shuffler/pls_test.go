@@ -303,3 +303,31 @@ func BenchmarkPLSStep(b *testing.B) {
 		a = pl.step(a)
 	}
 }
+
+// TestPLSEqualPartsGivesEveryPartTheLargestCount: --equal-parts pads the
+// parts of local and pls to their epoch's largest part, as it does for
+// the other strategies.
+func TestPLSEqualPartsGivesEveryPartTheLargestCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	ix := balanceShapes(rng)["400 small files"]
+	for _, c := range exchangeCases() {
+		pl, err := NewPlanner(ix, Params{Strategy: c.strategy, Seed: 5, Buffer: BufferSize{Percent: 20}, MaxMemory: 1 << 30,
+			Partition: c.partition, Exchange: c.q, EqualParts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range 3 {
+			var counts []int64
+			for i := range 7 {
+				p, err := pl.Plan(e, i, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts = append(counts, p.Records)
+			}
+			if slices.Min(counts) != slices.Max(counts) {
+				t.Fatalf("%v epoch %d: padded parts hold %v records", c, e, counts)
+			}
+		}
+	}
+}
