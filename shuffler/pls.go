@@ -64,6 +64,14 @@ func checkExchange(p Params) error {
 	if !(p.Exchange >= 0 && p.Exchange <= 1) { // NaN fails too
 		return fmt.Errorf("exchange %v: want a fraction Q with 0 ≤ Q ≤ 1", p.Exchange)
 	}
+	// Refused rather than ignored: an order that differs from the one
+	// asked for would pass unnoticed.
+	if p.Exchange != 0 && p.Strategy != "pls" {
+		return fmt.Errorf("exchange %v: only strategy pls exchanges blocks (local is pls with exchange 0), not %s", p.Exchange, p.Strategy)
+	}
+	if p.Partition != "" && p.Strategy != "local" && p.Strategy != "pls" {
+		return fmt.Errorf("partition %s: only strategies local and pls keep a partition, not %s", p.Partition, p.Strategy)
+	}
 	return nil
 }
 

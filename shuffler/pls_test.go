@@ -279,6 +279,8 @@ func TestExchangeParametersAreChecked(t *testing.T) {
 		{Strategy: "pls", Exchange: 1.5},
 		{Strategy: "pls", Exchange: math.NaN()},
 		{Strategy: "local", Partition: "striped"},
+		{Strategy: "local", Exchange: 0.3},
+		{Strategy: "corgipile", Partition: PartitionContiguous},
 	} {
 		p.Buffer, p.MaxMemory = BufferSize{Percent: 5}, 1<<30
 		if _, err := NewPlanner(fixedIndex(), p); err == nil {
@@ -330,4 +332,38 @@ func TestPLSEqualPartsGivesEveryPartTheLargestCount(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPLSGolden pins the blocks of every part of the first epochs of
+// the fixed index, in served order: a change to the rule or to its seeds
+// changes the orders every node computes, so it must be deliberate.
+func TestPLSGolden(t *testing.T) {
+	for _, c := range []exchangeCase{{"local", PartitionRandom, 0}, {"pls", PartitionRandom, 0.3}, {"pls", PartitionContiguous, 1}} {
+		pl := exchangePlanner(t, fixedIndex(), c)
+		var got []string
+		for e := range 3 {
+			got = append(got, fmt.Sprint(partBlocks(t, pl, e, 3)))
+		}
+		if want := plsGolden[c.String()]; !slices.Equal(got, want) {
+			t.Errorf("%v: got\n%q\nwant\n%q", c, got, want)
+		}
+	}
+}
+
+var plsGolden = map[string][]string{
+	"local/random/Q=0": {
+		"[[2 18 16 7 8 17 13] [3 19 4 12 6 15] [11 0 14 5 9 10 1]]",
+		"[[13 2 17 18 7 16 8] [3 4 15 6 19 12] [1 0 5 10 11 9 14]]",
+		"[[16 13 2 7 17 8 18] [15 3 12 4 6 19] [1 5 9 10 11 14 0]]",
+	},
+	"pls/random/Q=0.3": {
+		"[[2 18 16 7 8 17 13] [3 19 4 12 6 15] [11 0 14 5 9 10 1]]",
+		"[[6 2 16 18 12 9 8] [3 4 14 19 5 15] [1 0 13 7 11 10 17]]",
+		"[[7 4 6 19 16 12 18] [1 3 15 5 14 17] [13 2 10 8 11 9 0]]",
+	},
+	"pls/contiguous/Q=1": {
+		"[[4 3 2 1 6 5 0] [13 9 7 10 11 12 8] [15 19 14 18 16 17]]",
+		"[[14 10 12 17 15 19 8] [4 3 1 5 18 0 16] [13 2 6 9 7 11]]",
+		"[[3 11 18 9 4 0 5] [6 17 19 2 13 7 10] [15 16 8 12 1 14]]",
+	},
 }
