@@ -257,8 +257,9 @@ func TestPLSWithQZeroIsLocal(t *testing.T) {
 // TestContiguousPartitionGivesEachPartARunOfTheSource: with --partition
 // contiguous part i of epoch 0 holds consecutive blocks, in order of i.
 func TestContiguousPartitionGivesEachPartARunOfTheSource(t *testing.T) {
-	for _, strategy := range []string{"local", "pls"} {
-		pl := exchangePlanner(t, fixedIndex(), exchangeCase{strategy, PartitionContiguous, 0.3})
+	for _, c := range []exchangeCase{{"local", PartitionContiguous, 0}, {"pls", PartitionContiguous, 0.3}} {
+		strategy := c.strategy
+		pl := exchangePlanner(t, fixedIndex(), c)
 		next := int32(0)
 		for i, b := range partBlocks(t, pl, 0, 4) {
 			for j, id := range sorted(b) {
