@@ -205,11 +205,11 @@ func (pl *Planner) Size(epoch, part, parts int) (int64, error) {
 func (pl *Planner) sequence(epoch, parts int) *sequence {
 	c := &pl.cache
 	key := seqKey{epoch: epoch}
-	switch pl.p.Strategy {
-	case "once", "none", "window":
-		key.epoch = -1 // the same every epoch
-	case "local", "pls":
+	switch {
+	case Partitioned(pl.p.Strategy):
 		key.parts = parts
+	case pl.p.Strategy == "once", pl.p.Strategy == "none", pl.p.Strategy == "window":
+		key.epoch = -1 // the same every epoch
 	}
 	c.mu.Lock()
 	s := c.seqs[key]
@@ -227,6 +227,13 @@ func (pl *Planner) sequence(epoch, parts int) *sequence {
 		if s.records {
 			s.n = len(pl.ix.Frames)
 		}
+		if Partitioned(pl.p.Strategy) {
+			a := pl.assignment(epoch, parts)
+			s.perm, s.off = a.blocks, a.off
+			c.sequenced.Add(1)
+			c.seqBytes.Add(a.bytes())
+			return
+		}
 		var seed uint64
 		switch pl.p.Strategy {
 		case "corgipile", "block":
@@ -235,12 +242,6 @@ func (pl *Planner) sequence(epoch, parts int) *sequence {
 			seed = Derive(pl.p.Seed, purposeFull, uint64(epoch))
 		case "once":
 			seed = Derive(pl.p.Seed, purposeOnce)
-		case "local", "pls":
-			a := pl.assignment(epoch, parts)
-			s.perm, s.off = a.blocks, a.off
-			c.sequenced.Add(1)
-			c.seqBytes.Add(a.bytes())
-			return
 		default:
 			return // the source order
 		}

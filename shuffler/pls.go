@@ -30,6 +30,10 @@ type assignment struct {
 	off          []int
 }
 
+// Partitioned reports whether the parts of strategy keep their blocks
+// across epochs (local, pls), so that Params.Partition applies.
+func Partitioned(strategy string) bool { return strategy == "local" || strategy == "pls" }
+
 // exchange is the fraction of its blocks a part sends away before each
 // epoch: 0 for local.
 func (pl *Planner) exchange() float64 {
@@ -69,7 +73,7 @@ func checkExchange(p Params) error {
 	if p.Exchange != 0 && p.Strategy != "pls" {
 		return fmt.Errorf("exchange %v: only strategy pls exchanges blocks (local is pls with exchange 0), not %s", p.Exchange, p.Strategy)
 	}
-	if p.Partition != "" && p.Strategy != "local" && p.Strategy != "pls" {
+	if p.Partition != "" && !Partitioned(p.Strategy) {
 		return fmt.Errorf("partition %s: only strategies local and pls keep a partition, not %s", p.Partition, p.Strategy)
 	}
 	return nil

@@ -266,14 +266,22 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 // checkExchange refuses --partition and --exchange with a strategy they
 // do not apply to, rather than ignoring them.
 func (d *datasetFlags) checkExchange() error {
-	local := d.strategy == "local" || d.strategy == "pls"
-	if d.partitionGiven && !local {
+	if d.partitionGiven && !shuffler.Partitioned(d.strategy) {
 		return fmt.Errorf("--partition applies to --strategy local and pls only (the set each part keeps); --strategy %s has no partition", d.strategy)
 	}
 	if d.exchangeGiven && d.strategy != "pls" {
 		return fmt.Errorf("--exchange applies to --strategy pls only (local is pls with --exchange 0); --strategy %s exchanges nothing", d.strategy)
 	}
 	return nil
+}
+
+// partitionOf is the planner's Partition: --partition for local and pls,
+// else none.
+func (d *datasetFlags) partitionOf() string {
+	if !shuffler.Partitioned(d.strategy) {
+		return ""
+	}
+	return string(d.partition)
 }
 
 // exchangeQ is the planner's Exchange: --exchange for pls, else 0.
@@ -327,7 +335,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
 		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
-		Partition: string(d.partition), Exchange: d.exchangeQ(),
+		Partition: d.partitionOf(), Exchange: d.exchangeQ(),
 	})
 	if err != nil {
 		return nil, nil, 0, err

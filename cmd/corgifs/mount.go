@@ -85,7 +85,7 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
 	}
-	if p.Strategy == "local" || p.Strategy == "pls" {
+	if shuffler.Partitioned(p.Strategy) {
 		in.Partition, in.Exchange = p.Partition, &p.Exchange
 		if in.Partition == "" {
 			in.Partition = shuffler.PartitionRandom
