@@ -18,8 +18,18 @@ func refuseLiveMount(mnt string) error {
 	if err != nil || typ != fs.MountTypeName {
 		return nil
 	}
-	if _, err := os.Stat(mnt); errors.Is(err, syscall.ENOTCONN) {
+	// A dead mount can still answer stat from the kernel's attribute
+	// cache; listing it is what fails (checkMountpoint then names it dead).
+	f, err := os.Open(mnt)
+	if errors.Is(err, syscall.ENOTCONN) {
 		return nil
+	}
+	if err == nil {
+		_, err = f.Readdirnames(1)
+		f.Close()
+		if errors.Is(err, syscall.ENOTCONN) {
+			return nil
+		}
 	}
 	return fmt.Errorf("%s is already a live corgifs mount: unmount it first ('corgifs unmount %s') or choose another directory", mnt, mnt)
 }
