@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -113,9 +114,6 @@ func TestWriteDatasetWritesEveryFormatItReads(t *testing.T) {
 // nothing mounted. The child's own exit would end the daemon anyway
 // (it gets SIGTERM when its parent dies), so that record is the proof.
 func TestCleanupRunsWhenTheTestFailsOrPanics(t *testing.T) {
-	if os.Getenv("CORGIFSTEST_HELPER") != "" {
-		t.Skip("helper run")
-	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		testenv.Missing(t, "no /dev/fuse")
 	}
@@ -156,11 +154,26 @@ type helperReport struct {
 	DaemonExited bool
 }
 
+// TestMain leaves TestHelperFailsWithAMount out of ordinary runs: it fails
+// on purpose, in a test binary that TestCleanupRunsWhenTheTestFailsOrPanics
+// starts with CORGIFSTEST_HELPER set (and -test.run selecting it).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if os.Getenv("CORGIFSTEST_HELPER") == "" {
+		skip := "^TestHelperFailsWithAMount$"
+		if s := flag.Lookup("test.skip").Value.String(); s != "" {
+			skip += "|" + s
+		}
+		flag.Set("test.skip", skip)
+	}
+	os.Exit(m.Run())
+}
+
 // TestHelperFailsWithAMount is run by TestCleanupRunsWhenTheTestFailsOrPanics.
 func TestHelperFailsWithAMount(t *testing.T) {
 	how := os.Getenv("CORGIFSTEST_HELPER")
 	if how == "" {
-		t.Skip("run by TestCleanupRunsWhenTheTestFailsOrPanics")
+		t.Fatal("TestMain leaves this test out unless TestCleanupRunsWhenTheTestFailsOrPanics starts it")
 	}
 	src := t.TempDir()
 	corgifstest.WriteDataset(t, src, 100)

@@ -17,7 +17,7 @@ import (
 
 // formatSeeds are the seed inputs of the fuzz targets of the formats
 // other than TFRecord; testdata/fuzz holds the same inputs as a corpus
-// (CORGIFS_WRITE_SEEDS=1 go test -run TestWriteFormatFuzzSeeds rewrites it).
+// (CORGIFS_WRITE_SEEDS=1 go test -run TestCommittedFuzzCorpusHoldsTheSeeds rewrites it).
 func formatSeeds(t testing.TB) map[string]map[string][]byte {
 	wds := wdsShards(t)
 	good := shard(t, 0, member{name: "a.cls", data: "1"}, member{name: "a.bin", data: "xx"}, member{name: "b.cls", data: "2"})
@@ -67,19 +67,30 @@ func addSeeds(f *testing.F, name string) {
 	}
 }
 
-func TestWriteFormatFuzzSeeds(t *testing.T) {
-	if os.Getenv("CORGIFS_WRITE_SEEDS") == "" {
-		t.Skip("set CORGIFS_WRITE_SEEDS=1 to rewrite testdata/fuzz")
-	}
+// TestCommittedFuzzCorpusHoldsTheSeeds checks that testdata/fuzz holds
+// every seed of formatSeeds, so that CI's fuzzing starts from them;
+// CORGIFS_WRITE_SEEDS=1 rewrites the corpus instead.
+func TestCommittedFuzzCorpusHoldsTheSeeds(t *testing.T) {
+	write := os.Getenv("CORGIFS_WRITE_SEEDS") != ""
 	for target, seeds := range formatSeeds(t) {
 		dir := filepath.Join("testdata", "fuzz", target)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
+		if write {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for name, b := range seeds {
+			path := filepath.Join(dir, name)
 			s := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
-				t.Fatal(err)
+			if write {
+				if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			got, err := os.ReadFile(path)
+			if err != nil || string(got) != s {
+				t.Errorf("%s is not the seed formatSeeds makes (err %v): run CORGIFS_WRITE_SEEDS=1 go test -run TestCommittedFuzzCorpusHoldsTheSeeds ./formats", path, err)
 			}
 		}
 	}
