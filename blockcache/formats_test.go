@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,14 +107,11 @@ func (c formatCase) want(t *testing.T) []string {
 		if fx, ok := c.format.(formats.Fixed); ok {
 			rd = formats.Fixed{RecordSize: fx.RecordSize}.NewReader(bytes.NewReader(data[fx.HeaderBytes:]))
 		}
-		for {
-			r, err := rd.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		recs, err := formats.ReadAll(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
 			out = append(out, string(r))
 		}
 	}

@@ -22,11 +22,9 @@ package corgifstest
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/corgifs/corgifs/shuffler"
 	"io"
@@ -318,16 +316,5 @@ func (d *Daemon) Records(epoch, i, k int) [][]byte {
 
 // readRecords copies every record of a file of format f.
 func readRecords(f formats.Format, r io.Reader) ([][]byte, error) {
-	rr := f.NewReader(r)
-	var recs [][]byte
-	for {
-		rec, err := rr.Next()
-		if err == io.EOF {
-			return recs, nil
-		}
-		if err != nil {
-			return recs, fmt.Errorf("record %d: %w", len(recs), err)
-		}
-		recs = append(recs, bytes.Clone(rec))
-	}
+	return formats.ReadAll(f.NewReader(r))
 }

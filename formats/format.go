@@ -154,6 +154,22 @@ type RecordReader interface {
 	Prologue() []byte
 }
 
+// ReadAll reads every record from rd to the end and returns copies of
+// them. An error says which record it stopped at.
+func ReadAll(rd RecordReader) ([][]byte, error) {
+	var recs [][]byte
+	for {
+		rec, err := rd.Next()
+		if err == io.EOF {
+			return recs, nil
+		}
+		if err != nil {
+			return recs, fmt.Errorf("record %d: %w", len(recs), err)
+		}
+		recs = append(recs, bytes.Clone(rec))
+	}
+}
+
 // cutFunc finds the first record of data, which starts at a record
 // boundary: it returns the record's length, or 0 when data does not hold
 // a whole record yet and more may come. atEOF says no more will come: a

@@ -3,7 +3,6 @@ package formats
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"testing"
 )
@@ -163,15 +162,11 @@ func TestSeamIndexLoadAndServeAgreeForEveryFormat(t *testing.T) {
 			// format's reader finds in the source files.
 			var want []string
 			for _, data := range c.files {
-				rd := c.f.NewReader(bytes.NewReader(data))
-				for {
-					r, err := rd.Next()
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
+				recs, err := ReadAll(c.f.NewReader(bytes.NewReader(data)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range recs {
 					want = append(want, string(r))
 				}
 			}
@@ -201,16 +196,12 @@ func TestSeamIndexLoadAndServeAgreeForEveryFormat(t *testing.T) {
 			if fx, ok := pf.(Fixed); ok {
 				pf = Fixed{RecordSize: fx.RecordSize} // a part has no file header
 			}
-			rd := pf.NewReader(bytes.NewReader(part))
+			recs, err := ReadAll(pf.NewReader(bytes.NewReader(part)))
+			if err != nil {
+				t.Fatalf("reading the part: %v", err)
+			}
 			var again []string
-			for {
-				r, err := rd.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatalf("reading the part: %v", err)
-				}
+			for _, r := range recs {
 				again = append(again, string(r))
 			}
 			if !sameMultiset(again, want) {

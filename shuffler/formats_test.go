@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,16 +68,14 @@ func formatSources(t *testing.T) map[string]string {
 func readRecords(t *testing.T, f formats.Format, data []byte) (prologue []byte, recs []string) {
 	t.Helper()
 	rd := f.NewReader(bytes.NewReader(data))
-	for {
-		r, err := rd.Next()
-		if err == io.EOF {
-			return rd.Prologue(), recs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	all, err := formats.ReadAll(rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
 		recs = append(recs, string(r))
 	}
+	return rd.Prologue(), recs
 }
 
 // Parts of every format are files of the format: the prologue, then the
