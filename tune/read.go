@@ -11,6 +11,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 )
 
 // DataOptions say how much of a dataset Data reads.
@@ -24,6 +25,10 @@ type DataOptions struct {
 	Seed uint64
 	// Progress, if set, is called as bytes are read.
 	Progress func(done, total int64)
+	// Source, if set, is the remote source ix was built from (an S3
+	// bucket): blocks are read from it, one ranged read each, pinned to
+	// the versions in the index.
+	Source source.Source
 }
 
 // Data reads the records of the blocks of ix (or of a sample of them) and
@@ -44,16 +49,17 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 	// closed: the data pass leaves the cache as it found it, so that a
 	// probe or a benchmark run next still meets a cold source.
 	type open struct {
-		f    *os.File
+		f    io.ReaderAt
+		c    io.Closer
 		cold bool
 	}
 	files := map[int32]open{}
 	defer func() {
 		for _, f := range files {
 			if f.cold {
-				dropRange(f.f, 0, 0)
+				dropRange(f.f.(*os.File), 0, 0)
 			}
-			f.f.Close()
+			f.c.Close()
 		}
 	}()
 	a := NewAnalysis()
@@ -67,11 +73,22 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 		blk := ix.Blocks[b]
 		of, ok := files[blk.File]
 		if !ok {
-			f, err := os.Open(ix.Path(blk.File))
+			var err error
+			of, err = func() (open, error) {
+				if o.Source != nil {
+					fi := ix.Files[blk.File]
+					f, err := o.Source.Open(fi.Path, fi.Version)
+					return open{f: f, c: f}, err
+				}
+				f, err := os.Open(ix.Path(blk.File))
+				if err != nil {
+					return open{}, err
+				}
+				return open{f, f, coldRange(f, 0, ix.Files[blk.File].Size)}, nil
+			}()
 			if err != nil {
 				return DataReport{}, err
 			}
-			of = open{f, coldRange(f, 0, ix.Files[blk.File].Size)}
 			files[blk.File] = of
 		}
 		f := of.f
@@ -98,7 +115,7 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 		}
 		a.EndBlock()
 		if of.cold {
-			dropRange(f, 0, blk.Offset+blk.Len)
+			dropRange(f.(*os.File), 0, blk.Offset+blk.Len)
 		}
 		done += blk.Len
 		if o.Progress != nil {

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"slices"
 	"time"
 )
 
@@ -63,6 +64,8 @@ type Throughput struct {
 	Seconds   float64 `json:"seconds"`
 	// MBps is in 10^6 bytes a second: the median over the rounds.
 	MBps float64 `json:"mb_per_s"`
+	// InFlight is the reads in flight of a remote probe (ProbeRemote).
+	InFlight int `json:"in_flight,omitempty"`
 	// Skipped says why the size was not measured (no file that large).
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -85,6 +88,14 @@ type StorageReport struct {
 	Smallest    int64 `json:"smallest"`
 	Recommended int64 `json:"recommended"`
 	Best        int64 `json:"best"`
+
+	// Remote is set by ProbeRemote: the figures are of ranged GETs of an
+	// object store. InFlight then holds the recommended size measured
+	// with fewer requests in flight, and Concurrency is the fewest within
+	// 10% of the best: the --s3-concurrency to mount with.
+	Remote      bool         `json:"remote,omitempty"`
+	InFlight    []Throughput `json:"in_flight,omitempty"`
+	Concurrency int          `json:"concurrency,omitempty"`
 }
 
 // Recommend returns the smallest measured block size of at least floor
@@ -113,4 +124,38 @@ func Recommend(sizes []Throughput, floor int64) (rec, best int64) {
 		rec = bestFloor
 	}
 	return rec, best
+}
+
+// median sums the reads, bytes and seconds of the rounds of one size,
+// and takes the median of their throughputs.
+func median(ts []Throughput) Throughput {
+	t := ts[0]
+	if t.Skipped != "" {
+		return t
+	}
+	speeds := []float64{t.MBps}
+	for _, u := range ts[1:] {
+		t.Reads += u.Reads
+		t.Bytes += u.Bytes
+		t.Seconds += u.Seconds
+		speeds = append(speeds, u.MBps)
+	}
+	slices.Sort(speeds)
+	if n := len(speeds); n%2 == 1 {
+		t.MBps = speeds[n/2]
+	} else {
+		t.MBps = (speeds[n/2-1] + speeds[n/2]) / 2
+	}
+	return t
+}
+
+// eligible returns the bytes of the files at least size long.
+func eligible(files []ProbeFile, size int64) int64 {
+	var n int64
+	for _, f := range files {
+		if f.Size >= size {
+			n += f.Size
+		}
+	}
+	return n
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -94,40 +93,6 @@ func Probe(ctx context.Context, files []ProbeFile, o ProbeOptions) (StorageRepor
 		o.Progress(total, total)
 	}
 	return rep, nil
-}
-
-// median sums the reads, bytes and seconds of the rounds of one size,
-// and takes the median of their throughputs.
-func median(ts []Throughput) Throughput {
-	t := ts[0]
-	if t.Skipped != "" {
-		return t
-	}
-	speeds := []float64{t.MBps}
-	for _, u := range ts[1:] {
-		t.Reads += u.Reads
-		t.Bytes += u.Bytes
-		t.Seconds += u.Seconds
-		speeds = append(speeds, u.MBps)
-	}
-	slices.Sort(speeds)
-	if n := len(speeds); n%2 == 1 {
-		t.MBps = speeds[n/2]
-	} else {
-		t.MBps = (speeds[n/2-1] + speeds[n/2]) / 2
-	}
-	return t
-}
-
-// eligible returns the bytes of the files at least size long.
-func eligible(files []ProbeFile, size int64) int64 {
-	var n int64
-	for _, f := range files {
-		if f.Size >= size {
-			n += f.Size
-		}
-	}
-	return n
 }
 
 // openAll opens every file with O_DIRECT, or every file without it when

@@ -3,9 +3,17 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
+	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/source/s3"
 )
 
@@ -16,6 +24,10 @@ type s3Flags struct {
 	pathStyle   bool
 	concurrency int
 	timeout     time.Duration
+
+	// copied is the local copy of an s3:// --data that validate reads
+	// whole (copyForValidate), "" if none.
+	copied string
 }
 
 func (f *s3Flags) register(fs *flag.FlagSet) {
@@ -26,14 +38,144 @@ func (f *s3Flags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "s3-timeout", 30*time.Second, "deadline of one S3 request, body included; a failed request is tried 5 times\nwith exponential backoff and jitter, then its records give EIO")
 }
 
+// args returns the --s3-* flags as a child process is given them.
+func (f *s3Flags) args() []string {
+	a := []string{"--s3-concurrency", strconv.Itoa(f.concurrency), "--s3-timeout", f.timeout.String()}
+	if f.endpoint != "" {
+		a = append(a, "--s3-endpoint", f.endpoint)
+	}
+	if f.region != "" {
+		a = append(a, "--s3-region", f.region)
+	}
+	if f.pathStyle {
+		a = append(a, "--s3-path-style")
+	}
+	return a
+}
+
+// local returns the directory validate reads the files of --data from
+// whole: the local copy of an s3:// one, else dir itself.
+func (f *s3Flags) local(dir string) string {
+	if f.copied != "" {
+		return f.copied
+	}
+	return dir
+}
+
+// copyForValidate opens the source of an s3:// --data, for the index and
+// the epochs, which read the bucket, and copies its data objects into a
+// temporary directory for what validate reads as whole local files: the
+// format's detection, the libsvm dimension, --via files and the loss on
+// the whole training set. An s3:// --test is copied too. The returned
+// function removes the copies.
+func (d *datasetFlags) copyForValidate(ctx context.Context, v *validateFlags, log *slog.Logger) (func(), error) {
+	var dirs []string
+	cleanup := func() {
+		for _, dir := range dirs {
+			os.RemoveAll(dir)
+		}
+	}
+	include := formats.AllIncludes()
+	if d.includeSet {
+		include = d.include
+	}
+	for _, p := range []*string{&v.data, &v.test} {
+		if !s3.IsURL(*p) {
+			continue
+		}
+		src := d.source
+		if p == &v.test || src == nil {
+			var err error
+			if src, err = s3.New(ctx, *p, d.s3.config(log)); err != nil {
+				cleanup()
+				return nil, err
+			}
+		}
+		if p == &v.data {
+			d.source = src
+		}
+		dir, err := os.MkdirTemp("", "corgifs-validate-s3-")
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		dirs = append(dirs, dir)
+		if err := copyObjects(ctx, src, include, dir); err != nil {
+			cleanup()
+			return nil, err
+		}
+		log.Info("copied the data objects for the whole-file reads (the epochs read the bucket)", "source", *p, "to", dir)
+		if p == &v.data {
+			d.s3.copied = dir
+		} else {
+			*p = dir
+		}
+	}
+	return cleanup, nil
+}
+
+// copyObjects copies the objects of src whose base names match include
+// into dir, 8 MiB a GET.
+func copyObjects(ctx context.Context, src source.Source, include []string, dir string) error {
+	objs, err := src.List(ctx, func(base string) bool {
+		return slices.ContainsFunc(include, func(p string) bool { ok, _ := path.Match(p, base); return ok })
+	})
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 8<<20)
+	for _, o := range objs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		to := filepath.Join(dir, filepath.FromSlash(o.Path))
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if err := copyObject(src, o, to, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyObject(src source.Source, o source.Object, to string, buf []byte) error {
+	r, err := src.Open(o.Path, o.Version)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	for off := int64(0); off < o.Size; {
+		n := min(int64(len(buf)), o.Size-off)
+		if _, err := r.ReadAt(buf[:n], off); err != nil {
+			w.Close()
+			return err
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			w.Close()
+			return fmt.Errorf("copy %s to %s: %w", r.Name(), to, err)
+		}
+		off += n
+	}
+	return w.Close()
+}
+
+func (f *s3Flags) config(log *slog.Logger) s3.Config {
+	return s3.Config{Endpoint: f.endpoint, Region: f.region, PathStyle: f.pathStyle,
+		Concurrency: f.concurrency, Timeout: f.timeout, Logger: log}
+}
+
 // openSource makes the S3 source of src when it is an s3:// URL, checking
 // that the endpoint, the credentials and the bucket are good.
 func (d *datasetFlags) openSource(ctx context.Context, src string, log *slog.Logger) error {
 	if !s3.IsURL(src) || d.source != nil {
 		return nil
 	}
-	s, err := s3.New(ctx, src, s3.Config{Endpoint: d.s3.endpoint, Region: d.s3.region, PathStyle: d.s3.pathStyle,
-		Concurrency: d.s3.concurrency, Timeout: d.s3.timeout, Logger: log})
+	s, err := s3.New(ctx, src, d.s3.config(log))
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/tune"
 	"github.com/dustin/go-humanize"
 )
@@ -31,6 +33,14 @@ Storage: reads SRC's files at random 4 KiB-aligned offsets with O_DIRECT,
 (the CorgiPile paper's advice) among those of at least 1 MiB, which a mount
 reads with O_DIRECT too (smaller ones go through the page cache). The source must be cold (not in the page
 cache) for the figures to be the storage's; tune says when they are not.
+
+An s3://bucket/prefix SRC (with the --s3-* flags of mount) is probed with
+ranged GETs at random offsets of its objects, --s3-concurrency at a time
+(fewer for large blocks: their buffers are bounded to 256 MiB), at 64 KiB,
+1 MiB, 8 MiB and 32 MiB (or --min-block to --max-block), and then at the
+recommended size with 1/16 and 1/4 as many GETs in flight: the mount line
+gets the smallest block within 10% of the fastest and the fewest GETs in
+flight within 10% of the most.
 
 Data (with --label): cuts SRC into blocks as a mount would (the index, at
 the recommended or the given --block-size) and measures how clustered the
@@ -117,7 +127,31 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 
 	var out tuneOutput
 	out.Source = src
-	if *probe {
+	// An s3:// SRC is checked (endpoint, credentials, bucket) before
+	// anything is measured, as mount does.
+	if err := d.openSource(ctx, src, log); err != nil {
+		return err
+	}
+	switch {
+	case *probe && d.source != nil:
+		given := map[string]bool{}
+		fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		o := tune.ProbeOptions{Bytes: int64(probeBytes), Time: *probeTime, InFlight: d.s3.concurrency, Rounds: *rounds, Seed: *seed,
+			Progress: progressFunc(stderr, "probing")}
+		if given["in-flight"] {
+			o.InFlight = *inFlight
+		}
+		if given["min-block"] || given["max-block"] {
+			for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
+				o.Sizes = append(o.Sizes, n)
+			}
+		}
+		rep, err := probeRemote(ctx, d.source, d.include, o)
+		if err != nil {
+			return err
+		}
+		out.Storage = &rep
+	case *probe:
 		files, err := probeFiles(src, d.include, d.follow)
 		if err != nil {
 			return err
@@ -159,9 +193,11 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rep, err := tune.Data(ctx, ix, tune.TFExample{Label: *label, Features: *features}, tune.DataOptions{
-			MaxBytes: int64(dataBytes), Seed: *seed, Progress: progressFunc(stderr, "reading"),
-		})
+		do := tune.DataOptions{MaxBytes: int64(dataBytes), Seed: *seed, Progress: progressFunc(stderr, "reading")}
+		if d.source != nil {
+			do.Source = d.source
+		}
+		rep, err := tune.Data(ctx, ix, tune.TFExample{Label: *label, Features: *features}, do)
 		if err != nil {
 			return err
 		}
@@ -172,6 +208,12 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	out.Mount = mountLine(src, block, *parts, out.Buffer)
+	if out.Storage != nil && out.Storage.Remote {
+		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
+	}
+	if d.source != nil && d.s3.endpoint != "" {
+		out.Mount += " --s3-endpoint " + shellQuote(d.s3.endpoint)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -360,7 +402,9 @@ func shellQuote(s string) string {
 }
 
 func printTune(w io.Writer, o tuneOutput) {
-	if s := o.Storage; s != nil {
+	if s := o.Storage; s != nil && s.Remote {
+		printRemote(w, o.Source, s)
+	} else if s != nil {
 		how := "direct I/O (O_DIRECT)"
 		if !s.Direct {
 			how = "through the page cache (the file system refused O_DIRECT)"
@@ -464,6 +508,64 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 			"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
 			"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
 	}
+}
+
+// probeRemote lists the objects of src that a mount would index and
+// measures ranged GETs of them.
+func probeRemote(ctx context.Context, src source.Source, include []string, o tune.ProbeOptions) (tune.StorageReport, error) {
+	if len(include) == 0 {
+		include = blockcache.DefaultInclude()
+	}
+	objs, err := src.List(ctx, func(base string) bool {
+		return slices.ContainsFunc(include, func(p string) bool { ok, _ := path.Match(p, base); return ok })
+	})
+	if err != nil {
+		return tune.StorageReport{}, err
+	}
+	var files []tune.RemoteFile
+	for _, ob := range objs {
+		if ob.Size == 0 {
+			continue
+		}
+		f, err := src.Open(ob.Path, ob.Version)
+		if err != nil {
+			return tune.StorageReport{}, err
+		}
+		defer f.Close()
+		files = append(files, tune.RemoteFile{Name: f.Name(), Size: ob.Size, R: f})
+	}
+	if len(files) == 0 {
+		return tune.StorageReport{}, fmt.Errorf("no objects under %s match --include %s", src, strings.Join(include, ","))
+	}
+	return tune.ProbeRemote(ctx, files, o)
+}
+
+// printRemote prints the probe of an object store: GET throughput per
+// block size, then per requests in flight at the recommended size.
+func printRemote(w io.Writer, src string, s *tune.StorageReport) {
+	fmt.Fprintf(w, "Storage: ranged GETs at random offsets of the objects of %s\n", src)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  block size\tin flight\tMB/s\tGETs\t\n")
+	for _, t := range s.Sizes {
+		if t.Skipped != "" {
+			fmt.Fprintf(tw, "  %s\t-\t-\t-\t  %s\n", humanize.IBytes(uint64(t.BlockSize)), t.Skipped)
+			continue
+		}
+		note := ""
+		if t.BlockSize == s.Best {
+			note = "  (best)"
+		}
+		if t.BlockSize == s.Recommended {
+			note += "  <- recommended: smallest within 10% of the best"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%.0f\t%d\t%s\n", humanize.IBytes(uint64(t.BlockSize)), t.InFlight, t.MBps, t.Reads, note)
+	}
+	for _, t := range s.InFlight[:max(0, len(s.InFlight)-1)] {
+		fmt.Fprintf(tw, "  %s\t%d\t%.0f\t%d\t\n", humanize.IBytes(uint64(t.BlockSize)), t.InFlight, t.MBps, t.Reads)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  --s3-concurrency %d: the fewest GETs in flight within 10%% of the best at %s\n  (reads of 8 MiB and more are measured with fewer in flight: their buffers are bounded to 256 MiB)\n\n",
+		s.Concurrency, humanize.IBytes(uint64(s.Recommended)))
 }
 
 // probeFiles lists the files of src that a mount would index.

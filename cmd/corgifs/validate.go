@@ -151,6 +151,11 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	if v.via == "files" && !slices.Equal(v.strategies, []string{"none"}) {
 		return report, fmt.Errorf("--via files reads the source files in their order: pass --strategies none (got %s)", v.strategies.String())
 	}
+	cleanup, err := d.copyForValidate(ctx, v, log)
+	if err != nil {
+		return report, err
+	}
+	defer cleanup()
 	f, dataFiles, err := v.dataFormat(d)
 	if err != nil {
 		return report, err
@@ -224,6 +229,9 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs)}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
+		}
+		if d.source != nil {
+			flags = append(flags, d.s3.args()...)
 		}
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
@@ -304,7 +312,7 @@ func validateFiles(ctx context.Context, v *validateFlags, dec validator.Decoder,
 func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, error) {
 	o := formats.Options{NoHeader: v.noHeader, RecordSize: v.recordSize, HeaderBytes: v.headerBytes}
 	if v.format == "" {
-		all, err := formatFiles(v.data, []string{"*"})
+		all, err := formatFiles(d.s3.local(v.data), []string{"*"})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -329,7 +337,7 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	// The index of --via direct and of the orders reads the records as
 	// the flags say (fixed is never detected; --header=false).
 	d.format = &formatFlags{format: f, options: formats.OptionsOf(f)}
-	files, err := formatFiles(v.data, d.include)
+	files, err := formatFiles(d.s3.local(v.data), d.include)
 	return f, files, err
 }
 
