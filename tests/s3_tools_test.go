@@ -1,0 +1,143 @@
+//go:build linux
+
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// withoutSeconds drops every field whose name says it is a time: the rest
+// of a validate report is a pure function of the data and the flags.
+func withoutSeconds(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if strings.Contains(strings.ToLower(k), "second") {
+				delete(v, k)
+				continue
+			}
+			v[k] = withoutSeconds(x)
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = withoutSeconds(x)
+		}
+	}
+	return v
+}
+
+func TestS3ValidateGivesTheSameReportAsTheLocalDirectory(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 3000, 16, 4, 3, "clustered")
+	test := genSynthetic(t, 500, 16, 4, 1, "shuffled")
+	s.upload("data", "train", src)
+	cache := filepath.Join(t.TempDir(), "cache")
+	for _, via := range []string{"direct", "mount"} {
+		t.Run(via, func(t *testing.T) {
+			report := func(data string, extra ...string) any {
+				out := filepath.Join(t.TempDir(), "report.json")
+				corgifs(t, append([]string{"validate", "--data", data, "--test", test, "--via", via, "--epochs", "2",
+					"--strategies", "corgipile,none", "--seed", "5", "--block-size", "16KiB", "--cache-dir", cache, "--json", out}, extra...)...)
+				b, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var v any
+				if err := json.Unmarshal(b, &v); err != nil {
+					t.Fatal(err)
+				}
+				return withoutSeconds(v)
+			}
+			local := report(src)
+			remote := report("s3://data/train", "--s3-endpoint", s.endpoint)
+			if !reflect.DeepEqual(local, remote) {
+				l, _ := json.Marshal(local)
+				r, _ := json.Marshal(remote)
+				t.Fatalf("validate of s3://data/train differs from validate of the same files on disk:\nlocal %s\nS3    %s", l, r)
+			}
+		})
+	}
+}
+
+func TestS3TunePrintsABlockSizeAndConcurrencyForABucket(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 3000, 16, 4, 3, "clustered")
+	s.upload("data", "train", src)
+	out := corgifs(t, "tune", "s3://data/train", "--s3-endpoint", s.endpoint, "--s3-concurrency", "8", "--label", "label",
+		"--min-block", "16KiB", "--max-block", "64KiB", "--probe-time", "1s", "--probe-bytes", "1MiB", "--rounds", "1",
+		"--cache-dir", filepath.Join(t.TempDir(), "cache"), "--json")
+	var v struct {
+		Storage struct {
+			Remote      bool  `json:"remote"`
+			Recommended int64 `json:"recommended"`
+			Concurrency int   `json:"concurrency"`
+			Sizes       []struct {
+				MBps float64 `json:"mb_per_s"`
+			} `json:"sizes"`
+		} `json:"storage"`
+		BlockSize int64 `json:"block_size"`
+		Data      *struct {
+			Records int64 `json:"records"`
+		} `json:"data"`
+		Mount string `json:"mount"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	st := v.Storage
+	if !st.Remote || len(st.Sizes) != 3 || st.Recommended < 16<<10 || st.Recommended > 64<<10 || v.BlockSize != st.Recommended {
+		t.Fatalf("want a remote probe of 16, 32 and 64 KiB recommending one of them as the block size:\n%s", out)
+	}
+	for _, sz := range st.Sizes {
+		if sz.MBps <= 0 {
+			t.Fatalf("a size measured no throughput:\n%s", out)
+		}
+	}
+	if st.Concurrency < 1 || st.Concurrency > 8 {
+		t.Fatalf("recommended --s3-concurrency %d, want 1 to the 8 probed:\n%s", st.Concurrency, out)
+	}
+	if v.Data == nil || v.Data.Records != 3000 {
+		t.Fatalf("the data analysis read from the bucket should see all 3000 records:\n%s", out)
+	}
+	if !strings.HasPrefix(v.Mount, "corgifs mount s3://data/train MNT") || !strings.Contains(v.Mount, "--s3-concurrency") {
+		t.Fatalf("mount line %q: want a mount of s3://data/train with --s3-concurrency", v.Mount)
+	}
+}
+
+func TestS3ValidateAndTuneFailClearlyOnAnUnreachableEndpoint(t *testing.T) {
+	test := genSynthetic(t, 100, 8, 2, 1, "shuffled")
+	t.Setenv("AWS_ACCESS_KEY_ID", s3Access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3Secret)
+	t.Setenv("AWS_REGION", "us-east-1")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	cache := filepath.Join(t.TempDir(), "cache")
+	for name, args := range map[string][]string{
+		"validate": {"validate", "--data", "s3://data/train", "--test", test, "--via", "direct", "--epochs", "1", "--cache-dir", cache},
+		"tune":     {"tune", "s3://data/train", "--cache-dir", cache},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			cmd := exec.Command(bin, append(args, "--s3-endpoint", dead, "--s3-timeout", "2s")...)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err == nil {
+				t.Fatalf("%s exited 0 with an unreachable endpoint\n%s", name, out.String())
+			}
+			if want := "cannot reach the S3 endpoint " + dead; !strings.Contains(out.String(), want) {
+				t.Fatalf("%s's error does not say %q:\n%s", name, want, out.String())
+			}
+		})
+	}
+}
