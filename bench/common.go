@@ -47,6 +47,7 @@ type runEnv struct {
 	lat  *latResults
 	fio  *fioResults
 	mem  *memResults
+	s3   *s3Results
 }
 
 func (e *runEnv) logf(format string, a ...any) { fmt.Fprintf(e.stderr, format+"\n", a...) }

@@ -66,6 +66,7 @@ type options struct {
 	profile     bool
 	sizeSet     bool // --size was given (the formats section has its own default)
 	formats     bool // run the formats section (issue 13)
+	s3          bool // run the object store section (issue 14)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
@@ -115,6 +116,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
+	fs.BoolVar(&o.s3, "s3", false, "run a cold epoch from a real S3 server on 127.0.0.1 (versitygw, on PATH) against plain\n"+
+		"GETs of the same objects, GETs per epoch against a GET per record, and with --disk-cache\n"+
+		"an epoch from the disk cache against a cold local directory (issue 14; drops the page\n"+
+		"cache; alone it skips --warm unless given) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
@@ -142,7 +147,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if o.formats && !given["warm"] {
+	if (o.formats || o.s3) && !given["warm"] {
 		o.warm = false
 	}
 	if fs.NArg() > 0 {
@@ -274,7 +279,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
 	// Only the formats section needs no dataset of datagen's and no loopback.
-	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.s3
 	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
 	if needsDatasets {
 		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
@@ -326,6 +331,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
 		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
+		{o.s3, s3Heading, (*runEnv).runS3, (*harness).s3Markdown},
 	} {
 		if !s.on {
 			continue

@@ -1,0 +1,582 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+const s3Heading = "## Object store: a cold epoch from S3 (issue 14)"
+
+const (
+	s3Access = "corgifs-bench-access"
+	s3Secret = "corgifs-bench-secret-key"
+	s3Bucket = "bench"
+	s3Prefix = "data"
+)
+
+// s3Results is what the object store section measured on one dataset.
+type s3Results struct {
+	endpoint string
+	load     [2]string
+	// MB/s per run of each way to read the objects.
+	seq, par, corgifs []float64
+	// corgifs, read from its disk cache after a remount (nil without
+	// --disk-cache), and a cold epoch of the local directory.
+	diskCache, local []float64
+	diskCacheGETs    []int64
+	hasDiskCache     bool
+	epochGETs        []int64 // counted at the server, one per corgifs run
+	indexGETs        int64
+	indexSecs        float64
+	blocks           int
+	blockSize        int64
+	records          int64
+	// A sample of per-record ranged GETs, as a map-style reader makes them.
+	recordSample []recordGETs
+}
+
+// recordGETs is a timed sample of per-record ranged GETs.
+type recordGETs struct {
+	inFlight int
+	gets     int
+	bytes    int64
+	secs     float64
+}
+
+func (r recordGETs) perSec() float64 { return float64(r.gets) / r.secs }
+
+// s3Server is a versitygw serving WORK/s3/root, with an access log the
+// GETs are counted in.
+type s3Server struct {
+	cmd      *exec.Cmd
+	endpoint string
+	logPath  string
+	client   *minio.Client
+}
+
+func startS3Server(ctx context.Context, dir string) (*s3Server, error) {
+	gw, err := exec.LookPath("versitygw")
+	if err != nil {
+		return nil, errors.New("no versitygw on PATH: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s := &s3Server{endpoint: "http://" + addr, logPath: filepath.Join(dir, "access.log")}
+	os.Remove(s.logPath)
+	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	s.cmd = exec.CommandContext(ctx, gw, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet",
+		"--access-log", s.logPath, "posix", root)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s3Access, s3Secret, ""),
+		BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := s.client.ListBuckets(ctx); err == nil {
+			return s, nil
+		} else if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("versitygw did not answer at %s: %w", s.endpoint, err)
+		}
+	}
+}
+
+func (s *s3Server) stop() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// gets counts the GetObject requests in the server's access log so far.
+// The log is written as requests end: a short wait first lets the last
+// ones in.
+func (s *s3Server) gets() (int64, error) {
+	time.Sleep(300 * time.Millisecond)
+	f, err := os.Open(s.logPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if bytes.Contains(sc.Bytes(), []byte(" s3_GetObject ")) {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
+
+// upload puts the dataset's files under bench/data/, unless they are
+// there already with their sizes (a reused work directory).
+func (s *s3Server) upload(ctx context.Context, ds *dataset) error {
+	if ok, _ := s.client.BucketExists(ctx, s3Bucket); !ok {
+		if err := s.client.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{}); err != nil {
+			return err
+		}
+	}
+	for i, name := range ds.Files {
+		key := s3Prefix + "/" + name
+		fi, err := os.Stat(ds.paths()[i])
+		if err != nil {
+			return err
+		}
+		if st, err := s.client.StatObject(ctx, s3Bucket, key, minio.StatObjectOptions{}); err == nil && st.Size == fi.Size() {
+			continue
+		}
+		if _, err := s.client.FPutObject(ctx, s3Bucket, key, ds.paths()[i], minio.PutObjectOptions{}); err != nil {
+			return fmt.Errorf("upload %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// getWhole reads object key with one GET from start to end.
+func (s *s3Server) getWhole(ctx context.Context, key string, buf []byte) (int64, error) {
+	o, err := s.client.GetObject(ctx, s3Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer o.Close()
+	return io.CopyBuffer(io.Discard, struct{ io.Reader }{o}, buf)
+}
+
+// runS3 measures the object store section on one dataset: versitygw
+// serves a copy of it from this machine's disk, and one epoch is read
+// cold, round-robin, by sequential whole-object GETs, by one GET per
+// object all at once, and by `cat` of a corgifs part; GETs are counted at
+// the server; a sample of per-record GETs gives the map-style reader's
+// rate; with --disk-cache (if this corgifs has it) a remounted epoch from
+// the disk cache is compared with a cold epoch of the local directory.
+func (e *runEnv) runS3(ctx context.Context) error {
+	dir := filepath.Join(e.work, "s3")
+	srv, err := startS3Server(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	res := &s3Results{endpoint: srv.endpoint}
+	e.s3 = res
+	e.logf("versitygw at %s serving %s; uploading the dataset", srv.endpoint, filepath.Join(dir, "root"))
+	if err := srv.upload(ctx, e.ds); err != nil {
+		return err
+	}
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s3Access, "AWS_SECRET_ACCESS_KEY": s3Secret,
+		"AWS_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_ENDPOINT_URL": ""} {
+		os.Setenv(k, v)
+	}
+	url := "s3://" + s3Bucket + "/" + s3Prefix
+	cache := filepath.Join(dir, "cache")
+	os.RemoveAll(cache) // the index is timed and its GETs counted
+
+	// The index: built once here, loaded by every mount below.
+	if err := dropCaches(); err != nil {
+		return err
+	}
+	g0, err := srv.gets()
+	if err != nil {
+		return err
+	}
+	if res.indexSecs, err = timeCmd(ctx, nil, e.bins.corgifs, "index", url, "--s3-endpoint", srv.endpoint, "--cache-dir", cache); err != nil {
+		return err
+	}
+	g1, err := srv.gets()
+	if err != nil {
+		return err
+	}
+	res.indexGETs = g1 - g0
+
+	keys := make([]string, len(e.ds.Files))
+	for i, f := range e.ds.Files {
+		keys[i] = s3Prefix + "/" + f
+	}
+	buf := make([]byte, 1<<20)
+	mbps := func(secs float64) float64 { return float64(e.ds.Bytes) / secs / 1e6 }
+	mount := func(name string, src string, args ...string) (*daemon, error) {
+		mnt := filepath.Join(dir, "mnt", name)
+		argv := append([]string{e.bins.corgifs, "mount", src, mnt, "--seed", "1", "--cache-dir", cache, "--s3-endpoint", srv.endpoint}, args...)
+		if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+			return nil, err
+		}
+		return startDaemon(ctx, "corgifs "+name, mnt, filepath.Join(dir, "logs", name+".log"),
+			filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+	}
+	res.load[0] = loadAverage()
+	for r := range e.o.runs {
+		// Sequential whole-object GETs, one at a time.
+		if err := dropCaches(); err != nil {
+			return err
+		}
+		start := time.Now()
+		var n int64
+		for _, k := range keys {
+			m, err := srv.getWhole(ctx, k, buf)
+			if err != nil {
+				return err
+			}
+			n += m
+		}
+		if n != e.ds.Bytes {
+			return fmt.Errorf("sequential GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
+		}
+		res.seq = append(res.seq, mbps(time.Since(start).Seconds()))
+
+		// One GET per object, all at once.
+		if err := dropCaches(); err != nil {
+			return err
+		}
+		start = time.Now()
+		var total atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m, err := srv.getWhole(ctx, k, make([]byte, 1<<20))
+				total.Add(m)
+				errs[i] = err
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		if total.Load() != e.ds.Bytes {
+			return fmt.Errorf("parallel GETs read %d bytes, the dataset has %d", total.Load(), e.ds.Bytes)
+		}
+		res.par = append(res.par, mbps(time.Since(start).Seconds()))
+
+		// corgifs: a fresh mount (nothing loaded), the server's files
+		// dropped from the page cache, then `cat` of epoch r's one part.
+		d, err := mount(fmt.Sprintf("cold-%d", r), url)
+		if err != nil {
+			return err
+		}
+		if r == 0 {
+			var c mountConfig
+			if err := readJSON(filepath.Join(d.mnt, ".corgifs", "config.json"), &c); err != nil {
+				d.kill()
+				return err
+			}
+			res.blocks, res.blockSize, res.records = c.Dataset.Blocks, c.BlockSize, c.Dataset.Records
+		}
+		if err := dropCaches(); err != nil {
+			d.kill()
+			return err
+		}
+		g0, err := srv.gets()
+		if err != nil {
+			d.kill()
+			return err
+		}
+		secs, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, r, 0, 1))
+		if err != nil {
+			d.kill()
+			return err
+		}
+		g1, err := srv.gets()
+		if err := errors.Join(err, d.stop()); err != nil {
+			return err
+		}
+		res.corgifs = append(res.corgifs, mbps(secs))
+		res.epochGETs = append(res.epochGETs, g1-g0)
+		e.logf("run %d: sequential GETs %.0f MB/s, parallel GETs %.0f MB/s, corgifs %.0f MB/s (%d GETs)",
+			r, res.seq[r], res.par[r], res.corgifs[r], g1-g0)
+	}
+	res.load[1] = loadAverage()
+
+	if err := e.sampleRecordGETs(ctx, srv, res); err != nil {
+		return err
+	}
+	return e.runDiskCache(ctx, srv, res, mount)
+}
+
+// sampleRecordGETs times ranged GETs of single records at random, as a
+// map-style Dataset reading a plain S3 mount (mountpoint-s3, s3fs) makes
+// them: one GET per record, 16 and 64 in flight.
+func (e *runEnv) sampleRecordGETs(ctx context.Context, srv *s3Server, res *s3Results) error {
+	type rec struct {
+		key       string
+		off, size int64
+	}
+	var recs []rec
+	for i, p := range e.ds.paths() {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		// TFRecord frames: length (8), its CRC (4), payload, CRC (4).
+		for off := int64(0); off+12 <= int64(len(b)); {
+			n := int64(binary.LittleEndian.Uint64(b[off:])) + 16
+			recs = append(recs, rec{s3Prefix + "/" + e.ds.Files[i], off, n})
+			off += n
+		}
+	}
+	if err := dropCaches(); err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, inFlight := range []int{16, 64} {
+		sample := min(len(recs), 4000)
+		next := make(chan rec)
+		var bytesRead atomic.Int64
+		var firstErr error
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range inFlight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 0, 1<<20)
+				for r := range next {
+					var o minio.GetObjectOptions
+					o.SetRange(r.off, r.off+r.size-1)
+					obj, err := srv.client.GetObject(ctx, s3Bucket, r.key, o)
+					var n int64
+					if err == nil {
+						n, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{obj}, buf[:cap(buf)])
+						obj.Close()
+					}
+					if err == nil && n != r.size {
+						err = fmt.Errorf("GET %s at %d: %d bytes, want %d", r.key, r.off, n, r.size)
+					}
+					if err != nil {
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+						continue
+					}
+					bytesRead.Add(n)
+				}
+			}()
+		}
+		for range sample {
+			next <- recs[rng.IntN(len(recs))]
+		}
+		close(next)
+		wg.Wait()
+		if firstErr != nil {
+			return firstErr
+		}
+		res.recordSample = append(res.recordSample, recordGETs{inFlight: inFlight, gets: sample, bytes: bytesRead.Load(),
+			secs: time.Since(start).Seconds()})
+	}
+	return nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// runDiskCache compares, when this corgifs has --disk-cache, an epoch
+// served from the disk cache after a remount with a cold epoch of the
+// local directory.
+func (e *runEnv) runDiskCache(ctx context.Context, srv *s3Server, res *s3Results,
+	mount func(name, src string, args ...string) (*daemon, error)) error {
+	help, _ := exec.CommandContext(ctx, e.bins.corgifs, "mount", "--help").CombinedOutput()
+	if !strings.Contains(string(help), "-disk-cache") {
+		e.logf("this corgifs has no --disk-cache: the disk cache comparison is left out")
+		return nil
+	}
+	res.hasDiskCache = true
+	url := "s3://" + s3Bucket + "/" + s3Prefix
+	dc := filepath.Join(e.work, "s3", "diskcache")
+	os.RemoveAll(dc)
+	args := []string{"--disk-cache", dc}
+	// Fill the disk cache: one epoch read through.
+	d, err := mount("fill", url, args...)
+	if err != nil {
+		return err
+	}
+	if _, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, 0, 0, 1)); err != nil {
+		d.kill()
+		return err
+	}
+	if err := d.stop(); err != nil {
+		return err
+	}
+	for r := range e.o.runs {
+		// A remount: nothing in memory, every block on the local disk.
+		d, err := mount(fmt.Sprintf("disk-%d", r), url, args...)
+		if err != nil {
+			return err
+		}
+		if err := dropCaches(); err != nil {
+			d.kill()
+			return err
+		}
+		g0, err := srv.gets()
+		if err != nil {
+			d.kill()
+			return err
+		}
+		secs, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, r+1, 0, 1))
+		if err != nil {
+			d.kill()
+			return err
+		}
+		g1, err := srv.gets()
+		if err := errors.Join(err, d.stop()); err != nil {
+			return err
+		}
+		res.diskCache = append(res.diskCache, float64(e.ds.Bytes)/secs/1e6)
+		res.diskCacheGETs = append(res.diskCacheGETs, g1-g0)
+
+		// The same epoch from the local directory, cold.
+		l, err := e.mountCorgifs(ctx, fmt.Sprintf("s3-local-%d", r), "")
+		if err != nil {
+			return err
+		}
+		if err := dropCaches(); err != nil {
+			l.kill()
+			return err
+		}
+		secs, err = timeCmd(ctx, nil, "cat", partPath(l.mnt, r+1, 0, 1))
+		if err != nil {
+			l.kill()
+			return err
+		}
+		if err := l.stop(); err != nil {
+			return err
+		}
+		res.local = append(res.local, float64(e.ds.Bytes)/secs/1e6)
+		e.logf("run %d: disk cache %.0f MB/s (%d GETs), local directory %.0f MB/s", r, res.diskCache[r], g1-g0, res.local[r])
+	}
+	return nil
+}
+
+func (h *harness) s3Markdown(took time.Duration) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("%s\n\n", s3Heading)
+	p("A real S3 server on this machine: versitygw v1.8.0 (the S3 gateway `.ci/run` builds for the\n")
+	p("tests; the issue names MinIO, which serves the same API) serving a copy of the dataset from\n")
+	p("this machine's disk on 127.0.0.1 (posix backend, access log on, where the GETs are counted).\n")
+	p("Every figure is from the same run. Before each timed epoch the page cache is dropped (`echo 3 >\n")
+	p("/proc/sys/vm/drop_caches`), so the server reads its files from the disk. Round-robin, %d runs\n", h.o.runs)
+	p("each: (1) the objects read with minio-go (the client corgifs uses), one whole-object GET after\n")
+	p("another; (2) one whole-object GET per object, all at once; (3) a fresh `corgifs mount\n")
+	p("s3://bench/data MNT --seed 1` (defaults: corgipile, K=1, --s3-concurrency 64, --max-memory\n")
+	p("1 GiB; index built before, full mode) and `cat` of epoch r's part, timed from start to exit.\n")
+	p("The map-style reader through a plain S3 mount (mountpoint-s3, s3fs) makes one ranged GET per\n")
+	p("record: its GETs per epoch are the record count, and a random sample of such GETs (minio-go, 16\n")
+	p("and 64 in flight) gives their rate.\n\n")
+	p("%s", h.sectionRest(took, sectionCommand(h.o, "--s3"), (*runEnv).s3Body))
+	return b.String()
+}
+
+func (e *runEnv) s3Body() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	res := e.s3
+	gb := float64(e.ds.Bytes) / 1e9
+	seq, par, cg := summarize(res.seq), summarize(res.par), summarize(res.corgifs)
+	best, bestName := seq, "sequential GETs"
+	if par.med > seq.med {
+		best, bestName = par, "parallel GETs"
+	}
+	p("#### Setup\n\n%s", datasetLine(e.ds))
+	p("- Server: versitygw at %s, objects `s3://%s/%s/`, %d of them.\n", res.endpoint, s3Bucket, s3Prefix, len(e.ds.Files))
+	p("- Index (`corgifs index s3://…`, full: every object read once, cold): %.1f s, %d GETs.\n", res.indexSecs, res.indexGETs)
+	p("- Blocks: %d of %s (the block size rule for this dataset), %d records.\n", res.blocks, fmtBytes(res.blockSize), res.records)
+	p("%s\n", loadLine(res.load))
+	p("#### One cold epoch (%.2f GB)\n\n", gb)
+	p("| reader | median MB/s | min–max | × the better plain way | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
+	row := func(name string, v []float64) {
+		d := summarize(v)
+		p("| %s | %.0f | %.0f–%.0f | %.2f | %s |\n", name, d.med, d.lo, d.hi, d.med/best.med, join(v, "%.0f"))
+	}
+	row("minio-go, whole-object GETs one after another", res.seq)
+	row(fmt.Sprintf("minio-go, %d whole-object GETs at once", len(e.ds.Files)), res.par)
+	row("corgifs corgipile, `cat` of the part (fresh mount)", res.corgifs)
+	p("\nTarget ≥ 0.9× the better plain way (%s, %.0f MB/s): corgifs reached %.2f×.\n\n", bestName, best.med, cg.med/best.med)
+
+	p("#### GET requests per epoch\n\n")
+	p("| reader | GETs per epoch | bytes per GET |\n| --- | ---: | ---: |\n")
+	p("| corgifs corgipile (counted at the server, per run) | %s | %s |\n", joinInts(res.epochGETs), fmtBytes(e.ds.Bytes/max(1, medianInt(res.epochGETs))))
+	p("| corgifs: the index's blocks | %d | %s |\n", res.blocks, fmtBytes(e.ds.Bytes/int64(max(1, res.blocks))))
+	p("| map-style reader, a GET per record | %d | %s |\n", res.records, fmtBytes(e.ds.Bytes/max(1, res.records)))
+	p("\nThe per-record reader makes %.0f× the GETs of corgifs.\n\n", float64(res.records)/float64(max(1, medianInt(res.epochGETs))))
+	p("| per-record ranged GETs (random records, cold) | GETs/s | MB/s | an epoch at this rate | × corgifs's epoch time |\n| --- | ---: | ---: | ---: | ---: |\n")
+	for _, s := range res.recordSample {
+		epoch := float64(res.records) / s.perSec()
+		p("| %d in flight, %d GETs | %.0f | %.0f | %.0f s | %.1f× |\n", s.inFlight, s.gets, s.perSec(), float64(s.bytes)/s.secs/1e6,
+			epoch, epoch/(float64(e.ds.Bytes)/cg.med/1e6))
+	}
+	p("\n#### Second epoch from the disk cache vs a cold local directory\n\n")
+	if !res.hasDiskCache {
+		p("Not measured: this corgifs has no `--disk-cache`.\n")
+		return b.String()
+	}
+	dc, lo := summarize(res.diskCache), summarize(res.local)
+	p("`--disk-cache WORK/s3/diskcache` filled by one epoch through a first mount; then, %d runs each, a\n", e.o.runs)
+	p("remount (nothing in memory) reading epoch r+1 from the disk cache, and a fresh mount of the local\n")
+	p("directory reading the same epoch; the page cache dropped before each.\n\n")
+	p("| reader | median MB/s | min–max | GETs to the server | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
+	p("| corgifs s3:// from its disk cache | %.0f | %.0f–%.0f | %s | %s |\n", dc.med, dc.lo, dc.hi, joinInts(res.diskCacheGETs), join(res.diskCache, "%.0f"))
+	p("| corgifs of the local directory, cold | %.0f | %.0f–%.0f | – | %s |\n", lo.med, lo.lo, lo.hi, join(res.local, "%.0f"))
+	p("\nTarget ≥ 0.9×: the disk cache reached %.2f× the local directory.\n", dc.med/lo.med)
+	return b.String()
+}
+
+func joinInts(v []int64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func medianInt(v []int64) int64 {
+	f := make([]float64, len(v))
+	for i, x := range v {
+		f[i] = float64(x)
+	}
+	return int64(summarize(f).med)
+}
