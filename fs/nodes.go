@@ -358,6 +358,8 @@ type processStats struct {
 	Inodes int64 `json:"inodes"`
 	// Plans is the planner's work and memory, outside MemoryBudget.
 	Plans shuffler.PlanStats `json:"plans"`
+	// Source counts the requests of a remote source (Config.SourceStats).
+	Source any `json:"source,omitempty"`
 }
 
 func (r *rootNode) stats() []byte {
@@ -365,6 +367,9 @@ func (r *rootNode) stats() []byte {
 		Inodes: r.inodes.Load(), Plans: r.cfg.Planner.Stats()}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
+	}
+	if r.cfg.SourceStats != nil {
+		s.Source = r.cfg.SourceStats()
 	}
 	b, _ := json.MarshalIndent(s, "", "  ")
 	return append(b, '\n')

@@ -4,14 +4,20 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
 )
 
 // withoutSeconds drops every field whose name says it is a time: the rest
@@ -139,5 +145,105 @@ func TestS3ValidateAndTuneFailClearlyOnAnUnreachableEndpoint(t *testing.T) {
 				t.Fatalf("%s's error does not say %q:\n%s", name, want, out.String())
 			}
 		})
+	}
+}
+
+// s3Counters are the source counters of stats.json, and the loader's
+// figures they must agree with.
+type s3Counters struct {
+	BlocksRead int64 `json:"blocks_read"`
+	BytesRead  int64 `json:"bytes_read"`
+	Source     *struct {
+		Requests  int64 `json:"requests"`
+		GETs      int64 `json:"gets"`
+		GETBytes  int64 `json:"get_bytes"`
+		Retries   int64 `json:"retries"`
+		Throttled int64 `json:"throttled"`
+		Changed   int64 `json:"changed"`
+		Failed    int64 `json:"failed"`
+	} `json:"source"`
+}
+
+func readS3Counters(t *testing.T, m *mount) s3Counters {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c s3Counters
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Source == nil {
+		t.Fatalf("stats.json of an s3:// mount has no \"source\" counters:\n%s", b)
+	}
+	return c
+}
+
+func TestS3StatsCountGETsThrottlingRetriesAndReplacedObjects(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 2000, 16, 4, 2, "clustered")
+	s.upload("data", "counted", src)
+	p := startProxy(t, s.addr, time.Minute)
+	p.only = 2 // with faults on, every new connection answers 503 SlowDown
+	m := startMount(t, "s3://data/counted", "--seed", "5", "--block-size", "16KiB", "--parts", "2",
+		"--s3-endpoint", p.endpoint(), "--s3-timeout", "5s")
+
+	// A part read with no fault: one GET per block read, its bytes (the
+	// index, built at mount, read every object before).
+	c0 := readS3Counters(t, m)
+	if c0.Source.GETBytes < c0.BytesRead || c0.Source.Requests < c0.Source.GETs {
+		t.Fatalf("at mount: source %+v, loader %d bytes", *c0.Source, c0.BytesRead)
+	}
+	if _, err := os.ReadFile(m.part(0, 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// The read prefetches the next epoch's first buffers: the counters
+	// agree once those loads are done.
+	var c s3Counters
+	var gets, bytesGot int64
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c = readS3Counters(t, m)
+		gets, bytesGot = c.Source.GETs-c0.Source.GETs, c.Source.GETBytes-c0.Source.GETBytes
+		if gets == c.BlocksRead-c0.BlocksRead || time.Now().After(deadline) {
+			break
+		}
+	}
+	if gets != c.BlocksRead-c0.BlocksRead || bytesGot != c.BytesRead-c0.BytesRead || c.Source.Retries != 0 || c.Source.Throttled != 0 || c.Source.Failed != 0 {
+		t.Fatalf("a fault-free read made %d GETs of %d bytes (source %+v); the loader read %d blocks, %d bytes: want one GET a block, their bytes, no retry",
+			gets, bytesGot, *c.Source, c.BlocksRead-c0.BlocksRead, c.BytesRead-c0.BytesRead)
+	}
+
+	// The other part's blocks, never loaded, while every request gets 503.
+	p.setFaults(true)
+	if _, err := os.ReadFile(m.part(0, 1, 2)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read while every request gets 503: %v, want EIO", err)
+	}
+	p.setFaults(false)
+	c = readS3Counters(t, m)
+	if served := p.faults[2].Load(); c.Source.Throttled != served || served == 0 {
+		t.Fatalf("the proxy answered 503 %d times; stats.json counts %d throttled", served, c.Source.Throttled)
+	}
+	if c.Source.Failed < 1 || c.Source.Retries < 4*c.Source.Failed {
+		t.Fatalf("source %+v: want failed reads, each tried 5 times (4 retries)", *c.Source)
+	}
+
+	// Both objects replaced: the next GETs are refused as changed.
+	for _, f := range []string{"data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-1] ^= 1
+		if _, err := s.client.PutObject(context.Background(), "data", "counted/"+f, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.Source.Changed
+	if _, err := os.ReadFile(m.part(0, 1, 2)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of replaced objects: %v, want EIO", err)
+	}
+	if c = readS3Counters(t, m); c.Source.Changed <= before {
+		t.Fatalf("source %+v: want the GETs of replaced objects counted as changed", *c.Source)
 	}
 }

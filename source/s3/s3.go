@@ -59,6 +59,7 @@ type Source struct {
 	timeout        time.Duration
 	attempts       int
 	log            *slog.Logger
+	count          *counters
 }
 
 var _ source.Source = (*Source)(nil)
@@ -112,7 +113,8 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
 	}
-	opts := &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: tr, BucketLookup: lookup,
+	count := &counters{}
+	opts := &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: countingTransport{tr, count}, BucketLookup: lookup,
 		Region: firstSet(c.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
 		// Reads are retried here, pinned to the ETag; a few tries for
 		// listing and the checks at mount.
@@ -122,7 +124,7 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		return nil, fmt.Errorf("S3 client for %s: %w", endpoint, err)
 	}
 	s := &Source{bucket: bucket, prefix: prefix, endpoint: u.Scheme + "://" + u.Host, core: minio.Core{Client: cl},
-		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger}
+		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count}
 	cctx, cancel := context.WithTimeout(ctx, 2*c.Timeout)
 	defer cancel()
 	exists, err := cl.BucketExists(cctx, bucket)
@@ -209,12 +211,14 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 	var err error
 	for attempt := range o.s.attempts {
 		if attempt > 0 {
+			o.s.count.retries.Add(1)
 			// Full jitter: 0 to 100ms·2^attempt, at most 5s.
 			d := min(100*time.Millisecond<<attempt, 5*time.Second)
 			time.Sleep(rand.N(d))
 		}
 		err = o.get(p, off)
 		if err == nil {
+			o.s.count.getBytes.Add(int64(len(p)))
 			return len(p), nil
 		}
 		if !retryable(err) {
@@ -222,7 +226,9 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 		}
 		o.s.log.Debug("S3 read failed; retrying", "object", o.Name(), "offset", off, "attempt", attempt+1, "err", err)
 	}
+	o.s.count.failed.Add(1)
 	if errors.Is(err, source.ErrChanged) {
+		o.s.count.changed.Add(1)
 		o.s.log.Error("S3 object replaced since indexing; its blocks give EIO (remount to reindex)", "object", o.Name(), "err", err)
 		return 0, fmt.Errorf("read %s at offset %d: %w: %w", o.Name(), off, err, syscall.EIO)
 	}
@@ -244,6 +250,7 @@ func (o *object) get(p []byte, off int64) error {
 			return err
 		}
 	}
+	o.s.count.gets.Add(1)
 	body, info, _, err := o.s.core.GetObject(ctx, o.s.bucket, o.key, opts)
 	if err != nil {
 		er := minio.ToErrorResponse(err)
