@@ -47,6 +47,7 @@ type s3Results struct {
 	diskCacheGETs    []int64
 	hasDiskCache     bool
 	epochGETs        []int64 // counted at the server, one per corgifs run
+	statsGETs        []int64 // the same, as the mount's stats.json counts them
 	indexGETs        int64
 	indexSecs        float64
 	blocks           int
@@ -318,9 +319,16 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			return err
 		}
 		g1, err := srv.gets()
+		var st struct {
+			Source struct {
+				GETs int64 `json:"gets"`
+			} `json:"source"`
+		}
+		err = errors.Join(err, readJSON(filepath.Join(d.mnt, ".corgifs", "stats.json"), &st))
 		if err := errors.Join(err, d.stop()); err != nil {
 			return err
 		}
+		res.statsGETs = append(res.statsGETs, st.Source.GETs)
 		res.corgifs = append(res.corgifs, mbps(secs))
 		res.epochGETs = append(res.epochGETs, g1-g0)
 
@@ -565,8 +573,11 @@ func (e *runEnv) s3Body() string {
 	p("#### GET requests per epoch\n\n")
 	p("| reader | GETs per epoch | bytes per GET |\n| --- | ---: | ---: |\n")
 	p("| corgifs corgipile (counted at the server, per run) | %s | %s |\n", joinInts(res.epochGETs), fmtBytes(e.ds.Bytes/max(1, medianInt(res.epochGETs))))
+	p("| corgifs corgipile (its stats.json, `source.gets`, per run) | %s | |\n", joinInts(res.statsGETs))
 	p("| corgifs: the index's blocks | %d | %s |\n", res.blocks, fmtBytes(e.ds.Bytes/int64(max(1, res.blocks))))
 	p("| map-style reader, a GET per record | %d | %s |\n", res.records, fmtBytes(e.ds.Bytes/max(1, res.records)))
+	p("\nA part's read ends by prefetching the first two buffers of the next epoch, whose blocks that epoch\n")
+	p("then finds loaded: an epoch costs one GET per block in the steady state.\n")
 	p("\nThe per-record reader makes %.0f× the GETs of corgifs.\n\n", float64(res.records)/float64(max(1, medianInt(res.epochGETs))))
 	p("| per-record ranged GETs (random records, cold) | GETs/s | MB/s | an epoch at this rate | × corgifs's epoch time |\n| --- | ---: | ---: | ---: | ---: |\n")
 	for _, s := range res.recordSample {
