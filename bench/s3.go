@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,19 @@ type s3Results struct {
 	records          int64
 	// A sample of per-record ranged GETs, as a map-style reader makes them.
 	recordSample []recordGETs
+	// tune's probe of the same store.
+	tune struct {
+		Storage struct {
+			Sizes []struct {
+				BlockSize int64   `json:"block_size"`
+				InFlight  int     `json:"in_flight"`
+				MBps      float64 `json:"mb_per_s"`
+			} `json:"sizes"`
+			Recommended int64 `json:"recommended"`
+			Concurrency int   `json:"concurrency"`
+		} `json:"storage"`
+		Mount string `json:"mount"`
+	}
 }
 
 // recordGETs is a timed sample of per-record ranged GETs.
@@ -358,6 +372,17 @@ func (e *runEnv) runS3(ctx context.Context) error {
 	if err := e.sampleRecordGETs(ctx, srv, res); err != nil {
 		return err
 	}
+	// What tune says of this store, cold.
+	if err := dropCaches(); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if _, err := timeCmd(ctx, &out, e.bins.corgifs, "tune", url, "--s3-endpoint", srv.endpoint, "--probe-time", "4s", "--json"); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(out.Bytes(), &res.tune); err != nil {
+		return fmt.Errorf("corgifs tune --json: %w", err)
+	}
 	return e.runDiskCache(ctx, srv, res, mount)
 }
 
@@ -553,6 +578,12 @@ func (e *runEnv) s3Body() string {
 	p("- Server: versitygw at %s, objects `s3://%s/%s/`, %d of them.\n", res.endpoint, s3Bucket, s3Prefix, len(e.ds.Files))
 	p("- Index (`corgifs index s3://…`, full: every object read once, cold): %.1f s, %d GETs.\n", res.indexSecs, res.indexGETs)
 	p("- Blocks: %d of %s (the block size rule for this dataset), %d records.\n", res.blocks, fmtBytes(res.blockSize), res.records)
+	var probe []string
+	for _, t := range res.tune.Storage.Sizes {
+		probe = append(probe, fmt.Sprintf("%s: %.0f MB/s (%d in flight)", fmtBytes(t.BlockSize), t.MBps, t.InFlight))
+	}
+	p("- `corgifs tune s3://… --probe-time 4s` (ranged GETs at random offsets, cold): %s; it recommends\n", strings.Join(probe, ", "))
+	p("  `--block-size %s --s3-concurrency %d`.\n", fmtBytes(res.tune.Storage.Recommended), res.tune.Storage.Concurrency)
 	p("%s\n", loadLine(res.load))
 	p("#### One cold epoch (%.2f GB)\n\n", gb)
 	p("| reader | median MB/s | min–max | × the better plain way | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
