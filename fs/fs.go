@@ -32,13 +32,10 @@ type Config struct {
 	Epochs     int // epoch directories listed in the root (any number resolves)
 	Parts      int // parts listed in each epoch directory (any K resolves)
 	// Info is served as .corgifs/config.json.
-	Info any
-	// SourceStats, if set, gives the counters of a remote source (its
-	// requests, retries, refusals), served in stats.json as "source".
-	SourceStats func() any
-	AllowOther  bool
-	Logger      *slog.Logger
-	Debug       bool
+	Info       any
+	AllowOther bool
+	Logger     *slog.Logger
+	Debug      bool
 
 	// PanicOnLookup is a test hook, never set in normal use: when it is not
 	// empty, a lookup of exactly this name in the root panics, so that the
@@ -46,6 +43,10 @@ type Config struct {
 	// CLI sets it only from the environment variable
 	// CORGIFS_TEST_PANIC_LOOKUP.
 	PanicOnLookup string
+
+	// SourceStats, if set, gives the counters of a remote source (its
+	// requests, retries, refusals), served in stats.json as "source".
+	SourceStats func() any
 }
 
 // Server is a mounted corgifs.

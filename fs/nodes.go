@@ -356,10 +356,10 @@ type processStats struct {
 	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
 	// Inodes are the nodes the kernel has not forgotten (the root aside).
 	Inodes int64 `json:"inodes"`
-	// Plans is the planner's work and memory, outside MemoryBudget.
-	Plans shuffler.PlanStats `json:"plans"`
 	// Source counts the requests of a remote source (Config.SourceStats).
 	Source any `json:"source,omitempty"`
+	// Plans is the planner's work and memory, outside MemoryBudget.
+	Plans shuffler.PlanStats `json:"plans"`
 }
 
 func (r *rootNode) stats() []byte {

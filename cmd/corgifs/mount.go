@@ -203,9 +203,9 @@ parts of an epoch hold every record once.`, stderr)
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
 		Info: in, AllowOther: *allowOther, Logger: log,
-		SourceStats: d.sourceStats(),
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
+		SourceStats:   d.sourceStats(),
 	})
 	if err != nil {
 		return err
