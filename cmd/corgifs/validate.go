@@ -108,6 +108,12 @@ shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// An s3:// --data is opened here, for the index and the epochs.
+	cleanup, err := d.copyForValidate(ctx, &v, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	report, err := validate(ctx, &d, &v, log)
 	if err != nil {
 		return err
@@ -151,11 +157,6 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	if v.via == "files" && !slices.Equal(v.strategies, []string{"none"}) {
 		return report, fmt.Errorf("--via files reads the source files in their order: pass --strategies none (got %s)", v.strategies.String())
 	}
-	cleanup, err := d.copyForValidate(ctx, v, log)
-	if err != nil {
-		return report, err
-	}
-	defer cleanup()
 	f, dataFiles, err := v.dataFormat(d)
 	if err != nil {
 		return report, err
@@ -230,9 +231,6 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
-		if d.source != nil {
-			flags = append(flags, d.s3.args()...)
-		}
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
@@ -240,6 +238,9 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 			if v.format == "fixed" {
 				flags = append(flags, "--record-size", fmt.Sprint(v.recordSize), "--header-bytes", fmt.Sprint(v.headerBytes))
 			}
+		}
+		if d.source != nil {
+			flags = append(flags, d.s3.args()...)
 		}
 		m, err := startChildMount(v.data, work, flags...)
 		if err != nil {
