@@ -207,7 +207,7 @@ func (s *s3Server) getWhole(ctx context.Context, key string, buf []byte) (int64,
 // rate; with --disk-cache (if this corgifs has it) a remounted epoch from
 // the disk cache is compared with a cold epoch of the local directory.
 func (e *runEnv) runS3(ctx context.Context) error {
-	dir := filepath.Join(e.work, "s3")
+	dir := filepath.Join(e.work, "s3-epoch")
 	srv, err := startS3Server(ctx, dir)
 	if err != nil {
 		return err
@@ -480,7 +480,7 @@ func (e *runEnv) runDiskCache(ctx context.Context, srv *s3Server, res *s3Results
 	}
 	res.hasDiskCache = true
 	url := "s3://" + s3Bucket + "/" + s3Prefix
-	dc := filepath.Join(e.work, "s3", "diskcache")
+	dc := filepath.Join(e.work, "s3-epoch", "diskcache")
 	os.RemoveAll(dc)
 	args := []string{"--disk-cache", dc}
 	// Fill the disk cache: one epoch read through.
@@ -626,7 +626,7 @@ func (e *runEnv) s3Body() string {
 		return b.String()
 	}
 	dc, lo := summarize(res.diskCache), summarize(res.local)
-	p("`--disk-cache WORK/s3/diskcache` filled by one epoch through a first mount; then, %d runs each, a\n", e.o.runs)
+	p("`--disk-cache WORK/records-SIZE/s3-epoch/diskcache` filled by one epoch through a first mount; then, %d runs each, a\n", e.o.runs)
 	p("remount (nothing in memory) reading epoch r+1 from the disk cache, and a fresh mount of the local\n")
 	p("directory reading the same epoch; the page cache dropped before each.\n\n")
 	p("| reader | median MB/s | min–max | GETs to the server | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
