@@ -82,7 +82,7 @@ type recordGETs struct {
 
 func (r recordGETs) perSec() float64 { return float64(r.gets) / r.secs }
 
-// s3Server is a versitygw serving WORK/s3/root, with an access log the
+// s3Server is a versitygw serving a directory (DIR/root), with an access log the
 // GETs are counted in.
 type s3Server struct {
 	cmd      *exec.Cmd
