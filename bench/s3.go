@@ -42,6 +42,10 @@ type s3Results struct {
 	// MB/s per run of each way to read the objects.
 	seq, par, corgifs []float64
 	coldLocal         []float64 // corgifs of the local directory, the same epoch
+	// CPU seconds per GiB of each reader (keyed as the rows), per run:
+	// the server's, and the client's (the benchmark process for plain
+	// GETs, the corgifs daemon for a mount; cat's own is not counted).
+	serverCPU, clientCPU map[string][]float64
 	// corgifs, read from its disk cache after a remount (nil without
 	// --disk-cache), and a cold epoch of the local directory.
 	diskCache, local []float64
@@ -213,7 +217,7 @@ func (e *runEnv) runS3(ctx context.Context) error {
 		return err
 	}
 	defer srv.stop()
-	res := &s3Results{endpoint: srv.endpoint}
+	res := &s3Results{endpoint: srv.endpoint, serverCPU: map[string][]float64{}, clientCPU: map[string][]float64{}}
 	e.s3 = res
 	e.logf("versitygw at %s serving %s; uploading the dataset", srv.endpoint, filepath.Join(dir, "root"))
 	if err := srv.upload(ctx, e.ds); err != nil {
@@ -267,12 +271,29 @@ func (e *runEnv) runS3(ctx context.Context) error {
 	res.indexGETs = g1 - g0
 	res.blocks, res.blockSize, res.records = c.Dataset.Blocks, c.BlockSize, c.Dataset.Records
 
+	gib := float64(e.ds.Bytes) / (1 << 30)
+	selfCPU := func() float64 {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	pidCPU := func(pid int) float64 { c, _ := cpuSeconds(pid); return c }
+	// measure returns a function that, called after a reader's epoch,
+	// records the CPU the server and client used since.
+	measure := func(key string, client func() float64) func() {
+		s0, c0 := pidCPU(srv.cmd.Process.Pid), client()
+		return func() {
+			res.serverCPU[key] = append(res.serverCPU[key], (pidCPU(srv.cmd.Process.Pid)-s0)/gib)
+			res.clientCPU[key] = append(res.clientCPU[key], (client()-c0)/gib)
+		}
+	}
 	res.load[0] = loadAverage()
 	for r := range e.o.runs {
 		// Sequential whole-object GETs, one at a time.
 		if err := dropCaches(); err != nil {
 			return err
 		}
+		done := measure("seq", selfCPU)
 		start = time.Now()
 		var n int64
 		for _, k := range keys {
@@ -286,11 +307,13 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			return fmt.Errorf("sequential GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
 		}
 		res.seq = append(res.seq, mbps(time.Since(start).Seconds()))
+		done()
 
 		// One GET per object, all at once.
 		if err := dropCaches(); err != nil {
 			return err
 		}
+		done = measure("par", selfCPU)
 		start = time.Now()
 		var total atomic.Int64
 		var wg sync.WaitGroup
@@ -312,6 +335,7 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			return fmt.Errorf("parallel GETs read %d bytes, the dataset has %d", total.Load(), e.ds.Bytes)
 		}
 		res.par = append(res.par, mbps(time.Since(start).Seconds()))
+		done()
 
 		// corgifs: a fresh mount (nothing loaded), the server's files
 		// dropped from the page cache, then `cat` of epoch r's one part.
@@ -328,11 +352,13 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			d.kill()
 			return err
 		}
+		done = measure("corgifs", func() float64 { return pidCPU(d.pid()) })
 		secs, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, r, 0, 1))
 		if err != nil {
 			d.kill()
 			return err
 		}
+		done()
 		g1, err := srv.gets()
 		var st struct {
 			Source struct {
@@ -357,10 +383,12 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			l.kill()
 			return err
 		}
+		done = measure("local", func() float64 { return pidCPU(l.pid()) })
 		if secs, err = timeCmd(ctx, nil, "cat", partPath(l.mnt, r, 0, 1)); err != nil {
 			l.kill()
 			return err
 		}
+		done()
 		if err := l.stop(); err != nil {
 			return err
 		}
@@ -590,20 +618,27 @@ func (e *runEnv) s3Body() string {
 	p("  `--block-size %s --s3-concurrency %d`.\n", fmtBytes(res.tune.Storage.Recommended), res.tune.Storage.Concurrency)
 	p("%s\n", loadLine(res.load))
 	p("#### One cold epoch (%.2f GB)\n\n", gb)
-	p("| reader | median MB/s | min–max | × the better plain way | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
-	row := func(name string, v []float64) {
+	p("| reader | median MB/s | min–max | × the better plain way | server CPU s/GiB | client CPU s/GiB | runs in order, MB/s |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	row := func(name, key string, v []float64) {
 		d := summarize(v)
-		p("| %s | %.0f | %.0f–%.0f | %.2f | %s |\n", name, d.med, d.lo, d.hi, d.med/best.med, join(v, "%.0f"))
+		srvCPU := fmt.Sprintf("%.2f", summarize(res.serverCPU[key]).med)
+		if key == "local" {
+			srvCPU = "–"
+		}
+		p("| %s | %.0f | %.0f–%.0f | %.2f | %s | %.2f | %s |\n", name, d.med, d.lo, d.hi, d.med/best.med,
+			srvCPU, summarize(res.clientCPU[key]).med, join(v, "%.0f"))
 	}
-	row("minio-go, whole-object GETs one after another", res.seq)
-	row(fmt.Sprintf("minio-go, %d whole-object GETs at once", len(e.ds.Files)), res.par)
-	row("corgifs corgipile, `cat` of the part (fresh mount)", res.corgifs)
-	row("for reference: corgifs corgipile of the local directory, cold, the same epoch", res.coldLocal)
+	row("minio-go, whole-object GETs one after another", "seq", res.seq)
+	row(fmt.Sprintf("minio-go, %d whole-object GETs at once", len(e.ds.Files)), "par", res.par)
+	row("corgifs corgipile, `cat` of the part (fresh mount)", "corgifs", res.corgifs)
+	row("for reference: corgifs corgipile of the local directory, cold, the same epoch", "local", res.coldLocal)
 	cl := summarize(res.coldLocal)
 	p("\nTarget ≥ 0.9× the better plain way (%s, %.0f MB/s): corgifs reached %.2f×. The same mount of the\n", bestName, best.med, cg.med/best.med)
 	p("local directory read that epoch at %.0f MB/s: from S3 corgifs ran at %.2f× its own speed on local files.\n", cl.med, cg.med/cl.med)
 	p("The plain GETs hand their bytes to no one; corgifs copies them into its buffers and serves them\n")
-	p("through FUSE to another process, on the same CPUs as the server.\n\n")
+	p("through FUSE to another process, on the same CPUs as the server (CPU columns: the server's\n")
+	p("versitygw and the client, the benchmark process or the corgifs daemon; `cat`'s is not counted).\n\n")
 
 	p("#### GET requests per epoch\n\n")
 	p("| reader | GETs per epoch | bytes per GET |\n| --- | ---: | ---: |\n")
