@@ -222,7 +222,25 @@ type LoaderOptions struct {
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
+	// Prefetch is how many buffers a stream loads ahead of the one it
+	// serves: 0 means DefaultPrefetch, NoPrefetch none. Prefetches never
+	// wait for memory, so a deep one only uses what is free.
+	Prefetch int
 }
+
+// DefaultPrefetch is the buffers a stream loads ahead by default. With
+// one, a reader that is served about as fast as the disk loads waits
+// whenever a load runs a little slow; with two, the loader keeps working
+// while the reader catches up.
+const DefaultPrefetch = 2
+
+// NoPrefetch as LoaderOptions.Prefetch turns prefetching off: a buffer
+// is loaded when a reader reaches it.
+const NoPrefetch = -1
+
+// PrefetchDepth returns how many buffers a stream loads ahead of the one
+// it serves (LoaderOptions.Prefetch), 0 for none.
+func (l *Loader) PrefetchDepth() int { return l.prefetch }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
 // comes from one budget; when the budget is spent, idle Bufs are evicted
@@ -237,6 +255,7 @@ type Loader struct {
 	seed   maphash.Seed
 
 	onDamage   func(string)
+	prefetch   int // buffers a stream loads ahead (PrefetchDepth)
 	damageOnce sync.Once
 	sem        chan struct{}
 	files      *filePool
@@ -275,8 +294,14 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = poolSize()
 	}
+	switch {
+	case o.Prefetch == 0:
+		o.Prefetch = DefaultPrefetch
+	case o.Prefetch < 0:
+		o.Prefetch = 0
+	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
+		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, prefetch: o.Prefetch,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),

@@ -168,7 +168,7 @@ var strategies = map[string]strategyInfo{
 	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
 	"local":     {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
 	"pls":       {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
-	"mrs":       {mrs, true, "multiplexed reservoir sampling (Bismarck): a scan in source order serves what falls out of a reservoir of --buffer, mixed with the last epoch's reservoir; a record may come 0-2 times an epoch (see mrs.go); reads records one by one"},
+	"mrs":       {mrs, true, "multiplexed reservoir sampling (Bismarck): a scan in source order serves the records that fall out of a reservoir of --buffer, mixed with the previous epoch's reservoir, so a record comes 0, 1 or 2 times in an epoch (once in it or the next); reads records one by one"},
 }
 
 // Description says in one line what strategy does, for --help; "" for an

@@ -109,7 +109,7 @@ func (s *Stream) Close() {
 	s.pl.Release(s.next)
 	if s.cur != nil {
 		var units []blockcache.Unit
-		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+prefetchDepth)] {
+		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+s.ld.PrefetchDepth())] {
 			units = append(units, b.Unit())
 		}
 		s.ld.Forget(units...)
@@ -363,25 +363,23 @@ func (s *Stream) release(v *view, buf bool) {
 	}
 }
 
-// prefetchDepth is how many buffers a stream loads ahead of the one it
-// serves. With one, a reader that is served about as fast as the disk
-// loads waits whenever a load runs a little slow; with two, the loader
-// keeps working while the reader catches up.
-const prefetchDepth = 2
-
 // prefetch starts loading what a sequential reader needs after buffer g:
-// the next buffers, and past the last one, the first ones of the same part
-// of the next epoch.
+// the next ld.PrefetchDepth() buffers, and past the last one, the first
+// ones of the same part of the next epoch.
 func (s *Stream) prefetch(g int) {
-	units := make([]blockcache.Unit, 0, prefetchDepth)
-	for i := g + 1; i < len(s.plan.Buffers) && len(units) < prefetchDepth; i++ {
+	depth := s.ld.PrefetchDepth()
+	if depth == 0 {
+		return
+	}
+	units := make([]blockcache.Unit, 0, min(depth, 8))
+	for i := g + 1; i < len(s.plan.Buffers) && len(units) < depth; i++ {
 		units = append(units, s.plan.Buffers[i].Unit())
 	}
-	if len(units) < prefetchDepth {
+	if len(units) < depth {
 		if s.next == nil && !s.closed {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
-		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
+		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < depth; i++ {
 			units = append(units, s.next.Buffers[i].Unit())
 		}
 	}

@@ -117,6 +117,7 @@ type datasetFlags struct {
 	seed        string
 	maxMemory   sizeFlag
 	equalParts  bool
+	prefetch    int // --prefetch as LoaderOptions.Prefetch: 0 the default, NoPrefetch none
 	// --partition and --exchange, of local and pls, and whether each
 	// was given (they mean nothing to the other strategies).
 	partition                     partitionFlag
@@ -195,9 +196,37 @@ func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
 	d.format.register(fs)
 }
 
+// registerPrefetch adds --prefetch, of the commands that read parts.
+func (d *datasetFlags) registerPrefetch(fs *flag.FlagSet) {
+	fs.Func("prefetch", fmt.Sprintf("`buffers` each part loads ahead of the one being read, across the end of an epoch\n"+
+		"(0: none, a buffer is loaded when the reader reaches it; prefetches only use memory\n"+
+		"that is free within --max-memory) (default %d)", blockcache.DefaultPrefetch), func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf("want a number of buffers from 0 to 1000")
+		}
+		d.prefetch = n
+		if n == 0 {
+			d.prefetch = blockcache.NoPrefetch
+		}
+		return nil
+	})
+}
+
+// prefetchFlag returns the --prefetch value that gives the same depth.
+func (d *datasetFlags) prefetchFlag() string {
+	switch {
+	case d.prefetch == 0:
+		return fmt.Sprint(blockcache.DefaultPrefetch)
+	case d.prefetch < 0:
+		return "0"
+	}
+	return fmt.Sprint(d.prefetch)
+}
+
 // loaderOptions are the options of a loader for the dataset opened by open.
 func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO, Prefetch: d.prefetch}
 	if d.source != nil {
 		// Every GET waits for the network: as many in flight as
 		// --s3-concurrency allows.

@@ -126,6 +126,7 @@ parts of an epoch hold every record once.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerFormat(fset)
+	d.registerPrefetch(fset)
 	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")

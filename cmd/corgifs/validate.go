@@ -87,6 +87,7 @@ accuracy on --test, and seconds. It shows whether an order trains like a full
 shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
 	if _, err := parse(fset, args, 0); err != nil {
@@ -221,7 +222,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	if v.via == "mount" {
 		flags := []string{"--strategy", strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
 			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", d.cacheDir,
-			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs)}
+			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--prefetch", d.prefetchFlag()}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
