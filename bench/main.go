@@ -69,6 +69,7 @@ type options struct {
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
+	prefetch                              bool // double buffering against --prefetch (issue 15)
 	fioRuntime                            time.Duration
 }
 
@@ -115,8 +116,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
+	fs.BoolVar(&o.prefetch, "prefetch", false, "run cold epochs through mounts with --prefetch 0, 1, 2 and 4, read by a reader that\n"+
+		"works on every MiB for as long as its cold read takes, and without work (issue 15; drops\n"+
+		"the page cache; 8 epochs per run, a few minutes with --size 1GiB) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
-	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
@@ -171,6 +175,7 @@ Flags:
 	}
 	if all {
 		o.warm, o.cold, o.e2e, o.fio, o.latency, o.memory = true, true, true, true, true, true
+		o.prefetch = true
 		o.formats = true
 	}
 	if o.fioRuntime < time.Second {
@@ -274,7 +279,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
 	// Only the formats section needs no dataset of datagen's and no loopback.
-	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch
 	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
 	if needsDatasets {
 		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
@@ -326,6 +331,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
 		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
+		{o.prefetch, prefetchHeading, (*runEnv).runPrefetch, (*harness).prefetchMarkdown},
 	} {
 		if !s.on {
 			continue
