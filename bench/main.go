@@ -117,8 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
 	fs.BoolVar(&o.prefetch, "prefetch", false, "run cold epochs through mounts with --prefetch 0, 1, 2 and 4, read by a reader that\n"+
-		"works on every MiB for as long as its cold read takes, and without work (issue 15; drops\n"+
-		"the page cache; 8 epochs per run, a few minutes with --size 1GiB) (default false)")
+		"works on every MiB for as long as its cold read takes (waiting, or spinning a CPU), and\n"+
+		"without work (issue 15; drops the page cache; 12 epochs per run, 2 minutes with --size\n"+
+		"1GiB and --runs 5) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {

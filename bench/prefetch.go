@@ -19,20 +19,27 @@ var (
 	prefetchDepths    = []int{0, 1, 2, 4}
 	prefetchDefault   = 2
 	prefetchReadSize  = 1 << 20
-	prefetchWorkNames = []string{"no work", "work ≈ I/O"}
+	prefetchWorkNames = []string{"no work", "waits ≈ I/O", "spins ≈ I/O"}
+)
+
+// The reader's kinds of work on each MiB (prefetchWorkNames).
+const (
+	noWork    = iota
+	sleepWork // time.Sleep: a step on a GPU, the CPUs stay free
+	spinWork  // a busy loop: a step on a CPU, which the daemon competes with
 )
 
 // prefetchRow is one depth read with one amount of work.
 type prefetchRow struct {
 	depth  int
-	work   int // index into prefetchWorkNames
+	work   int // noWork, sleepWork or spinWork
 	secs   []float64
 	waited []float64 // stall_seconds grown over the run / the run's seconds
 }
 
 type prefetchResults struct {
 	rows     []*prefetchRow
-	workPer  time.Duration // the reader's work per MiB in the "work ≈ I/O" rows
+	workPer  time.Duration // the reader's work per MiB in the rows with work
 	calibSec float64       // the cold epoch without work that set workPer
 	load     [2]string
 }
@@ -48,10 +55,12 @@ func (r *prefetchResults) get(depth, work int) *prefetchRow {
 
 // runPrefetch mounts corgipile once per --prefetch depth and times cold
 // epochs read by a reader that works on every MiB it reads for a fixed
-// time, spinning on a CPU as a training step would: without work, and
-// with as much work per MiB as the cold read of a MiB takes (calibrated
-// first, with the default depth), where overlapping I/O with the work
-// gains the most. The page cache is dropped before every run.
+// time, as a training step would: without work, and with as much work per
+// MiB as the cold read of a MiB takes (calibrated first, with the default
+// depth), where overlapping I/O with the work gains the most; the work
+// either waits (a step on a GPU) or spins a CPU (a step on the CPU, which
+// the daemon then competes with). The page cache is dropped before every
+// run.
 func (e *runEnv) runPrefetch(ctx context.Context) error {
 	res := &prefetchResults{}
 	mounts := map[int]*daemon{}
@@ -68,7 +77,7 @@ func (e *runEnv) runPrefetch(ctx context.Context) error {
 		}
 		mounts[depth] = d
 	}
-	read := func(depth int, work time.Duration) (secs, waited float64, err error) {
+	read := func(depth, kind int, work time.Duration) (secs, waited float64, err error) {
 		d := mounts[depth]
 		epoch := epochs[depth]
 		// Two apart: reading epoch e prefetches the first buffers of e+1.
@@ -81,7 +90,7 @@ func (e *runEnv) runPrefetch(ctx context.Context) error {
 			return 0, 0, err
 		}
 		start := time.Now()
-		n, err := readWorking(ctx, partPath(d.mnt, epoch, 0, 1), work)
+		n, err := readWorking(ctx, partPath(d.mnt, epoch, 0, 1), kind, work)
 		secs = time.Since(start).Seconds()
 		if err != nil {
 			return 0, 0, err
@@ -95,7 +104,7 @@ func (e *runEnv) runPrefetch(ctx context.Context) error {
 		}
 		return secs, (st1.StallSeconds - st0.StallSeconds) / secs, nil
 	}
-	calib, _, err := read(prefetchDefault, 0)
+	calib, _, err := read(prefetchDefault, noWork, 0)
 	if err != nil {
 		return err
 	}
@@ -112,11 +121,7 @@ func (e *runEnv) runPrefetch(ctx context.Context) error {
 	for r := 1; r <= e.o.runs; r++ {
 		for i := range n {
 			row := res.rows[(i+r-1)%n]
-			work := time.Duration(0)
-			if row.work == 1 {
-				work = res.workPer
-			}
-			secs, waited, err := read(row.depth, work)
+			secs, waited, err := read(row.depth, row.work, res.workPer)
 			if err != nil {
 				return fmt.Errorf("prefetch run %d: %w", r, err)
 			}
@@ -130,9 +135,9 @@ func (e *runEnv) runPrefetch(ctx context.Context) error {
 	return nil
 }
 
-// readWorking reads path to its end in prefetchReadSize reads, spinning
-// for work per MiB after each, and returns the bytes read.
-func readWorking(ctx context.Context, path string, work time.Duration) (int64, error) {
+// readWorking reads path to its end in prefetchReadSize reads, working
+// (kind) for work per MiB after each, and returns the bytes read.
+func readWorking(ctx context.Context, path string, kind int, work time.Duration) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -146,8 +151,12 @@ func readWorking(ctx context.Context, path string, work time.Duration) (int64, e
 		}
 		m, err := io.ReadFull(f, buf)
 		total += int64(m)
-		if m > 0 && work > 0 {
-			spin(time.Duration(float64(work) * float64(m) / (1 << 20)))
+		d := time.Duration(float64(work) * float64(m) / (1 << 20))
+		switch kind {
+		case sleepWork:
+			time.Sleep(d)
+		case spinWork:
+			spin(d)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return total, nil
@@ -180,11 +189,13 @@ func (h *harness) prefetchMarkdown(took time.Duration) string {
 	p("The CorgiPile paper's double buffering: the next buffers of a part are loaded while a reader\n")
 	p("works on the one it is in (its gain in PostgreSQL: up to 23.6%% per epoch). One corgifs mount\n")
 	p("per `--prefetch N` (`--strategy corgipile`, K=1, default buffer and --max-memory); a reader in\n")
-	p("the benchmark process reads one epoch's part in 1 MiB reads and, after each, spins a CPU for a\n")
-	p("fixed time per MiB, as a training step would: no work at all, or as much work per MiB as a cold\n")
-	p("read of a MiB took (calibrated by one cold epoch of the default mount without work before the\n")
-	p("timed runs), where overlapping I/O and work gains the most (at best an epoch of max(I/O, work)\n")
-	p("instead of I/O + work). `sync; echo 3 > /proc/sys/vm/drop_caches` before every run; each run\n")
+	p("the benchmark process reads one epoch's part in 1 MiB reads and, after each, works for a fixed\n")
+	p("time per MiB, as a training step would: no work at all, or as much work per MiB as a cold read\n")
+	p("of a MiB took (calibrated by one cold epoch of the default mount without work before the timed\n")
+	p("runs), where overlapping I/O and work gains the most (at best an epoch of max(I/O, work)\n")
+	p("instead of I/O + work). The work either waits (`time.Sleep`: a step on a GPU, the CPUs stay\n")
+	p("free for the daemon) or spins a CPU (a step on the CPU, which the daemon competes with).\n")
+	p("`sync; echo 3 > /proc/sys/vm/drop_caches` before every run; each run\n")
 	p("reads an epoch its mount has not read, and the runs alternate round-robin, %d each.\n", h.o.runs)
 	p("\"× default\" is the median epoch time over that of `--prefetch %d` with the same work, in the\n", prefetchDefault)
 	p("same run; \"waited\" is the growth of `stall_seconds` in stats.json over the epoch's time.\n\n")
@@ -198,7 +209,7 @@ func (e *runEnv) prefetchBody() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	res := e.prefetch
 	p("#### Setup\n\n%s", datasetLine(e.ds))
-	p("- Work per MiB in the \"work ≈ I/O\" rows: %s (a cold epoch without work took %.2f s before the timed runs).\n",
+	p("- Work per MiB in the rows with work: %s (a cold epoch without work took %.2f s before the timed runs).\n",
 		res.workPer.Round(time.Microsecond), res.calibSec)
 	p("%s\n", loadLine(res.load))
 	p("#### Epoch time\n\n")

@@ -73,3 +73,17 @@ func TestMRSMountServesValidFramesAsOrderSaysEachRecordOnceInThatEpochOrTheNext(
 		}
 	}
 }
+
+// TestValidateTrainsOnMRSThroughAMountWithoutPrefetch: `corgifs validate
+// --strategies mrs` trains on mrs epochs read through a mount, with
+// --prefetch passed to it.
+func TestValidateTrainsOnMRSThroughAMountWithoutPrefetch(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 3000, 8, 3, 2, "clustered")
+	test := genSynthetic(t, 600, 8, 3, 1, "shuffled", "--first-id", "3000")
+	r := validateJSON(t, "validate", "--data", train, "--test", test, "--strategies", "mrs", "--prefetch", "0",
+		"--epochs", "2", "--block-size", "8KiB", "--buffer", "10%", "--seed", "3", "--cache-dir", t.TempDir())
+	if len(r.Runs) != 1 || r.Runs[0].Strategy != "mrs" || len(r.Runs[0].Epochs) != 2 {
+		t.Fatalf("validate --strategies mrs reported %+v, want 2 epochs of mrs", r.Runs)
+	}
+}

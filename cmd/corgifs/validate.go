@@ -48,7 +48,7 @@ type validateFlags struct {
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
-	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full"}
+	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full", "mrs"}
 	fs.StringVar(&v.data, "data", "", "`dir`ectory of training TFRecord files (required)")
 	fs.StringVar(&v.test, "test", "", "`dir`ectory of test TFRecord files (required)")
 	fs.StringVar(&v.model, "model", "softmax", "`model`: "+strings.Join(validator.ModelNames(), ", "))
