@@ -283,7 +283,7 @@ func (h *harness) simulateMarkdown(res *simResults) string {
 	p("heap it grew by; every node also holds the index's block table (%s here).\n\n", fmtBytes(res.ixHeap))
 	p("Reproduce (no root, no data; took %s):\n\n", res.took.Round(time.Second))
 	p("    go run ./bench --warm=false --simulate --sim-size %s --sim-block %s --sim-parts %s --sim-exchange %s --sim-epochs %d\n\n",
-		formatSize(o.size), formatSize(o.block), joinInts(o.parts), joinFloats(o.exchanges), o.epochs)
+		decimalSize(o.size), formatSize(o.block), joinInts(o.parts), joinFloats(o.exchanges), o.epochs)
 	p("| K | Q | N/K | cache (1+Q)·N/K | epoch | fetched per node, mean | largest | × Q·N/K (mean) | GETs per node, mean | largest | peak cache (largest node) |\n")
 	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range res.rows {
@@ -307,6 +307,20 @@ func (h *harness) simulateMarkdown(res *simResults) string {
 		p("| %d | %g | %s | %.1f | %s | %s |\n", r.k, r.q, join(ms, "%.1f"), 1000*r.coldLast, fmtBytes(r.seqBytes), signedBytes(r.heapBytes))
 	}
 	return b.String()
+}
+
+// decimalSize formats n in decimal units when it is a whole number of
+// them (10TB), else as formatSize does.
+func decimalSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.name)
+		}
+	}
+	return formatSize(n)
 }
 
 func joinInts(v []int) string {
