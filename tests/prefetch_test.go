@@ -62,7 +62,8 @@ func (m *mount) waitPrefetches(want int64) prefetchStats {
 
 // TestPrefetchZeroServesTheSameEpochsAndIssuesNoPrefetch: with --prefetch
 // 0 a mount serves the bytes of a default mount and stats.json counts no
-// prefetch, while the default one loads 2 buffers ahead of the first.
+// prefetch, while the default one loads 2 buffers ahead of the first;
+// config.json says the depth.
 func TestPrefetchZeroServesTheSameEpochsAndIssuesNoPrefetch(t *testing.T) {
 	src := genSynthetic(t, 8000, 16, 4, 4, "clustered")
 	off := startMount(t, src, append(smallFlags, "--prefetch", "0")...)
@@ -78,6 +79,19 @@ func TestPrefetchZeroServesTheSameEpochsAndIssuesNoPrefetch(t *testing.T) {
 	}
 	if s := off.prefetchStats(); s.PrefetchIssued != 0 || s.BuffersLoaded == 0 {
 		t.Fatalf("--prefetch 0: %d prefetches issued, %d buffers loaded; want 0 and some", s.PrefetchIssued, s.BuffersLoaded)
+	}
+	for _, c := range []struct {
+		m    *mount
+		want int
+	}{{off, 0}, {def, 2}} {
+		var cfg struct{ Prefetch *int }
+		b, err := os.ReadFile(filepath.Join(c.m.dir, ".corgifs", "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil || cfg.Prefetch == nil || *cfg.Prefetch != c.want {
+			t.Fatalf("config.json says prefetch %v (%v), want %d", cfg.Prefetch, err, c.want)
+		}
 	}
 }
 

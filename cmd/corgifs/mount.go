@@ -55,6 +55,8 @@ type info struct {
 	// The default block size, when it was lowered for this dataset
 	// (blocksize.go); block_size is the one used.
 	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
+	// Prefetch is --prefetch: the buffers each part loads ahead.
+	Prefetch int `json:"prefetch"`
 }
 
 type datasetInfo struct {
@@ -201,6 +203,7 @@ parts of an epoch hold every record once.`, stderr)
 	}
 	in := newInfo(ix, pl, *epochs, *parts)
 	in.BlockSizeFrom = d.blockSizeFrom
+	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
 		Info: in, AllowOther: *allowOther, Logger: log,
