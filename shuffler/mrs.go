@@ -41,10 +41,13 @@ package shuffler
 // together serve every record E+1 times less the R still in the last
 // reservoir. The K parts of an epoch are disjoint.
 //
-// Bismarck holds both buffers in memory; corgifs plans the records each
-// served buffer needs and reads them one by one (a record strategy, as
-// window and full are), so a record that falls out of the reservoir is
-// read again rather than kept, and cold storage makes mrs slow.
+// Bismarck holds both buffers in memory. corgifs keeps no reservoir: the
+// records a served buffer needs lie anywhere in the part (those displaced
+// from the reservoir and those of the previous one), so a buffer of whole
+// blocks would read most of the part's blocks. mrs is a record strategy,
+// as window and full are: each record is read with its own pread when it
+// is served, rather than by MRS's sequential scan, and cold storage makes
+// it slow.
 
 // mrs serves the part's records as multiplexed reservoir sampling does.
 func mrs(pl *Planner, seq *sequence, epoch, part, parts int) order {
