@@ -242,6 +242,17 @@ const NoPrefetch = -1
 // it serves (LoaderOptions.Prefetch), 0 for none.
 func (l *Loader) PrefetchDepth() int { return l.prefetch }
 
+// prefetchDepth is the depth LoaderOptions.Prefetch o asks for.
+func prefetchDepth(o int) int {
+	switch {
+	case o == 0:
+		return DefaultPrefetch
+	case o < 0:
+		return 0
+	}
+	return o
+}
+
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
 // comes from one budget; when the budget is spent, idle Bufs are evicted
 // (least recently used first, but not one another reader is being served
@@ -294,19 +305,13 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = poolSize()
 	}
-	switch {
-	case o.Prefetch == 0:
-		o.Prefetch = DefaultPrefetch
-	case o.Prefetch < 0:
-		o.Prefetch = 0
-	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, prefetch: o.Prefetch,
+		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),
 		start:  time.Now(),
-		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
+		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}), prefetch: prefetchDepth(o.Prefetch),
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 	}
 }

@@ -117,7 +117,6 @@ type datasetFlags struct {
 	seed        string
 	maxMemory   sizeFlag
 	equalParts  bool
-	prefetch    int // --prefetch as LoaderOptions.Prefetch: 0 the default, NoPrefetch none
 	// --partition and --exchange, of local and pls, and whether each
 	// was given (they mean nothing to the other strategies).
 	partition                     partitionFlag
@@ -136,6 +135,10 @@ type datasetFlags struct {
 	// is the size it lowered, if it did.
 	blockSizeGiven bool
 	blockSizeFrom  int64
+
+	// prefetch is --prefetch as LoaderOptions.Prefetch: 0 the default,
+	// NoPrefetch none.
+	prefetch int
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {

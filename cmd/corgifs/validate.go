@@ -222,10 +222,11 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	if v.via == "mount" {
 		flags := []string{"--strategy", strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
 			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", d.cacheDir,
-			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--prefetch", d.prefetchFlag()}
+			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs)}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
+		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
