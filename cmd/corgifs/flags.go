@@ -126,6 +126,10 @@ type datasetFlags struct {
 	s3                            s3Flags
 	source                        *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
 
+	// prefetch is --prefetch as LoaderOptions.Prefetch: 0 the default,
+	// NoPrefetch none.
+	prefetch int
+
 	// What open made of --max-memory: the budget of the loader's slabs
 	// and the soft limit of the Go heap (see memorySplit).
 	slabBudget, heapLimit int64
@@ -135,10 +139,6 @@ type datasetFlags struct {
 	// is the size it lowered, if it did.
 	blockSizeGiven bool
 	blockSizeFrom  int64
-
-	// prefetch is --prefetch as LoaderOptions.Prefetch: 0 the default,
-	// NoPrefetch none.
-	prefetch int
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
