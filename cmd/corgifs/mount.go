@@ -124,7 +124,8 @@ read-only at MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP
 (--background: in a daemon, returning once the mount serves).
 MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
 the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
-parts of an epoch hold every record once.`, stderr)
+parts of an epoch hold every record once (mrs: once in the epoch it scans it or
+the next).`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerFormat(fset)
