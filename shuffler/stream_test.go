@@ -125,6 +125,9 @@ func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef)
 		if b.Shuffle {
 			permute(perm, b.Seed)
 		}
+		for i, k := range b.Perm {
+			perm[i] = uint32(k)
+		}
 		for _, k := range perm {
 			r := recs[k]
 			out = append(out, f.frame(r)...)
