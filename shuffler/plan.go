@@ -186,17 +186,17 @@ type strategyInfo struct {
 // strategies is the one table of strategies: a new strategy is added here
 // and nowhere else.
 var strategies = map[string]strategyInfo{
-	"corgipile": {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
+	"corgipile":         {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
 	"corgipile-balance": {corgipileBalance, false, "corgipile, records of each buffer ordered by PairBalance over their latest feedback vectors (--balance-rule)"},
 	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order from the previous epoch's feedback: reads like full (records one by one) unless the part fits in --max-memory/2, then loads its blocks once per epoch"},
 	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (online PairBalance over all parts' feedback): reads like full unless a part fits in --max-memory/2"},
-	"block":     {blockOnly, false, "random blocks, records in source order inside each block"},
-	"none":      {none, false, "source order"},
-	"window":    {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
-	"full":      {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
-	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
-	"local":     {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
-	"pls":       {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
+	"block":             {blockOnly, false, "random blocks, records in source order inside each block"},
+	"none":              {none, false, "source order"},
+	"window":            {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
+	"full":              {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
+	"once":              {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
+	"local":             {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
+	"pls":               {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
 }
 
 // Description says in one line what strategy does, for --help; "" for an
