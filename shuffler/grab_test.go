@@ -396,4 +396,3 @@ func TestSizeOfAFeedbackEpochNeedsNoFeedback(t *testing.T) {
 		}
 	}
 }
-
