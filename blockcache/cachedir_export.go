@@ -3,8 +3,8 @@ package blockcache
 import (
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+	"time"
 )
 
 // CacheDir is a directory that corgifs writes, opened with the checks of
@@ -66,15 +66,20 @@ func (c *CacheDir) Rename(from, to string) error { return c.d.rename(from, to) }
 func (c *CacheDir) Remove(name string) error { return c.d.remove(name) }
 
 // RemoveTemps removes the temporary files that CreateTemp or WriteFile
-// left for names starting with prefix (a process that died while writing).
-func (c *CacheDir) RemoveTemps(prefix string) error {
+// left for names starting with prefix and that nobody wrote for age (a
+// process that died while writing; another may be writing the younger
+// ones).
+func (c *CacheDir) RemoveTemps(prefix string, age time.Duration) error {
 	ents, err := os.ReadDir(c.d.path)
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
 		n := e.Name()
-		if strings.HasPrefix(n, "."+strings.TrimPrefix(prefix, ".")) && strings.HasSuffix(n, ".tmp") && filepath.Base(n) == n {
+		if !strings.HasPrefix(n, "."+strings.TrimPrefix(prefix, ".")) || !strings.HasSuffix(n, ".tmp") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
 			if err := c.d.remove(n); err != nil {
 				return err
 			}

@@ -135,7 +135,9 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("feedback: %w", err)
 	}
-	if err := dir.RemoveTemps(uploadPrefix); err != nil {
+	// Uploads last an epoch at most; one untouched for a day was left by a
+	// mount that died.
+	if err := dir.RemoveTemps(uploadPrefix, 24*time.Hour); err != nil {
 		o.Logger.Warn("could not remove the uploads a previous mount left unfinished", "dir", dir.Path(), "err", err)
 	}
 	s := &Store{dir: dir, log: o.Logger, records: o.Records, maxDim: maxDim, budget: budget,

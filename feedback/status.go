@@ -1,6 +1,7 @@
 package feedback
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"slices"
@@ -52,9 +53,12 @@ func (s *Store) Status() Status {
 
 // StatusJSON returns Status as indented JSON, for status.json.
 func (s *Store) StatusJSON() ([]byte, error) {
-	b, err := json.MarshalIndent(s.Status(), "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // reasons say "I < K"
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s.Status()); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	return b.Bytes(), nil
 }

@@ -7,17 +7,41 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
 
-// Errors of WriteAt, for the file system to map to errno values.
+// The errors of Begin, WriteAt and Close match these with errors.Is, for
+// the file system to map to errno values.
 var (
-	// ErrTooLarge: the write goes past the bytes the budget allows.
+	// ErrRefused: every refusal.
+	ErrRefused = errors.New("feedback refused")
+	// ErrTooLarge: the file goes past the bytes the budget allows.
 	ErrTooLarge = errors.New("feedback file larger than the budget allows")
 	// ErrClosed: the upload was closed (accepted or refused) already.
 	ErrClosed = errors.New("feedback file already closed")
+	// ErrBusy: another upload of the part is open.
+	ErrBusy = errors.New("feedback of the part being written")
+	// ErrFinal: the part's feedback was accepted already.
+	ErrFinal = errors.New("feedback of the part accepted already")
 )
+
+// refusal is the error of a refusal: its message, and which of the errors
+// above it is besides ErrRefused.
+type refusal struct {
+	msg  string
+	kind error
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func (r *refusal) Is(target error) bool {
+	return target == ErrRefused || r.kind != nil && target == r.kind
+}
+
+// budgetReason starts the reasons of ErrTooLarge refusals.
+const budgetReason = "more bytes than the budget allows"
 
 // uploadPrefix starts the names of the files uploads are staged in.
 const uploadPrefix = "upload"
@@ -49,7 +73,7 @@ type span struct{ lo, hi int64 }
 func (s *Store) Begin(epoch, part, parts int, served []int32) (*Upload, error) {
 	k := key{epoch, part, parts}
 	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
-		return nil, s.refuseOther(k, "unknown epoch or part: want epoch >= 0 and part < parts")
+		return nil, s.refuseOther(k, "unknown epoch or part: want epoch >= 0 and part < parts", nil)
 	}
 	for _, id := range served {
 		if id < 0 || int64(id) >= s.records {
@@ -59,20 +83,22 @@ func (s *Store) Begin(epoch, part, parts int, served []int32) (*Upload, error) {
 	s.mu.Lock()
 	p := s.parts[k]
 	var why string
+	var kind error
 	switch {
 	case p == nil:
 	case p.state == stateReceiving:
-		why = "another open file is writing this part's feedback; write each part once"
+		why, kind = "another open file is writing this part's feedback; write each part once", ErrBusy
 	case p.state == stateAccepted:
-		why = "this part's feedback was accepted already (at " + p.at.UTC().Format(time.RFC3339) + "); it is final, since orders may have been planned from it"
+		why, kind = "this part's feedback was accepted already (at "+p.at.UTC().Format(time.RFC3339)+"); it is final, since orders may have been planned from it", ErrFinal
 	}
 	if why == "" {
 		s.parts[k] = &partState{state: stateReceiving, records: len(served), at: time.Now(), ids: served}
 	}
-	s.mu.Unlock()
 	if why != "" {
-		return nil, s.refuseOther(k, why)
+		defer s.mu.Unlock()
+		return nil, s.noteLocked(k, "", why, kind)
 	}
+	s.mu.Unlock()
 	f, tmp, err := s.dir.CreateTemp(uploadPrefix)
 	if err != nil {
 		return nil, s.refuse(k, "", fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
@@ -88,16 +114,15 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
-		u.s.refuseOther(u.k, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off))
-		return 0, ErrClosed
+		return 0, u.s.refuseOther(u.k, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off), ErrClosed)
 	}
 	if u.failed != "" {
-		return 0, fmt.Errorf("%s: %w", u.failed, ErrTooLarge)
+		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
 	}
 	if off < 0 || off+int64(len(p)) > u.limit {
-		u.failed = fmt.Sprintf("more bytes than the budget allows: a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
+		u.failed = fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
 			len(p), off, u.limit, len(u.served), u.s.maxDim)
-		return 0, fmt.Errorf("%s: %w", u.failed, ErrTooLarge)
+		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
 	}
 	n, err := u.f.WriteAt(p, off)
 	if n > 0 {
@@ -105,7 +130,7 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if err != nil {
 		u.failed = fmt.Sprintf("cannot stage the upload in the cache directory: %v", err)
-		return n, err
+		return n, &refusal{msg: u.failed}
 	}
 	return n, nil
 }
@@ -187,7 +212,7 @@ func (u *Upload) closeLocked() error {
 	case dim == 0:
 		return u.s.refuse(u.k, u.tmp, "wrong dimension 0")
 	case int64(dim) > int64(u.s.maxDim):
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("more bytes than the budget allows: dimension %d; the memory for feedback holds at most dimension %d for %d records", dim, u.s.maxDim, u.s.records))
+		return u.s.refuse(u.k, u.tmp, fmt.Sprintf(budgetReason+": dimension %d; the memory for feedback holds at most dimension %d for %d records", dim, u.s.maxDim, u.s.records))
 	}
 	d := int(dim)
 	if fixed := u.s.Dim(); fixed != 0 && d != fixed {
@@ -316,7 +341,7 @@ const maxRefusals = 64
 func (s *Store) Refuse(epoch, part, parts int, name, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.noteLocked(key{epoch, part, parts}, name, reason)
+	return s.noteLocked(key{epoch, part, parts}, name, reason, nil)
 }
 
 // refuse refuses the upload of k, whose staged file is tmp.
@@ -335,18 +360,22 @@ func (s *Store) refuseLocked(k key, tmp, reason string) error {
 	if p.state != stateAccepted {
 		*p = partState{state: stateRefused, records: p.records, reason: reason, at: time.Now()}
 	}
-	return s.noteLocked(k, "", reason)
+	var kind error
+	if strings.HasPrefix(reason, budgetReason) {
+		kind = ErrTooLarge
+	}
+	return s.noteLocked(k, "", reason, kind)
 }
 
 // refuseOther records a refusal that leaves the part's state alone (a
 // second writer, a write after close).
-func (s *Store) refuseOther(k key, reason string) error {
+func (s *Store) refuseOther(k key, reason string, kind error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.noteLocked(k, "", reason)
+	return s.noteLocked(k, "", reason, kind)
 }
 
-func (s *Store) noteLocked(k key, name, reason string) error {
+func (s *Store) noteLocked(k key, name, reason string, kind error) error {
 	s.stats.Refused++
 	r := Refusal{Epoch: k.epoch, Part: k.part, Parts: k.parts, Name: name, Reason: reason, Time: time.Now().UTC()}
 	if len(s.refusals) == maxRefusals {
@@ -354,5 +383,9 @@ func (s *Store) noteLocked(k key, name, reason string) error {
 	}
 	s.refusals = append(s.refusals, r)
 	s.log.Warn("feedback refused", "epoch", k.epoch, "part", k.part, "parts", k.parts, "name", name, "reason", reason)
-	return fmt.Errorf("feedback for epoch %d part %d of %d refused: %s", k.epoch, k.part, k.parts, reason)
+	msg := fmt.Sprintf("feedback for epoch %d part %d of %d refused: %s", k.epoch, k.part, k.parts, reason)
+	if name != "" {
+		msg = fmt.Sprintf("feedback file %s refused: %s", name, reason)
+	}
+	return &refusal{msg: msg, kind: kind}
 }

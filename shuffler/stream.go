@@ -398,6 +398,7 @@ func (s *Stream) prefetch(g int) {
 // length, Stored the length of its bytes in the file, which is shorter for
 // the last record of a text file without a line end (see formats.Head.Tail).
 type RecordRef struct {
+	ID     int32 // the record's id in the index (Index.Record)
 	File   int32
 	Offset int64
 	Len    int64
@@ -449,7 +450,7 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 			if h := &ix.Files[f].Head; len(h.Tail) > 0 && off+n > h.End {
 				stored -= int64(len(h.Tail))
 			}
-			if err := fn(RecordRef{File: f, Offset: off, Len: n, Stored: stored}); err != nil {
+			if err := fn(RecordRef{ID: ids[k], File: f, Offset: off, Len: n, Stored: stored}); err != nil {
 				return err
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
@@ -135,6 +136,11 @@ type datasetFlags struct {
 	// is the size it lowered, if it did.
 	blockSizeGiven bool
 	blockSizeFrom  int64
+
+	// feedbackDim is --feedback-dim; feedback the store open made for a
+	// feedback strategy (feedback.go), nil for the others.
+	feedbackDim int
+	feedback    *feedback.Store
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
@@ -160,6 +166,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
 	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local and pls assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
 	fs.Var(givenFlag{&d.exchange, &d.exchangeGiven}, "exchange", "fraction `Q` (0 ≤ Q ≤ 1) of its blocks each part of --strategy pls sends to the\nother parts before every epoch, receiving as many; 0 is local, 1 moves every block")
+	d.registerFeedback(fs)
 	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
 }
 
@@ -331,6 +338,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		// a rounded size such as "65 KiB" could be just below the block.
 		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
 			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
+	}
+	if err := d.openFeedback(ix, seed, need, log); err != nil {
+		return nil, nil, 0, err
 	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{

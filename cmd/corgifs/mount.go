@@ -202,7 +202,7 @@ parts of an epoch hold every record once.`, stderr)
 	in.BlockSizeFrom = d.blockSizeFrom
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: in, AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
