@@ -222,6 +222,7 @@ parts of an epoch hold every record once.`, stderr)
 	case <-ctx.Done():
 	}
 	rd.stopping()
+	pl.Close() // an open waiting for feedback gives up now, not at --feedback-timeout
 	log.Info("signal received, unmounting", "signal", signalOf(ctx), "mountpoint", mnt)
 	return shutdown(srv, mnt, done, again, log)
 }
