@@ -155,16 +155,18 @@ func grabOrder(pl *Planner, seq *sequence, epoch, part, parts int) order {
 	if recs == nil {
 		recs = pl.reshuffle(seq, epoch, part, parts)
 	}
-	blocks := blocksOf(seq, part)
+	// Block order is file order: the loader reads the part front to back.
+	// The blocks also go with the records path, for padding (pad.go):
+	// it must not depend on the order, which Size does not know.
+	blocks := slices.Sorted(slices.Values(blocksOf(seq, part)))
 	var bytes int64
 	for _, b := range blocks {
 		bytes += pl.blockBytes(b)
 	}
 	if bytes > pl.gatherLimit() {
-		return order{Records: recs}
+		return order{Records: recs, Blocks: blocks}
 	}
-	// Block order is file order: the loader reads the part front to back.
-	return order{Blocks: slices.Sorted(slices.Values(blocks)), Gather: recs}
+	return order{Blocks: blocks, Gather: recs}
 }
 
 // corgipileBalance is corgipile with the buffers' permutations from

@@ -53,10 +53,14 @@ func openStore(t *testing.T, dir string, ix *blockcache.Index) *feedback.Store {
 	return s
 }
 
-func fbPlanner(t *testing.T, ix *blockcache.Index, strategy string, s *feedback.Store, maxMemory int64, timeout time.Duration) *Planner {
+func fbPlanner(t *testing.T, ix *blockcache.Index, strategy string, s *feedback.Store, maxMemory int64, timeout time.Duration, opts ...func(*Params)) *Planner {
 	t.Helper()
-	pl, err := NewPlanner(ix, Params{Strategy: strategy, Seed: 11, Buffer: BufferSize{Percent: 30}, MaxMemory: maxMemory,
-		Feedback: s, FeedbackTimeout: timeout, BalanceRule: grab.Deterministic})
+	p := Params{Strategy: strategy, Seed: 11, Buffer: BufferSize{Percent: 30}, MaxMemory: maxMemory,
+		Feedback: s, FeedbackTimeout: timeout, BalanceRule: grab.Deterministic}
+	for _, o := range opts {
+		o(&p)
+	}
+	pl, err := NewPlanner(ix, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,12 +371,28 @@ func TestReadingAnEpochToItsEndDoesNotPlanTheNextBeforeItsFeedback(t *testing.T)
 }
 
 // Sizes never wait for feedback: stat of a later epoch answers at once and
-// agrees with the plan made once the feedback is in.
+// agrees with the plan made once the feedback is in, also when the parts
+// are padded to equal counts with records of differing sizes.
 func TestSizeOfAFeedbackEpochNeedsNoFeedback(t *testing.T) {
-	ix := fixedIndex()
+	rng := rand.New(rand.NewPCG(5, 5))
+	frames := make([]uint32, 300)
+	for i := range frames {
+		frames[i] = 50 + uint32(rng.IntN(100))
+	}
+	for _, c := range []struct {
+		ix    *blockcache.Index
+		mem   int64
+		equal bool
+	}{{fixedIndex(), 1 << 30, false}, {sizedIndex(frames, 7), 1 << 30, true}, {sizedIndex(frames, 7), 4000, true}} {
+		sizesAgree(t, c.ix, c.mem, c.equal)
+	}
+}
+
+func sizesAgree(t *testing.T, ix *blockcache.Index, mem int64, equal bool) {
 	for _, strategy := range feedbackStrategies {
 		s := openStore(t, t.TempDir(), ix)
-		pl := fbPlanner(t, ix, strategy, s, 1<<30, time.Hour) // a wait would hang the test
+		// A wait would hang the test.
+		pl := fbPlanner(t, ix, strategy, s, mem, time.Hour, func(p *Params) { p.EqualParts = equal })
 		sizes := make([]int64, 3)
 		for i := range sizes {
 			n, err := pl.Size(1, i, 3)
@@ -388,7 +408,7 @@ func TestSizeOfAFeedbackEpochNeedsNoFeedback(t *testing.T) {
 				t.Fatal(err)
 			}
 			if p.Size != sizes[i] {
-				t.Errorf("%s part %d: Size said %d before the feedback, the plan has %d", strategy, i, sizes[i], p.Size)
+				t.Errorf("%s (memory %d, equal parts %v) part %d: Size said %d before the feedback, the plan has %d", strategy, mem, equal, i, sizes[i], p.Size)
 			}
 		}
 		if n := s.Stats().Fallbacks; n != 0 {

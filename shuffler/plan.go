@@ -161,7 +161,7 @@ type Plan struct {
 type order struct {
 	Blocks  []int32
 	Shuffle bool
-	Records []int32
+	Records []int32 // served instead of Blocks when set
 	// Gather, with Blocks, makes one buffer of all the blocks whose
 	// records are served in this order (record ids): grab, cdgrab.
 	Gather []int32
@@ -187,9 +187,9 @@ type strategyInfo struct {
 // and nowhere else.
 var strategies = map[string]strategyInfo{
 	"corgipile":         {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
-	"corgipile-balance": {corgipileBalance, false, "corgipile, records of each buffer ordered by PairBalance over their latest feedback vectors (--balance-rule)"},
-	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order from the previous epoch's feedback: reads like full (records one by one) unless the part fits in --max-memory/2, then loads its blocks once per epoch"},
-	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (online PairBalance over all parts' feedback): reads like full unless a part fits in --max-memory/2"},
+	"corgipile-balance": {corgipileBalance, false, "corgipile's blocks and buffers; each buffer's records in PairBalance order of their latest feedback vectors"},
+	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback: reads records one by one like full, unless the part fits in half of --max-memory (then its blocks are read once per epoch)"},
+	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback)"},
 	"block":             {blockOnly, false, "random blocks, records in source order inside each block"},
 	"none":              {none, false, "source order"},
 	"window":            {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},

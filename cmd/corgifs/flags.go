@@ -166,7 +166,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
 	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
-	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local and pls assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
+	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local, pls, grab and cdgrab assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
 	fs.Var(givenFlag{&d.exchange, &d.exchangeGiven}, "exchange", "fraction `Q` (0 ≤ Q ≤ 1) of its blocks each part of --strategy pls sends to the\nother parts before every epoch, receiving as many; 0 is local, 1 moves every block")
 	d.registerFeedback(fs)
 	d.balance.register(fs)
@@ -426,8 +426,12 @@ func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 
 func strategyHelp() string {
 	var b strings.Builder
+	w := 0
 	for _, n := range shuffler.Strategies() {
-		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Description(n))
+		w = max(w, len(n))
+	}
+	for _, n := range shuffler.Strategies() {
+		fmt.Fprintf(&b, "\n  %-*s %s", w, n, shuffler.Description(n))
 	}
 	return b.String()
 }
