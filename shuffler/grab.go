@@ -241,6 +241,12 @@ func (pl *Planner) feedbackOrders(seq *sequence, epoch, parts int) {
 		}
 		log := pl.logger().With("strategy", pl.p.Strategy, "epoch", epoch, "parts", parts)
 		if !f.WaitEpoch(pl.ctx, epoch-1, parts, pl.p.FeedbackTimeout) {
+			if pl.ctx.Err() != nil {
+				// Unmounting: the random order is neither counted nor
+				// saved, so the next mount plans the epoch from feedback.
+				log.Info("unmounting while waiting for the previous epoch's feedback")
+				return
+			}
 			log.Warn("the previous epoch's feedback did not arrive in time: serving a random reshuffle",
 				"waited", pl.p.FeedbackTimeout, "previous_epoch", epoch-1)
 			f.CountFallback()
