@@ -416,3 +416,30 @@ func sizesAgree(t *testing.T, ix *blockcache.Index, mem int64, equal bool) {
 		}
 	}
 }
+
+// Unmounting ends a wait for feedback at once, and the random order it
+// then serves is neither counted as a fallback nor saved: the next mount
+// plans that epoch from its feedback.
+func TestCloseEndsAWaitForFeedbackWithoutSavingAnOrder(t *testing.T) {
+	ix := fixedIndex()
+	dir := t.TempDir()
+	s := openStore(t, dir, ix)
+	pl := fbPlanner(t, ix, "grab", s, 1<<30, time.Hour) // a wait that is not ended hangs the test
+	servedEpoch(t, pl, 0, 1)
+	done := make(chan error)
+	go func() {
+		_, err := pl.Plan(1, 0, 1)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it wait; the test passes either way
+	pl.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().Fallbacks; n != 0 {
+		t.Errorf("%d fallbacks counted for a wait ended by unmount", n)
+	}
+	if _, ok := s.LoadOrder(pl.orderName(1, 0, 1)); ok {
+		t.Error("the order served while unmounting was saved")
+	}
+}
