@@ -163,6 +163,10 @@ func TestFeedbackOrdersThroughAMountFollowTheFeedbackAndSurviveARemount(t *testi
 		if n := fallbacks(t, d); n != 0 {
 			t.Errorf("%s: %d fallbacks with all feedback written\n%s", c.strategy, n, d.Log())
 		}
+		cfg, err := os.ReadFile(filepath.Join(d.Dir, ".corgifs", "config.json"))
+		if err != nil || !strings.Contains(string(cfg), `"balance_rule": "deterministic"`) {
+			t.Errorf("%s: config.json does not state the balance rule (%v):\n%s", c.strategy, err, cfg)
+		}
 		d.Unmount()
 		d2 := corgifstest.Mount(t, src, opts...)
 		for epoch := range epochs {
