@@ -139,6 +139,18 @@ func TestFeedbackOrdersThroughAMountFollowTheFeedbackAndSurviveARemount(t *testi
 			if epoch+1 == epochs || c.strategy == "corgipile-balance" {
 				continue
 			}
+			if c.strategy == "grab" {
+				// corgifs order, another process, prints the saved order of an
+				// epoch a mount planned, and for one it has not planned yet
+				// neither waits for feedback nor saves what it prints.
+				printed := orderIDs(t, src, corgifs(t, "order", src, "--strategy", "grab", "--seed", "5", "--feedback-dim", "8",
+					"--cache-dir", cache, "--epoch", fmt.Sprint(epoch)))
+				if !slices.Equal(printed, served[0]) {
+					t.Errorf("corgifs order prints another order for epoch %d than the mount served", epoch)
+				}
+				corgifs(t, "order", src, "--strategy", "grab", "--seed", "5", "--feedback-dim", "8",
+					"--cache-dir", cache, "--epoch", fmt.Sprint(epoch+1))
+			}
 			// What the next epoch must be, by the package grab.
 			vecs := make([][]float32, c.parts)
 			for i, ids := range served {
@@ -220,4 +232,24 @@ func mustRead(t *testing.T, d *corgifstest.Daemon, epoch, i, k int) []byte {
 		t.Fatalf("epoch %d part %d of %d: %v\n%s", epoch, i, k, err, d.Log())
 	}
 	return b
+}
+
+// orderIDs maps the lines of corgifs order ("file offset length") of a
+// dataset made by idDataset to the records' ids.
+func orderIDs(t *testing.T, src, out string) []int32 {
+	t.Helper()
+	var ids []int32
+	for line := range strings.Lines(out) {
+		var file string
+		var off, n int64
+		if _, err := fmt.Sscan(line, &file, &off, &n); err != nil {
+			t.Fatalf("corgifs order line %q: %v", line, err)
+		}
+		b, err := os.ReadFile(filepath.Join(src, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, servedIDs(t, b[off:off+n])...)
+	}
+	return ids
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"time"
@@ -38,6 +39,8 @@ func (f *durationFlag) Set(v string) error {
 // balanceFlags are the settings of the feedback strategies (grab, cdgrab,
 // corgipile-balance).
 type balanceFlags struct {
+	// printOnly is set by commands that print orders (corgifs order).
+	printOnly    bool
 	rule         ruleFlag
 	ruleGiven    bool
 	timeout      durationFlag
@@ -66,10 +69,27 @@ func (b *balanceFlags) check(strategy string) error {
 }
 
 // feedbackSource is the store the planner reads, nil without one (a nil
-// *feedback.Store in the interface would not be nil).
+// *feedback.Store in the interface would not be nil). Commands that only
+// print orders (corgifs order) read it through savedOrdersOnly.
 func (d *datasetFlags) feedbackSource() shuffler.Feedback {
 	if d.feedback == nil {
 		return nil
 	}
+	if d.balance.printOnly {
+		return savedOrdersOnly{d.feedback}
+	}
 	return d.feedback
 }
+
+// savedOrdersOnly is the store as a command that prints orders sees it:
+// the orders a mount saved, and nothing else. Its process receives no
+// feedback, so it must neither wait for some nor save the random order
+// it falls back to: a mount planning that epoch later would load it.
+type savedOrdersOnly struct{ shuffler.Feedback }
+
+func (savedOrdersOnly) Complete(epoch, parts int) bool { return false }
+func (savedOrdersOnly) WaitEpoch(context.Context, int, int, time.Duration) bool {
+	return false
+}
+func (savedOrdersOnly) SaveOrder(string, []int32) error { return nil }
+func (savedOrdersOnly) CountFallback()                  {}
