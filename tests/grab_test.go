@@ -253,3 +253,25 @@ func orderIDs(t *testing.T, src, out string) []int32 {
 	}
 	return ids
 }
+
+// The feedback strategies' flags are refused with the other strategies,
+// and bad values are refused, saying what is wanted.
+func TestBalanceFlagsGiveClearErrors(t *testing.T) {
+	src := idDataset(t, 20)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--balance-rule", "randomized"}, "--balance-rule applies to --strategy grab, cdgrab and corgipile-balance only"},
+		{[]string{"--strategy", "full", "--feedback-timeout", "5s"}, "--feedback-timeout applies to --strategy grab, cdgrab and corgipile-balance only"},
+		{[]string{"--strategy", "grab", "--balance-rule", "greedy"}, "want deterministic or randomized"},
+		{[]string{"--strategy", "cdgrab", "--feedback-timeout", "-1s"}, "want a positive duration"},
+	}
+	for _, c := range cases {
+		args := append([]string{"order", src, "--seed", "1", "--cache-dir", t.TempDir()}, c.args...)
+		_, stderr, code := run(args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("corgifs %s: exit %d, stderr %q; want an error containing %q", strings.Join(args, " "), code, stderr, c.want)
+		}
+	}
+}
