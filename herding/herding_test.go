@@ -28,3 +28,24 @@ func TestCDGraBBoundIsBelowDRRs(t *testing.T) {
 		}
 	}
 }
+
+// The training comparison runs every method from the same start and
+// reports a finite full-pass loss per epoch, below the untrained model's
+// log 2 on separable enough data.
+func TestTrainingReportsAFullPassLossPerEpochForEveryOrder(t *testing.T) {
+	c := TrainConfig{N: 600, Dim: 4, Block: 20, Buffer: 0.2, Epochs: 3, Batch: 8, LR: 0.2, Decay: 0.9, Separation: 3, Seed: 2}
+	res, err := RunTraining(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mi, m := range TrainMethods {
+		if len(res.Loss[mi]) != c.Epochs {
+			t.Fatalf("%s: %d losses for %d epochs", m, len(res.Loss[mi]), c.Epochs)
+		}
+		for e, l := range res.Loss[mi] {
+			if !(l > 0 && l < 0.6931) {
+				t.Errorf("%s epoch %d: loss %v, want in (0, log 2)", m, e, l)
+			}
+		}
+	}
+}

@@ -22,7 +22,20 @@ import (
 // Plot draws the bounds per round, one line per method, on a log scale
 // (D-RR's bound is orders of magnitude above CD-GraB's), into path: SVG or
 // PNG by its extension.
-func Plot(r Result, path string) (err error) {
+func Plot(r Result, path string) error {
+	c := r.Config
+	return plotLines(path, fmt.Sprintf("Parallel herding bound (n=%d per worker, m=%d, d=%d)", c.N, c.Workers, c.Dim),
+		"round", "max prefix ‖Σ z‖∞ (log scale)", Methods, r.Bounds, true)
+}
+
+// PlotTraining draws the training loss per epoch, one line per method.
+func PlotTraining(r TrainResult, path string) error {
+	c := r.Config
+	return plotLines(path, fmt.Sprintf("Full-pass training loss (logistic regression, n=%d, d=%d, sorted by label)", c.N, c.Dim),
+		"epoch", "training loss", TrainMethods, r.Loss, false)
+}
+
+func plotLines(path, title, xlabel, ylabel string, names []string, values [][]float64, logY bool) (err error) {
 	const w, h = 8 * vg.Inch, 5 * vg.Inch
 	var c vg.CanvasWriterTo
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
@@ -34,23 +47,32 @@ func Plot(r Result, path string) (err error) {
 		return fmt.Errorf("herding: plot: %s: unsupported extension %q, want .svg or .png", path, ext)
 	}
 	p := plot.New()
-	cfg := r.Config
-	p.Title.Text = fmt.Sprintf("Parallel herding bound (n=%d per worker, m=%d, d=%d)", cfg.N, cfg.Workers, cfg.Dim)
-	p.X.Label.Text = "round"
-	p.Y.Label.Text = "max prefix ‖Σ z‖∞ (log scale)"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = ticks125{}
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = ticks125{}
+	}
 	p.Add(plotter.NewGrid())
-	// Bottom left is where the bounds have not fallen yet: no line there.
-	p.Legend.Left = true
+	p.Legend.Top = !logY
+	// With a log scale the bottom left is where the bounds have not
+	// fallen yet: no line there. A loss falls from the top left.
+	p.Legend.Left = logY
 	p.Legend.XOffs = vg.Points(8)
 	p.Legend.YOffs = vg.Points(8)
-	for mi, m := range Methods {
-		pts := make(plotter.XYs, len(r.Bounds[mi]))
-		for round, b := range r.Bounds[mi] {
-			// A log scale cannot show 0; a bound of 0 happens only for
-			// degenerate inputs.
-			pts[round] = plotter.XY{X: float64(round), Y: math.Max(b, 1e-3)}
+	if !logY {
+		p.Legend.XOffs, p.Legend.YOffs = -vg.Points(8), -vg.Points(8)
+	}
+	for mi, m := range names {
+		pts := make(plotter.XYs, len(values[mi]))
+		for x, v := range values[mi] {
+			if logY {
+				// A log scale cannot show 0; a bound of 0 happens only for
+				// degenerate inputs.
+				v = math.Max(v, 1e-3)
+			}
+			pts[x] = plotter.XY{X: float64(x), Y: v}
 		}
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
@@ -64,8 +86,8 @@ func Plot(r Result, path string) (err error) {
 		p.Add(line, points)
 		p.Legend.Add(m, line, points)
 	}
-	// Start the axis at a labelled tick.
-	if lo := p.Y.Min; lo > 0 {
+	// Start a log axis at a labelled tick.
+	if lo := p.Y.Min; logY && lo > 0 {
 		e := math.Pow(10, math.Floor(math.Log10(lo)))
 		p.Y.Min = e
 		for _, m := range []float64{5, 2} {

@@ -23,6 +23,10 @@ func TestHerdingCommandPrintsTheTableAndDrawsThePlot(t *testing.T) {
 	if fi, err := os.Stat(plot); err != nil || fi.Size() == 0 {
 		t.Errorf("plot %s not written: %v", plot, err)
 	}
+	out.Reset()
+	if code := run([]string{"herding", "--train", "--examples", "400", "--epochs", "2", "--block", "20"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "corgipile-balance") {
+		t.Errorf("herding --train: exit %d, output:\n%s%s", code, out.String(), errOut.String())
+	}
 	if code := run([]string{"herding", "--balance-rule", "sometimes"}, &out, &errOut); code != 1 {
 		t.Errorf("an unknown --balance-rule exited %d, want 1", code)
 	}
