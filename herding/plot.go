@@ -55,14 +55,14 @@ func plotLines(path, title, xlabel, ylabel string, names []string, values [][]fl
 		p.Y.Tick.Marker = ticks125{}
 	}
 	p.Add(plotter.NewGrid())
+	// On the left, where no line is: below the bounds, which start high
+	// (log scale), or above the losses, which start low.
+	p.Legend.Left = true
 	p.Legend.Top = !logY
-	// With a log scale the bottom left is where the bounds have not
-	// fallen yet: no line there. A loss falls from the top left.
-	p.Legend.Left = logY
 	p.Legend.XOffs = vg.Points(8)
 	p.Legend.YOffs = vg.Points(8)
 	if !logY {
-		p.Legend.XOffs, p.Legend.YOffs = -vg.Points(8), -vg.Points(8)
+		p.Legend.YOffs = -vg.Points(8)
 	}
 	for mi, m := range names {
 		pts := make(plotter.XYs, len(values[mi]))
