@@ -137,6 +137,8 @@ func (pl *Planner) Stats() PlanStats {
 // Acquire returns the plan of part of parts in epoch, shared with every
 // other holder of the same part, until Release. It is computed when no one
 // holds it, from the epoch's sequence, itself computed once.
+// For a feedback strategy it may first wait for the previous epoch's
+// feedback (grab.go): callers that look ahead check Ready.
 func (pl *Planner) Acquire(epoch, part, parts int) (*Plan, error) {
 	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
 		return nil, fmt.Errorf("no part %d of %d in epoch %d", part, parts, epoch)

@@ -214,9 +214,14 @@ func (pl *Planner) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// ready reports whether the plans of epoch (of parts) can be made without
-// waiting for feedback.
-func (pl *Planner) ready(epoch, parts int) bool {
+// Ready reports whether the plans of epoch (of parts) can be made without
+// waiting for feedback. Acquire and Plan of a feedback strategy's epoch
+// wait, up to Params.FeedbackTimeout, for the previous epoch's feedback,
+// and then fix the epoch's order for good (a fallback is saved): code that
+// looks ahead (prefetch, eviction by next use) must ask Ready first and
+// skip an epoch that is not, or it would wait, and lock the epoch to a
+// random reshuffle before the trainer could send its feedback.
+func (pl *Planner) Ready(epoch, parts int) bool {
 	f := pl.p.Feedback
 	return !IsFeedback(pl.p.Strategy) || f == nil || epoch == 0 || f.Complete(epoch-1, parts)
 }

@@ -384,7 +384,7 @@ func (s *Stream) prefetch(g int) {
 	if len(units) < prefetchDepth {
 		// A feedback strategy's next epoch is planned once its feedback is
 		// complete: asking earlier would wait, under s.mu (grab.go).
-		if s.next == nil && !s.closed && s.pl.ready(s.plan.Epoch+1, s.plan.Parts) {
+		if s.next == nil && !s.closed && s.pl.Ready(s.plan.Epoch+1, s.plan.Parts) {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
 		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
