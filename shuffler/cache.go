@@ -24,6 +24,8 @@ import (
 // Local and pls also keep up to maxAssignments assignments of blocks to
 // parts (pls.go), 4 bytes a block each; a sequence of theirs shares an
 // assignment's memory, and SequenceBytes counts it once for each holder.
+// A feedback strategy's sequence also holds its epoch's orders (grab.go),
+// 4 bytes a record.
 // It is outside --max-memory, which counts loaded blocks; Stats reports it.
 
 // idleSequences is how many sequences no open plan uses are kept: the

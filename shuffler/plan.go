@@ -44,6 +44,12 @@
 // multiple of 16 below it; the assignments of multiples of 16 passed and of
 // the last epochs computed are kept, at most 8, so any epoch is derived
 // without keeping every earlier one.
+//
+// Feedback strategies (grab, cdgrab, corgipile-balance: grab.go) order
+// epoch e+1 from the vectors the trainer wrote back for epoch e, by
+// herding (package grab); their orders are pure functions of the saved
+// orders and the feedback, and are saved so that a remount serves the same
+// bytes.
 package shuffler
 
 import (
