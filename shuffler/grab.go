@@ -245,6 +245,9 @@ func (pl *Planner) feedbackOrders(seq *sequence, epoch, parts int) {
 			return
 		}
 		log := pl.logger().With("strategy", pl.p.Strategy, "epoch", epoch, "parts", parts)
+		if !f.Complete(epoch-1, parts) {
+			log.Info("waiting for the previous epoch's feedback", "previous_epoch", epoch-1, "timeout", pl.p.FeedbackTimeout)
+		}
 		if !f.WaitEpoch(pl.ctx, epoch-1, parts, pl.p.FeedbackTimeout) {
 			if pl.ctx.Err() != nil {
 				// Unmounting: the random order is neither counted nor

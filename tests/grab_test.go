@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corgifs/corgifs/corgifstest"
 	"github.com/corgifs/corgifs/grab"
@@ -274,4 +275,26 @@ func TestBalanceFlagsGiveClearErrors(t *testing.T) {
 			t.Errorf("corgifs %s: exit %d, stderr %q; want an error containing %q", strings.Join(args, " "), code, stderr, c.want)
 		}
 	}
+}
+
+// SIGTERM while an open waits for feedback unmounts within the stop
+// timeout (20 s), not after --feedback-timeout.
+func TestSIGTERMWhileAnOpenWaitsForFeedbackUnmounts(t *testing.T) {
+	src := idDataset(t, 200)
+	d := corgifstest.Mount(t, src, corgifstest.Strategy("grab"),
+		corgifstest.Args("--seed", "5", "--feedback-dim", "8", "--feedback-timeout", "10m"))
+	mustRead(t, d, 0, 0, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		os.ReadFile(d.Part(1, 0, 1)) // waits for epoch 0's feedback; fails or not at unmount
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(d.Log(), "waiting for the previous epoch's feedback"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the open of epoch 1 does not wait for feedback\n%s", d.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Unmount() // fails the test unless the daemon exits 0 within the stop timeout
+	<-done
 }
