@@ -190,13 +190,20 @@ func TestFeedbackOrdersAreTheBalancedOrdersOfThePreviousEpoch(t *testing.T) {
 // remount serves the epochs already planned from the saved orders, even
 // though the feedback they came from is gone.
 func TestSameFeedbackGivesTheSameNextOrderAlsoAfterARemount(t *testing.T) {
+	for _, rule := range []grab.Rule{grab.Deterministic, grab.Randomized} {
+		t.Run(rule.String(), func(t *testing.T) { sameFeedbackSameOrder(t, rule) })
+	}
+}
+
+func sameFeedbackSameOrder(t *testing.T, rule grab.Rule) {
 	ix := fixedIndex()
+	withRule := func(p *Params) { p.BalanceRule = rule }
 	for _, strategy := range feedbackStrategies {
 		const parts = 2
 		dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 		a, b := openStore(t, dirA, ix), openStore(t, dirB, ix)
-		pa := fbPlanner(t, ix, strategy, a, 1<<30, time.Hour)
-		pb := fbPlanner(t, ix, strategy, b, 1<<30, time.Hour)
+		pa := fbPlanner(t, ix, strategy, a, 1<<30, time.Hour, withRule)
+		pb := fbPlanner(t, ix, strategy, b, 1<<30, time.Hour, withRule)
 		var first [][][]int32
 		for epoch := range 3 {
 			sa, sb := servedEpoch(t, pa, epoch, parts), servedEpoch(t, pb, epoch, parts)
@@ -217,7 +224,7 @@ func TestSameFeedbackGivesTheSameNextOrderAlsoAfterARemount(t *testing.T) {
 		// after 100 ms.
 		a.Close()
 		a2 := openStore(t, dirA, ix)
-		pa2 := fbPlanner(t, ix, strategy, a2, 1<<30, 100*time.Millisecond)
+		pa2 := fbPlanner(t, ix, strategy, a2, 1<<30, 100*time.Millisecond, withRule)
 		for epoch := range 3 {
 			got := servedEpoch(t, pa2, epoch, parts)
 			for i := range parts {
