@@ -137,20 +137,43 @@ func checkLen(n, nvec, dim int) {
 	}
 }
 
+// Vectors writes the vector of the record at place j of part's served
+// order into dst (dim values). It lets the orders read vectors from where
+// they are kept (a store of the latest vector of every record) instead of
+// a copy in served order.
+type Vectors func(part, j int, dst []float32)
+
+// sliceVectors reads vecs[part][j*dim:(j+1)*dim].
+func sliceVectors(vecs [][]float32, dim int) Vectors {
+	return func(part, j int, dst []float32) { copy(dst, vecs[part][j*dim:(j+1)*dim]) }
+}
+
 // GraB balances the centred vectors (centre: the mean of the given
 // vectors, which the offline step knows exactly instead of the online
 // algorithm's stale mean) and returns the new order of served: the records
 // given +1 in served order, then the records given −1 in reverse order.
 func GraB(served []int32, vecs []float32, dim int, rule Rule, seed uint64) []int32 {
+	if len(served) > 0 {
+		checkLen(len(served), len(vecs), dim)
+	}
+	return GraBOf(served, sliceVectors([][]float32{vecs}, dim), dim, rule, seed)
+}
+
+// GraBOf is GraB reading the vectors through vec (part 0).
+func GraBOf(served []int32, vec Vectors, dim int, rule Rule, seed uint64) []int32 {
 	n := len(served)
 	out := make([]int32, n)
 	if n == 0 {
 		return out
 	}
-	checkLen(n, len(vecs), dim)
+	if dim <= 0 {
+		panic("grab: dim must be positive")
+	}
+	u := make([]float32, dim)
 	mean := make([]float64, dim)
 	for j := range n {
-		for k, x := range vecs[j*dim : (j+1)*dim] {
+		vec(0, j, u)
+		for k, x := range u {
 			mean[k] += float64(x)
 		}
 	}
@@ -161,8 +184,9 @@ func GraB(served []int32, vecs []float32, dim int, rule Rule, seed uint64) []int
 	if rule == Randomized {
 		var m float64
 		for j := range n {
+			vec(0, j, u)
 			var s float64
-			for k, x := range vecs[j*dim : (j+1)*dim] {
+			for k, x := range u {
 				d := float64(x) - mean[k]
 				s += d * d
 			}
@@ -172,7 +196,8 @@ func GraB(served []int32, vecs []float32, dim int, rule Rule, seed uint64) []int
 	}
 	left, right := 0, n-1
 	for j, id := range served {
-		if b.addCentred(vecs[j*dim:(j+1)*dim], mean) > 0 {
+		vec(0, j, u)
+		if b.addCentred(u, mean) > 0 {
 			out[left] = id
 			left++
 		} else {
@@ -203,6 +228,16 @@ func PairBalance(served []int32, vecs []float32, dim int, rule Rule, seed uint64
 // rounds while they have pairs left; a shorter part simply drops out of the
 // later rounds, so equal parts get exactly the paper's algorithm.
 func CDGraB(served [][]int32, vecs [][]float32, dim int, rule Rule, seed uint64) [][]int32 {
+	for i, s := range served {
+		if len(s) > 0 {
+			checkLen(len(s), len(vecs[i]), dim)
+		}
+	}
+	return CDGraBOf(served, sliceVectors(vecs, dim), dim, rule, seed)
+}
+
+// CDGraBOf is CDGraB reading the vectors through vec.
+func CDGraBOf(served [][]int32, vec Vectors, dim int, rule Rule, seed uint64) [][]int32 {
 	out := make([][]int32, len(served))
 	left := make([]int, len(served))
 	right := make([]int, len(served))
@@ -213,7 +248,6 @@ func CDGraB(served [][]int32, vecs [][]float32, dim int, rule Rule, seed uint64)
 		if n == 0 {
 			continue
 		}
-		checkLen(n, len(vecs[i]), dim)
 		right[i] = n - 1
 		if n%2 == 1 {
 			out[i][n-1] = s[n-1]
@@ -224,13 +258,17 @@ func CDGraB(served [][]int32, vecs [][]float32, dim int, rule Rule, seed uint64)
 	if pairs == 0 {
 		return out
 	}
+	if dim <= 0 {
+		panic("grab: dim must be positive")
+	}
+	u, w := make([]float32, dim), make([]float32, dim)
 	b := newBalancer(dim, rule, seed)
 	if rule == Randomized {
 		var m float64
 		for i, s := range served {
-			v := vecs[i]
 			for t := range len(s) / 2 {
-				u, w := v[2*t*dim:(2*t+1)*dim], v[(2*t+1)*dim:(2*t+2)*dim]
+				vec(i, 2*t, u)
+				vec(i, 2*t+1, w)
 				var sq float64
 				for k, x := range u {
 					d := float64(x) - float64(w[k])
@@ -246,9 +284,10 @@ func CDGraB(served [][]int32, vecs [][]float32, dim int, rule Rule, seed uint64)
 			if 2*t+1 >= len(s) {
 				continue
 			}
-			v := vecs[i]
+			vec(i, 2*t, u)
+			vec(i, 2*t+1, w)
 			first, second := s[2*t], s[2*t+1]
-			if b.addDiff(v[2*t*dim:(2*t+1)*dim], v[(2*t+1)*dim:(2*t+2)*dim]) < 0 {
+			if b.addDiff(u, w) < 0 {
 				first, second = second, first
 			}
 			out[i][left[i]] = first

@@ -356,35 +356,91 @@ func (pl *Planner) saveOrders(fb *fbOrders, epoch, parts int, log *slog.Logger) 
 	}
 }
 
+// servedLister is an optional capability of a Feedback, found by type
+// assertion: the served record ids of an accepted upload, without its
+// vectors. With it grab and cdgrab read every vector from LatestInto (when
+// it is the previous epoch's) and hold no copy of the epoch's vectors;
+// without it they read Epoch's copy (records × dim × 4 bytes, outside
+// --max-memory, while the orders are computed): one part at a time for
+// grab, all parts at once for cdgrab.
+type servedLister interface {
+	Served(epoch, part, parts int) ([]int32, bool)
+}
+
+// partFeedback is one part's feedback of the previous epoch.
+type partFeedback struct {
+	ids  []int32   // the part's own records in served order (no padding)
+	vecs []float32 // len(ids)·dim values in served order; nil: LatestInto
+}
+
+// feedbackOf returns the feedback of part of parts in epoch, whose records
+// are set (sorted), and its dimension; false if it does not cover the
+// part's records exactly (it was read with other parameters).
+func (pl *Planner) feedbackOf(epoch, part, parts int, set []int32) (partFeedback, int, bool) {
+	f := pl.p.Feedback
+	n := len(set)
+	// Padding (EqualParts) follows the part's own records.
+	if sl, ok := f.(servedLister); ok {
+		ids, ok := sl.Served(epoch, part, parts)
+		if dim := f.Dim(); ok && dim > 0 && len(ids) >= n && isPermutationOf(ids[:n], set) {
+			v := make([]float32, dim)
+			latest := true
+			for _, id := range ids[:n] {
+				if f.LatestInto(v, id) != epoch {
+					latest = false // a newer upload (of another K) came
+					break
+				}
+			}
+			if latest {
+				return partFeedback{ids: ids[:n]}, dim, true
+			}
+		}
+	}
+	ids, v, d, ok := f.Epoch(epoch, part, parts)
+	if !ok || len(ids) < n || !isPermutationOf(ids[:n], set) {
+		return partFeedback{}, 0, false
+	}
+	return partFeedback{ids: ids[:n], vecs: v[:n*d]}, d, true
+}
+
 // balanceParts computes grab's or cdgrab's orders of epoch from the
 // feedback of epoch-1. A part whose feedback does not cover its records
-// exactly (it was read with other parameters) gets a random reshuffle.
+// exactly gets a random reshuffle.
 func (pl *Planner) balanceParts(seq *sequence, fb *fbOrders, epoch, parts int, log *slog.Logger) {
 	f := pl.p.Feedback
 	rule := pl.p.BalanceRule
-	var served [][]int32
-	var vecs [][]float32
+	var feeds []partFeedback
 	var which []int
 	dim := 0
+	vec := func(part, j int, dst []float32) {
+		if p := &feeds[part]; p.vecs != nil {
+			copy(dst, p.vecs[j*dim:(j+1)*dim])
+		} else {
+			f.LatestInto(dst, p.ids[j])
+		}
+	}
 	for i := range parts {
 		set := pl.partRecords(blocksOf(seq, i))
-		ids, v, d, ok := f.Epoch(epoch-1, i, parts)
-		// Padding (EqualParts) follows the part's own records.
-		if !ok || len(ids) < len(set) || (dim != 0 && d != dim) || !isPermutationOf(ids[:len(set)], set) {
-			log.Warn("feedback does not match the part's records: serving it a random reshuffle", "part", i, "got", len(ids), "want", len(set))
+		p, d, ok := pl.feedbackOf(epoch-1, i, parts, set)
+		if !ok || (dim != 0 && d != dim) {
+			log.Warn("feedback does not match the part's records: serving it a random reshuffle", "part", i, "records", len(set))
 			fb.orders[i] = pl.reshuffle(seq, epoch, i, parts)
 			continue
 		}
 		dim = d
-		n := len(set)
 		if pl.p.Strategy == "grab" {
-			fb.orders[i] = grab.GraB(ids[:n], v[:n*d], d, rule, Derive(pl.p.Seed, purposeBalance, uint64(epoch), uint64(parts), uint64(i)))
+			feeds = append(feeds[:0], p) // one part's copy at a time
+			fb.orders[i] = grab.GraBOf(p.ids, vec, dim, rule, Derive(pl.p.Seed, purposeBalance, uint64(epoch), uint64(parts), uint64(i)))
 			continue
 		}
-		served, vecs, which = append(served, ids[:n]), append(vecs, v[:n*d]), append(which, i)
+		feeds, which = append(feeds, p), append(which, i)
 	}
-	if len(served) > 0 {
-		out := grab.CDGraB(served, vecs, dim, rule, Derive(pl.p.Seed, purposeBalance, uint64(epoch), uint64(parts)))
+	if pl.p.Strategy == "cdgrab" && len(feeds) > 0 {
+		served := make([][]int32, len(feeds))
+		for k := range feeds {
+			served[k] = feeds[k].ids
+		}
+		out := grab.CDGraBOf(served, vec, dim, rule, Derive(pl.p.Seed, purposeBalance, uint64(epoch), uint64(parts)))
 		for k, i := range which {
 			fb.orders[i] = out[k]
 		}

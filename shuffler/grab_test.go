@@ -155,12 +155,28 @@ func TestFeedbackStrategiesServeEveryRecordOncePerEpoch(t *testing.T) {
 
 // The order of epoch 1 is the paper's: GraB over epoch 0's vectors in
 // served order for grab, CD-GraB over all parts for cdgrab.
+// Both ways of reading the vectors give it: a copy of the epoch's
+// (Feedback.Epoch) and, with the optional Served, the store's latest
+// vectors in place.
 func TestFeedbackOrdersAreTheBalancedOrdersOfThePreviousEpoch(t *testing.T) {
 	ix := fixedIndex()
-	for _, strategy := range []string{"grab", "cdgrab"} {
+	for _, c := range []struct {
+		strategy string
+		latest   bool
+	}{{"grab", false}, {"cdgrab", false}, {"grab", true}, {"cdgrab", true}} {
+		strategy := c.strategy
 		const parts = 2
 		s := openStore(t, t.TempDir(), ix)
-		pl := fbPlanner(t, ix, strategy, s, 1<<30, time.Hour)
+		var src Feedback = s
+		if c.latest {
+			src = servedStore{s}
+		}
+		pl, err := NewPlanner(ix, Params{Strategy: strategy, Seed: 11, Buffer: BufferSize{Percent: 30}, MaxMemory: 1 << 30,
+			Feedback: src, FeedbackTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pl.Close)
 		served := servedEpoch(t, pl, 0, parts)
 		upload(t, s, 0, served)
 		vecs := make([][]float32, parts)
@@ -184,6 +200,15 @@ func TestFeedbackOrdersAreTheBalancedOrdersOfThePreviousEpoch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// servedStore gives the store the optional Served (grab.go), from the
+// ids Epoch returns.
+type servedStore struct{ *feedback.Store }
+
+func (s servedStore) Served(epoch, part, parts int) ([]int32, bool) {
+	ids, _, _, ok := s.Epoch(epoch, part, parts)
+	return ids, ok
 }
 
 // Two mounts given the same feedback serve the same next epochs, and a
