@@ -59,7 +59,7 @@ type Upload struct {
 	f      *os.File
 	tmp    string
 	spans  []span // bytes written, sorted and merged
-	failed string // why a write was refused
+	failed error  // the refusal of a write, which Close returns
 	closed bool
 	err    error // the result of Close
 }
@@ -116,21 +116,22 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 	if u.closed {
 		return 0, u.s.refuseOther(u.k, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off), ErrClosed)
 	}
-	if u.failed != "" {
-		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
+	if u.failed != nil {
+		return 0, u.failed
 	}
 	if off < 0 || off+int64(len(p)) > u.limit {
-		u.failed = fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
-			len(p), off, u.limit, len(u.served), u.s.maxDim)
-		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
+		// Refused at once, so that the status says why the write failed.
+		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
+			len(p), off, u.limit, len(u.served), u.s.maxDim))
+		return 0, u.failed
 	}
 	n, err := u.f.WriteAt(p, off)
 	if n > 0 {
 		u.spans = addSpan(u.spans, span{off, off + int64(n)})
 	}
 	if err != nil {
-		u.failed = fmt.Sprintf("cannot stage the upload in the cache directory: %v", err)
-		return n, &refusal{msg: u.failed}
+		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
+		return n, u.failed
 	}
 	return n, nil
 }
@@ -191,8 +192,8 @@ func (u *Upload) closeLocked() error {
 		size = u.spans[len(u.spans)-1].hi
 	}
 	n := int64(len(u.served))
-	if u.failed != "" {
-		return u.s.refuse(u.k, u.tmp, u.failed)
+	if u.failed != nil {
+		return u.failed
 	}
 	if size < HeaderSize || u.spans[0].lo > 0 || u.spans[0].hi < HeaderSize {
 		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("no header: the file must start with the %d-byte header (%q, version, dimension, 0); %d bytes arrived", HeaderSize, Magic, size))
