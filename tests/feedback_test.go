@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,5 +232,52 @@ func TestFeedbackThatCannotFitInMaxMemoryIsRefusedAtMount(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(string(out), "1000 records × (4 × 1000 + 12) bytes = 3.8 MiB") {
 		t.Fatalf("mount: %v\n%s", err, out)
+	}
+}
+
+// TestLogRegFeedbackExampleTrainsThroughAFeedbackMount runs
+// examples/pytorch/logreg_feedback.py on a feedback mount: every epoch
+// serves each record once, the feedback of every epoch is accepted (none
+// falls back to a random reshuffle), and the full training loss falls.
+func TestLogRegFeedbackExampleTrainsThroughAFeedbackMount(t *testing.T) {
+	torchOK(t)
+	const records, epochs = 2000, 3
+	src := genSynthetic(t, records, 18, 2, 2, "clustered")
+	m := feedbackMount(t, src, append(smallFlags, "--feedback-dim", "19")...)
+	out := filepath.Join(t.TempDir(), "report.json")
+	stdout := runPython(t, "../examples/pytorch/logreg_feedback.py", "--mount", m.dir, "--epochs", strconv.Itoa(epochs), "--report", out)
+	t.Logf("logreg_feedback.py:\n%s", stdout)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Epochs []struct {
+			Records   int
+			TrainLoss float64 `json:"train_loss"`
+			IDs       []int64 `json:"ids"`
+		}
+		Feedback struct{ Accepted, Refused, Fallbacks int }
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Epochs) != epochs {
+		t.Fatalf("%d epochs in the report, want %d", len(r.Epochs), epochs)
+	}
+	for e, ep := range r.Epochs {
+		seen := map[int64]bool{}
+		for _, id := range ep.IDs {
+			seen[id] = true
+		}
+		if ep.Records != records || len(seen) != records {
+			t.Errorf("epoch %d: %d records, %d distinct, want %d", e, ep.Records, len(seen), records)
+		}
+	}
+	if r.Feedback.Accepted != epochs || r.Feedback.Refused != 0 || r.Feedback.Fallbacks != 0 {
+		t.Errorf("feedback: %+v, want %d accepted and nothing else", r.Feedback, epochs)
+	}
+	if first, last := r.Epochs[0].TrainLoss, r.Epochs[epochs-1].TrainLoss; !(last < first) {
+		t.Errorf("full training loss %v after epoch 0, %v after epoch %d: did not fall", first, last, epochs-1)
 	}
 }
