@@ -281,3 +281,20 @@ func TestLogRegFeedbackExampleTrainsThroughAFeedbackMount(t *testing.T) {
 		t.Errorf("full training loss %v after epoch 0, %v after epoch %d: did not fall", first, last, epochs-1)
 	}
 }
+
+// TestOnlyFeedbackStrategiesTakeFeedbackFiles: a mount of another
+// strategy has no feedback directory and stays read-only for the kernel.
+func TestOnlyFeedbackStrategiesTakeFeedbackFiles(t *testing.T) {
+	src := genSynthetic(t, 500, 8, 2, 1, "clustered")
+	m := startMount(t, src, smallFlags...)
+	fb := filepath.Join(m.dir, ".corgifs", "feedback")
+	if _, err := os.Stat(fb); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat %s: got %v, want ENOENT", fb, err)
+	}
+	if err := os.WriteFile(filepath.Join(fb, "epoch-0000", "part-00000-of-00001.f32"), feedbackFile("CGFB", 1, 2, 500), 0o644); err == nil {
+		t.Error("a feedback file was written to a corgipile mount")
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, ".corgifs", "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create in .corgifs: got %v, want EROFS", err)
+	}
+}

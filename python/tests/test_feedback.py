@@ -4,6 +4,7 @@ hook CORGIFS_TEST_FEEDBACK=1)."""
 
 import errno
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -17,7 +18,7 @@ from conftest import FLAGS, RECORDS
 def feedback_mount(mounter, source, corgifs_bin):
     helptext = subprocess.run([corgifs_bin, "mount", "-h"], capture_output=True, text=True).stderr
     flags = (*FLAGS, "--parts", "1", "--feedback-dim", "16")
-    if "\n  grab " in helptext:
+    if re.search(r"^\s+grab\s", helptext, re.M):
         return mounter(source, *flags, "--strategy", "grab")
     old = os.environ.get("CORGIFS_TEST_FEEDBACK")
     os.environ["CORGIFS_TEST_FEEDBACK"] = "1"
