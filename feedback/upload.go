@@ -260,21 +260,25 @@ func (s *Store) accept(u *Upload, d int) error {
 	defer s.mu.Unlock()
 	if s.dim == 0 {
 		s.dim = d
-		s.latest = make([]float32, s.records*int64(d))
-		s.stamp = make([]int32, s.records)
+		if s.keep {
+			s.latest = make([]float32, s.records*int64(d))
+			s.stamp = make([]int32, s.records)
+		}
 	} else if s.dim != d {
 		// Another upload of another dimension was accepted meanwhile.
 		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, s.dim))
 	}
-	stamp := int32(min(u.k.epoch+1, math.MaxInt32))
-	if err := s.readVectors(u.tmp, d, len(u.served), func(i int, v []float32) {
-		id := u.served[i]
-		if s.stamp[id] <= stamp {
-			copy(s.latest[int(id)*d:], v)
-			s.stamp[id] = stamp
+	if s.keep {
+		stamp := int32(min(u.k.epoch+1, math.MaxInt32))
+		if err := s.readVectors(u.tmp, d, len(u.served), func(i int, v []float32) {
+			id := u.served[i]
+			if s.stamp[id] <= stamp {
+				copy(s.latest[int(id)*d:], v)
+				s.stamp[id] = stamp
+			}
+		}); err != nil {
+			return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 		}
-	}); err != nil {
-		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 	}
 	if err := s.dir.Rename(u.tmp, name); err != nil {
 		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot keep the upload in the cache directory: %v", err))
