@@ -62,7 +62,7 @@ type Options struct {
 	// the vectors that Epoch returns. For strategies that read Epoch only
 	// (grab, cdgrab; corgipile-balance reads the latest vectors).
 	EpochsOnly bool
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Store holds the feedback of one mount. Its methods are safe for
