@@ -406,3 +406,19 @@ func TestEpochsOnlyKeepsNoVectorInMemory(t *testing.T) {
 		t.Fatalf("stats %+v: only the served ids should be held", st)
 	}
 }
+
+func TestRefusalsForEverNewPartsDoNotGrowTheStore(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	for e := range 3 * maxRefusals {
+		u, err := s.Begin(e, 0, 1, []int32{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Close(); err == nil {
+			t.Fatal("an empty file was accepted")
+		}
+	}
+	if st := s.Status(); len(st.Parts) != maxRefusals || len(st.Refusals) != maxRefusals || st.Refused != 3*maxRefusals {
+		t.Fatalf("%d parts and %d refusals kept, %d counted", len(st.Parts), len(st.Refusals), st.Refused)
+	}
+}

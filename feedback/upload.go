@@ -167,25 +167,6 @@ func (u *Upload) Close() error {
 	return u.err
 }
 
-// Abort drops the upload without a verdict (the file system is going
-// away); the part may be written again.
-func (u *Upload) Abort() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		return
-	}
-	u.closed = true
-	u.err = ErrClosed
-	u.f.Close()
-	u.s.dir.Remove(u.tmp)
-	u.s.mu.Lock()
-	if p := u.s.parts[u.k]; p != nil && p.state == stateReceiving {
-		delete(u.s.parts, u.k)
-	}
-	u.s.mu.Unlock()
-}
-
 func (u *Upload) closeLocked() error {
 	var size int64
 	if len(u.spans) > 0 {
@@ -364,12 +345,34 @@ func (s *Store) refuseLocked(k key, tmp, reason string) error {
 	}
 	if p.state != stateAccepted {
 		*p = partState{state: stateRefused, records: p.records, reason: reason, at: time.Now()}
+		s.forgetRefusedLocked()
 	}
 	var kind error
 	if strings.HasPrefix(reason, budgetReason) {
 		kind = ErrTooLarge
 	}
 	return s.noteLocked(k, "", reason, kind)
+}
+
+// forgetRefusedLocked keeps at most maxRefusals refused parts, forgetting
+// the oldest, so that uploads refused for ever new names cannot grow the
+// store (the refusals list keeps their reasons).
+func (s *Store) forgetRefusedLocked() {
+	var n int
+	var oldest key
+	var at time.Time
+	for k, p := range s.parts {
+		if p.state != stateRefused {
+			continue
+		}
+		n++
+		if at.IsZero() || p.at.Before(at) {
+			oldest, at = k, p.at
+		}
+	}
+	if n > maxRefusals {
+		delete(s.parts, oldest)
+	}
 }
 
 // refuseOther records a refusal that leaves the part's state alone (a
