@@ -30,10 +30,14 @@ const (
 	HeaderSize = 16
 )
 
-// Bound is the memory the store holds at most for records records of
-// dimension dim: the latest vector of every record (records × d × 4 bytes),
-// the epoch it came from (4 bytes a record) and the served record ids of
-// the two epochs kept for the strategies (8 bytes a record).
+// Bound is the memory that feedback of dimension dim for records records
+// takes at most: records × d × 4 bytes of vectors, either the latest
+// vector of every record (unless Options.EpochsOnly) or those of one epoch while a
+// strategy computes the next epoch's orders from them (Store.Epoch
+// returns them from disk, for the caller to drop when done), then 4 bytes
+// a record for the epoch each latest vector came from and 8 for the served
+// record ids of the two epochs kept. (A trainer that uploads one epoch
+// with several part counts K adds 4 bytes a record for each.)
 func Bound(records int64, dim int) int64 { return records * (4*int64(dim) + 12) }
 
 // Options configure a Store.
@@ -53,7 +57,12 @@ type Options struct {
 	// of the mount.
 	Dim     int
 	Records int64 // records of the dataset
-	Logger  *slog.Logger
+	// EpochsOnly keeps no latest vector of each record in memory: Latest
+	// and LatestInto then find none, and the memory of Bound is left to
+	// the vectors that Epoch returns. For strategies that read Epoch only
+	// (grab, cdgrab; corgipile-balance reads the latest vectors).
+	EpochsOnly bool
+	Logger     *slog.Logger
 }
 
 // Store holds the feedback of one mount. Its methods are safe for
@@ -64,6 +73,7 @@ type Store struct {
 	records int64
 	maxDim  int
 	budget  int64
+	keep    bool // !Options.EpochsOnly
 
 	mu sync.Mutex
 	// dim is fixed by the first accepted upload; 0 until then.
@@ -140,7 +150,7 @@ func Open(o Options) (*Store, error) {
 	if err := dir.RemoveTemps(uploadPrefix, 24*time.Hour); err != nil {
 		o.Logger.Warn("could not remove the uploads a previous mount left unfinished", "dir", dir.Path(), "err", err)
 	}
-	s := &Store{dir: dir, log: o.Logger, records: o.Records, maxDim: maxDim, budget: budget,
+	s := &Store{dir: dir, log: o.Logger, records: o.Records, maxDim: maxDim, budget: budget, keep: !o.EpochsOnly,
 		parts: make(map[key]*partState), newest: -1, changed: make(chan struct{})}
 	s.stats.MaxDim, s.stats.Records, s.stats.BytesReserved = maxDim, o.Records, Bound(o.Records, maxDim)
 	return s, nil
@@ -161,7 +171,7 @@ func (s *Store) Dim() int {
 func (s *Store) MaxDim() int { return s.maxDim }
 
 // Latest returns a copy of the latest vector received for record id, nil
-// if none was.
+// if none was (or the store keeps none: Options.EpochsOnly).
 func (s *Store) Latest(id int32) []float32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -386,3 +386,39 @@ func slicesEqual(a, b []int32) bool {
 	}
 	return true
 }
+
+func TestEpochsOnlyKeepsNoVectorInMemory(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), Records: 10, Dim: 4, EpochsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := upload(t, s, 0, 0, 1, []int32{2, 0, 1}, file(Magic, 1, 4, 0, vectors(3, 4, 1)), 16, false); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Latest(2); v != nil {
+		t.Fatalf("Latest = %v with EpochsOnly", v)
+	}
+	if _, vecs, dim, ok := s.Epoch(0, 0, 1); !ok || dim != 4 || vecs[4] != 2 {
+		t.Fatalf("Epoch: ok %v dim %d vecs %v", ok, dim, vecs)
+	}
+	if st := s.Stats(); st.BytesHeld != 3*4 || st.Dim != 4 {
+		t.Fatalf("stats %+v: only the served ids should be held", st)
+	}
+}
+
+func TestRefusalsForEverNewPartsDoNotGrowTheStore(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	for e := range 3 * maxRefusals {
+		u, err := s.Begin(e, 0, 1, []int32{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Close(); err == nil {
+			t.Fatal("an empty file was accepted")
+		}
+	}
+	if st := s.Status(); len(st.Parts) != maxRefusals || len(st.Refusals) != maxRefusals || st.Refused != 3*maxRefusals {
+		t.Fatalf("%d parts and %d refusals kept, %d counted", len(st.Parts), len(st.Refusals), st.Refused)
+	}
+}

@@ -59,7 +59,7 @@ type Upload struct {
 	f      *os.File
 	tmp    string
 	spans  []span // bytes written, sorted and merged
-	failed string // why a write was refused
+	failed error  // the refusal of a write, which Close returns
 	closed bool
 	err    error // the result of Close
 }
@@ -116,21 +116,22 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 	if u.closed {
 		return 0, u.s.refuseOther(u.k, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off), ErrClosed)
 	}
-	if u.failed != "" {
-		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
+	if u.failed != nil {
+		return 0, u.failed
 	}
 	if off < 0 || off+int64(len(p)) > u.limit {
-		u.failed = fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
-			len(p), off, u.limit, len(u.served), u.s.maxDim)
-		return 0, &refusal{msg: u.failed, kind: ErrTooLarge}
+		// Refused at once, so that the status says why the write failed.
+		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
+			len(p), off, u.limit, len(u.served), u.s.maxDim))
+		return 0, u.failed
 	}
 	n, err := u.f.WriteAt(p, off)
 	if n > 0 {
 		u.spans = addSpan(u.spans, span{off, off + int64(n)})
 	}
 	if err != nil {
-		u.failed = fmt.Sprintf("cannot stage the upload in the cache directory: %v", err)
-		return n, &refusal{msg: u.failed}
+		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
+		return n, u.failed
 	}
 	return n, nil
 }
@@ -166,33 +167,14 @@ func (u *Upload) Close() error {
 	return u.err
 }
 
-// Abort drops the upload without a verdict (the file system is going
-// away); the part may be written again.
-func (u *Upload) Abort() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		return
-	}
-	u.closed = true
-	u.err = ErrClosed
-	u.f.Close()
-	u.s.dir.Remove(u.tmp)
-	u.s.mu.Lock()
-	if p := u.s.parts[u.k]; p != nil && p.state == stateReceiving {
-		delete(u.s.parts, u.k)
-	}
-	u.s.mu.Unlock()
-}
-
 func (u *Upload) closeLocked() error {
 	var size int64
 	if len(u.spans) > 0 {
 		size = u.spans[len(u.spans)-1].hi
 	}
 	n := int64(len(u.served))
-	if u.failed != "" {
-		return u.s.refuse(u.k, u.tmp, u.failed)
+	if u.failed != nil {
+		return u.failed
 	}
 	if size < HeaderSize || u.spans[0].lo > 0 || u.spans[0].hi < HeaderSize {
 		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("no header: the file must start with the %d-byte header (%q, version, dimension, 0); %d bytes arrived", HeaderSize, Magic, size))
@@ -259,21 +241,25 @@ func (s *Store) accept(u *Upload, d int) error {
 	defer s.mu.Unlock()
 	if s.dim == 0 {
 		s.dim = d
-		s.latest = make([]float32, s.records*int64(d))
-		s.stamp = make([]int32, s.records)
+		if s.keep {
+			s.latest = make([]float32, s.records*int64(d))
+			s.stamp = make([]int32, s.records)
+		}
 	} else if s.dim != d {
 		// Another upload of another dimension was accepted meanwhile.
 		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, s.dim))
 	}
-	stamp := int32(min(u.k.epoch+1, math.MaxInt32))
-	if err := s.readVectors(u.tmp, d, len(u.served), func(i int, v []float32) {
-		id := u.served[i]
-		if s.stamp[id] <= stamp {
-			copy(s.latest[int(id)*d:], v)
-			s.stamp[id] = stamp
+	if s.keep {
+		stamp := int32(min(u.k.epoch+1, math.MaxInt32))
+		if err := s.readVectors(u.tmp, d, len(u.served), func(i int, v []float32) {
+			id := u.served[i]
+			if s.stamp[id] <= stamp {
+				copy(s.latest[int(id)*d:], v)
+				s.stamp[id] = stamp
+			}
+		}); err != nil {
+			return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 		}
-	}); err != nil {
-		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 	}
 	if err := s.dir.Rename(u.tmp, name); err != nil {
 		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot keep the upload in the cache directory: %v", err))
@@ -359,12 +345,34 @@ func (s *Store) refuseLocked(k key, tmp, reason string) error {
 	}
 	if p.state != stateAccepted {
 		*p = partState{state: stateRefused, records: p.records, reason: reason, at: time.Now()}
+		s.forgetRefusedLocked()
 	}
 	var kind error
 	if strings.HasPrefix(reason, budgetReason) {
 		kind = ErrTooLarge
 	}
 	return s.noteLocked(k, "", reason, kind)
+}
+
+// forgetRefusedLocked keeps at most maxRefusals refused parts, forgetting
+// the oldest, so that uploads refused for ever new names cannot grow the
+// store (the refusals list keeps their reasons).
+func (s *Store) forgetRefusedLocked() {
+	var n int
+	var oldest key
+	var at time.Time
+	for k, p := range s.parts {
+		if p.state != stateRefused {
+			continue
+		}
+		n++
+		if at.IsZero() || p.at.Before(at) {
+			oldest, at = k, p.at
+		}
+	}
+	if n > maxRefusals {
+		delete(s.parts, oldest)
+	}
 }
 
 // refuseOther records a refusal that leaves the part's state alone (a

@@ -204,6 +204,7 @@ var (
 
 func (n *fbFileNode) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o600
+	a.Nlink = 1
 	setTimes(a, n.root.mtime)
 }
 

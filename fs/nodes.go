@@ -174,6 +174,9 @@ var (
 
 func (p *partNode) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
+	// One link: with none, link(2) on a read-write (feedback) mount fails
+	// ENOENT in the kernel before readOnly can answer EROFS.
+	a.Nlink = 1
 	a.Size = uint64(p.size)
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = 1 << 20
@@ -410,6 +413,7 @@ var (
 
 func (f *ctlFile) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
 	a.Size = uint64(len(f.content()))
 	setTimes(a, f.mtime)
 }

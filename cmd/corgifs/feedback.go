@@ -65,7 +65,10 @@ func (d *datasetFlags) openFeedback(ix *blockcache.Index, seed uint64, need int6
 		root = ""
 	}
 	dir := filepath.Join(d.cacheDir, "feedback-"+hex.EncodeToString(h.Sum(nil)[:12]))
-	st, err := feedback.Open(feedback.Options{Dir: dir, Root: root, MaxBytes: bound, Dim: d.feedbackDim, Records: ix.Records, Logger: log})
+	// Only corgipile-balance reads the latest vectors; grab and cdgrab
+	// read an epoch's from disk, within the same bound.
+	epochsOnly := d.strategy == "grab" || d.strategy == "cdgrab"
+	st, err := feedback.Open(feedback.Options{Dir: dir, Root: root, MaxBytes: bound, Dim: d.feedbackDim, Records: ix.Records, EpochsOnly: epochsOnly, Logger: log})
 	if err != nil {
 		return err
 	}
