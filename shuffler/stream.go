@@ -317,7 +317,11 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	v.src = slices.Grow(v.src[:0], n)[:n]
 	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
-	if b.Shuffle {
+	if b.Perm != nil {
+		for i, k := range b.Perm {
+			s.perm[i] = uint32(k)
+		}
+	} else if b.Shuffle {
 		permute(s.perm, b.Seed)
 	} else {
 		for i := range s.perm {
@@ -376,7 +380,9 @@ func (s *Stream) prefetch(g int) {
 		units = append(units, s.plan.Buffers[i].Unit())
 	}
 	if len(units) < depth {
-		if s.next == nil && !s.closed {
+		// A feedback strategy's next epoch is planned once its feedback is
+		// complete: asking earlier would wait, under s.mu (grab.go).
+		if s.next == nil && !s.closed && s.pl.Ready(s.plan.Epoch+1, s.plan.Parts) {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
 		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < depth; i++ {
@@ -390,6 +396,7 @@ func (s *Stream) prefetch(g int) {
 // length, Stored the length of its bytes in the file, which is shorter for
 // the last record of a text file without a line end (see formats.Head.Tail).
 type RecordRef struct {
+	ID     int32 // the record's id in the index (Index.Record)
 	File   int32
 	Offset int64
 	Len    int64
@@ -424,7 +431,11 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 			}
 		}
 		perm = slices.Grow(perm[:0], len(ids))[:len(ids)]
-		if b.Shuffle {
+		if b.Perm != nil {
+			for i, k := range b.Perm {
+				perm[i] = uint32(k)
+			}
+		} else if b.Shuffle {
 			permute(perm, b.Seed)
 		} else {
 			for i := range perm {
@@ -437,7 +448,7 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 			if h := &ix.Files[f].Head; len(h.Tail) > 0 && off+n > h.End {
 				stored -= int64(len(h.Tail))
 			}
-			if err := fn(RecordRef{File: f, Offset: off, Len: n, Stored: stored}); err != nil {
+			if err := fn(RecordRef{ID: ids[k], File: f, Offset: off, Len: n, Stored: stored}); err != nil {
 				return err
 			}
 		}

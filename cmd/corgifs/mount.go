@@ -38,9 +38,13 @@ type info struct {
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
 	Padded int `json:"equal_parts_padding_epoch0"`
 	// --partition and --exchange, for local and pls only.
-	Partition string      `json:"partition,omitempty"`
-	Exchange  *float64    `json:"exchange,omitempty"`
-	Dataset   datasetInfo `json:"dataset"`
+	Partition string   `json:"partition,omitempty"`
+	Exchange  *float64 `json:"exchange,omitempty"`
+	// BalanceRule and FeedbackTimeout are the feedback strategies'
+	// (grab, cdgrab, corgipile-balance).
+	BalanceRule     string      `json:"balance_rule,omitempty"`
+	FeedbackTimeout float64     `json:"feedback_timeout_seconds,omitempty"`
+	Dataset         datasetInfo `json:"dataset"`
 	// The records' format and what a reader of the served parts needs:
 	// the parts' extension, whether they start with a CSV header row,
 	// the size of fixed records. Parts of fixed records have no file
@@ -86,6 +90,9 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
+	}
+	if shuffler.IsFeedback(p.Strategy) {
+		in.BalanceRule, in.FeedbackTimeout = p.BalanceRule.String(), p.FeedbackTimeout.Seconds()
 	}
 	if shuffler.Partitioned(p.Strategy) {
 		in.Partition, in.Exchange = p.Partition, &p.Exchange
@@ -207,7 +214,7 @@ the next).`, stderr)
 	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: in, AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
@@ -227,6 +234,7 @@ the next).`, stderr)
 	case <-ctx.Done():
 	}
 	rd.stopping()
+	pl.Close() // an open waiting for feedback gives up now, not at --feedback-timeout
 	log.Info("signal received, unmounting", "signal", signalOf(ctx), "mountpoint", mnt)
 	return shutdown(srv, mnt, done, again, log)
 }
