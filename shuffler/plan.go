@@ -112,11 +112,12 @@ type Buffer struct {
 	Count   int    // records in the buffer
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
+	Epoch   int    // of the plan: the loader counts the buffer's bytes under it
 }
 
 // Unit is what the loader reads for the buffer.
 func (b *Buffer) Unit() blockcache.Unit {
-	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records}
+	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records, Epoch: b.Epoch}
 }
 
 // Plan is the order of one part of one epoch. A served part is the
@@ -197,6 +198,7 @@ type Planner struct {
 	p        Params
 	strategy strategy
 	cache    planCache
+	uses     uses // of the parts readers opened, for NextUse
 }
 
 // NewPlanner checks the parameters against the index.
@@ -301,6 +303,7 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	p.Epilogue = f.AppendEpilogue(nil, pl.ix.Head)
 	for i := range p.Buffers {
 		p.Buffers[i].Start += int64(len(p.Prologue))
+		p.Buffers[i].Epoch = epoch
 	}
 	p.Size += int64(len(p.Prologue) + len(p.Epilogue))
 	return p

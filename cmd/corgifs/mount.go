@@ -131,6 +131,8 @@ parts of an epoch hold every record once.`, stderr)
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
 	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	var dc diskCacheFlags
+	dc.register(fset)
 	var sys sysFlags
 	sys.register(fset)
 	pos, err := parse(fset, args, 2)
@@ -186,6 +188,10 @@ parts of an epoch hold every record once.`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
+	if lo.DiskCache, err = dc.open(ix, pl, log); err != nil {
+		return err
+	}
+	defer lo.DiskCache.Close()
 	ld := blockcache.NewLoader(ix, lo)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)

@@ -1,0 +1,123 @@
+package blockcache
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// NextUse says when the blocks of an index are read next, from the plans
+// of what a mount serves: corgifs knows every future order, so the disk
+// cache can evict by Belady's rule, the entry read again farthest in the
+// future first, where LRU would evict the one read longest ago. The upper
+// layer (shuffler.Planner.NextUse) implements it; blockcache never looks
+// at plans itself.
+//
+// Times are UseTime(epoch, pos): epochs first, then a position within the
+// epoch, which the implementation scales so that the parts a mount serves,
+// read at the same pace, are at the same position at the same time.
+type NextUse interface {
+	// Next returns the first time strictly after after at which block is
+	// read, or Never if no plan known reads it again.
+	Next(block int32, after int64) int64
+}
+
+// Never is the time NextUse gives a block no known plan reads again.
+const Never int64 = math.MaxInt64
+
+// UseTime returns the time of position pos within epoch.
+func UseTime(epoch int, pos uint32) int64 { return int64(epoch)<<32 | int64(pos) }
+
+// evictSlack is the share of the capacity a full cache with many entries
+// frees at once beyond what a write needs, so that ranking every entry,
+// which costs a NextUse call each, is paid once per many writes.
+const (
+	evictSlack      = 64
+	evictSlackAfter = 1024
+)
+
+// candidate is an entry ranked for eviction.
+type candidate struct {
+	name diskName
+	next int64
+	used int64
+}
+
+// makeRoomLocked evicts entries until need more bytes fit, to admit a new
+// entry of size bytes holding block, loaded for epoch (size 0: none, as
+// at open). The victims are those read again farthest in the future
+// (never first), ties and all when nothing is known going to the least
+// recently used. It reports false, evicting nothing, when the new block
+// itself is read again later than every victim it would displace: Belady's
+// rule then keeps the entries. c.mu must be held.
+func (c *DiskCache) makeRoomLocked(block int32, epoch int, size, need int64) bool {
+	if need <= 0 {
+		return true
+	}
+	if len(c.entries) > evictSlackAfter {
+		need += c.max / evictSlack
+	}
+	now := c.nowLocked(block, epoch)
+	ranked := make([]candidate, 0, len(c.entries))
+	for name, e := range c.entries {
+		ranked = append(ranked, candidate{name: name, next: c.nextLocked(e.block, now), used: e.used})
+	}
+	slices.SortFunc(ranked, func(a, b candidate) int {
+		if a.next != b.next {
+			return cmp.Compare(b.next, a.next) // farthest first
+		}
+		return cmp.Compare(a.used, b.used)
+	})
+	var own int64
+	if size > 0 {
+		own = c.nextLocked(block, now)
+	}
+	n := 0
+	for freed := int64(0); freed < need && n < len(ranked); n++ {
+		if size > 0 && own > ranked[n].next {
+			return false
+		}
+		freed += c.entries[ranked[n].name].size
+	}
+	for _, v := range ranked[:n] {
+		e := c.entries[v.name]
+		delete(c.entries, v.name)
+		c.held -= e.size
+		c.evictions.Add(1)
+		if err := c.dir.remove(v.name.String()); err != nil {
+			c.log.Debug("disk cache: remove", "err", err)
+		}
+	}
+	return true
+}
+
+// nowLocked returns the time of the load of block for epoch: its position
+// in that epoch's plans, or the epoch's start if they do not read it.
+// c.mu must be held.
+func (c *DiskCache) nowLocked(block int32, epoch int) int64 {
+	start := UseTime(epoch, 0)
+	if c.nu == nil || block < 0 {
+		return start
+	}
+	if t := c.nu.Next(block, start-1); t != Never && t>>32 == int64(epoch) {
+		return t
+	}
+	return start
+}
+
+// nextLocked returns when block is read next after now; with no NextUse,
+// 0 for all, so that the least recently used goes first. c.mu must be
+// held.
+func (c *DiskCache) nextLocked(block int32, now int64) int64 {
+	switch {
+	case c.nu == nil:
+		return 0
+	case block < 0:
+		return Never
+	}
+	return c.nu.Next(block, now)
+}
+
+func sortByUsed(es []*diskEntry) {
+	slices.SortFunc(es, func(a, b *diskEntry) int { return cmp.Compare(a.used, b.used) })
+}
