@@ -109,6 +109,10 @@ type DiskCache struct {
 
 	mu      sync.Mutex
 	entries map[diskName]*diskEntry
+	// pending are the copies queued and not yet written: a block read
+	// again meanwhile (the next epoch's first buffers are prefetched
+	// while the last ones of this epoch are written) is copied from there.
+	pending map[diskName]*pendingCopy
 	tick    int64 // of diskEntry.used
 	held    int64
 	peak    int64
@@ -126,6 +130,14 @@ type diskName [16]byte
 
 func (n diskName) String() string { return diskEntryName + hex.EncodeToString(n[:]) }
 
+// pendingCopy is a queued copy that readers may copy from; the last of
+// the writer and its readers to let go unmaps it.
+type pendingCopy struct {
+	data    []byte
+	readers int
+	written bool
+}
+
 type diskEntry struct {
 	block int32 // in the index, -1 if none
 	size  int64 // of the file
@@ -140,6 +152,7 @@ type diskJob struct {
 	block int32
 	epoch int
 	data  []byte
+	copy  *pendingCopy
 }
 
 // OpenDiskCache opens (creating it with mode 0700) the disk cache in
@@ -155,7 +168,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 		o.MaxQueued = DefaultDiskQueue
 	}
 	c := &DiskCache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
-		entries: map[diskName]*diskEntry{}, maxWait: o.MaxQueued, done: make(chan struct{})}
+		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, done: make(chan struct{})}
 	root := ""
 	if ix.src == nil {
 		root = ix.Root
@@ -294,6 +307,18 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 	key := c.key(e)
 	name := nameOf(key)
 	c.mu.Lock()
+	if p := c.pending[name]; p != nil && len(p.data) == len(dst) {
+		p.readers++
+		c.mu.Unlock()
+		copy(dst, p.data)
+		c.mu.Lock()
+		p.readers--
+		c.unmapDoneLocked(p)
+		c.mu.Unlock()
+		c.hits.Add(1)
+		c.hitBytes.Add(e.n)
+		return true
+	}
 	ent := c.entries[name]
 	if ent != nil {
 		c.tick++
@@ -380,7 +405,7 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 	key := c.key(e)
 	name := nameOf(key)
 	c.mu.Lock()
-	if c.closed || c.offWhy != "" || c.entries[name] != nil {
+	if c.closed || c.offWhy != "" || c.entries[name] != nil || c.pending[name] != nil {
 		c.mu.Unlock()
 		return
 	}
@@ -397,10 +422,12 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 		copy(buf, data)
 		c.mu.Lock()
 		sent := false
-		if !c.closed { // Close closes the queue under c.mu
+		if !c.closed && c.pending[name] == nil { // Close closes the queue under c.mu
+			p := &pendingCopy{data: buf[:n]}
 			select {
-			case c.queue <- diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n]}:
+			case c.queue <- diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n], copy: p}:
 				sent = true
+				c.pending[name] = p
 			default:
 			}
 		}
@@ -421,10 +448,21 @@ func (c *DiskCache) writer() {
 	defer close(c.done)
 	for j := range c.queue {
 		c.store(j)
-		unmapSlab(j.data)
 		c.mu.Lock()
 		c.queued -= int64(len(j.data))
+		delete(c.pending, j.name)
+		j.copy.written = true
+		c.unmapDoneLocked(j.copy)
 		c.mu.Unlock()
+	}
+}
+
+// unmapDoneLocked unmaps p once it is written and no reader copies from
+// it. c.mu must be held.
+func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
+	if p.readers == 0 && p.written && p.data != nil {
+		unmapSlab(p.data)
+		p.data = nil
 	}
 }
 
