@@ -80,17 +80,20 @@ func (f *diskCacheFlags) register(fs *flag.FlagSet) {
 		"there by later epochs and mounts (for S3 and slow shared file systems); owned by you and\n"+
 		"writable by nobody else (created with mode 0700); one that cannot be written, or a full\n"+
 		"disk, means no caching, with one log line. Default: no disk cache")
-	fs.Var(&f.size, "disk-cache-size", "`size` the --disk-cache may hold (20GiB), or a percentage of its file system's free\n"+
-		"space at mount, the cache's own entries counted as free (50%); past it, the blocks read\n"+
-		"again farthest in the future are evicted")
+	fs.Var(&f.size, "disk-cache-size", "`size` the --disk-cache may hold, such as 20GiB, or a percentage such as 50% of the\n"+
+		"space free in its file system at mount (the cache's own entries counted as free); past\n"+
+		"it, the blocks the coming epochs read last, or never, are evicted first")
 }
 
 // open opens the disk cache for ix, or returns nil without --disk-cache.
-func (f *diskCacheFlags) open(ix *blockcache.Index, pl *shuffler.Planner, log *slog.Logger) (*blockcache.DiskCache, error) {
+// The copies of blocks waiting to be written take at most a quarter of
+// slabs, the loader's budget, and at most 32 MiB, beyond --max-memory.
+func (f *diskCacheFlags) open(ix *blockcache.Index, pl *shuffler.Planner, slabs int64, log *slog.Logger) (*blockcache.DiskCache, error) {
 	if f.dir == "" {
 		return nil, nil
 	}
 	return blockcache.OpenDiskCache(ix, blockcache.DiskCacheOptions{
 		Dir: f.dir, MaxBytes: f.size.bytes, Percent: f.size.percent, NextUse: pl.NextUse(), Logger: log,
+		MaxQueued: min(blockcache.DefaultDiskQueue, max(1, slabs/4)),
 	})
 }

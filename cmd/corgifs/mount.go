@@ -188,7 +188,7 @@ parts of an epoch hold every record once.`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
-	if lo.DiskCache, err = dc.open(ix, pl, log); err != nil {
+	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
 		return err
 	}
 	defer lo.DiskCache.Close()
