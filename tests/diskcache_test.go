@@ -223,17 +223,26 @@ func tmpfs(t *testing.T, dir, opts string) {
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
 }
 
-func TestDiskCacheOnAFullOrReadOnlyFileSystemDegradesToNoCachingWithOneLogLine(t *testing.T) {
+func TestDiskCacheThatIsFullReadOnlyOrNotADirectoryDegradesToNoCachingWithOneLogLine(t *testing.T) {
 	src := genSynthetic(t, 3000, 16, 4, 4, "clustered")
 	flags := []string{"--seed", "8", "--block-size", "16KiB"}
 	plain := startMount(t, src, flags...)
 	for _, c := range []struct{ name, opts, line string }{
 		{"full", "size=64k,mode=0700", "file system is full"},
 		{"read-only", "ro,size=1m,mode=0700", "cannot be written"},
+		{"not a directory", "", "disk cache disabled"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "dc")
-			tmpfs(t, dir, c.opts)
+			if c.opts != "" {
+				tmpfs(t, dir, c.opts)
+			} else {
+				// Beneath a regular file: it cannot be created.
+				if err := os.WriteFile(dir, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				dir = filepath.Join(dir, "cache")
+			}
 			m := startMount(t, src, append(slices.Clone(flags), "--disk-cache", dir, "--disk-cache-size", "1GiB")...)
 			for e := range 2 {
 				sameEpoch(t, m, plain, e)
