@@ -48,7 +48,7 @@ func (u Unit) clone() Unit {
 // where its first byte lands in the slab.
 type extent struct {
 	file    int32
-	block   int32 // the index's block, or -1 for a single record
+	block   int32 // its block, -1 for a single record
 	records int32
 	off, n  int64 // the stored bytes read
 	at      int64
@@ -223,6 +223,9 @@ type LoaderOptions struct {
 	MaxMemory int64 // budget for all slabs, shared by every stream
 	InFlight  int   // block reads in flight at once (default 32); a load of blocks that can only be read through the page cache uses 4
 	Logger    *slog.Logger
+	// DiskCache, if set, keeps the blocks read from the source on local
+	// disk and serves them from there (see OpenDiskCache).
+	DiskCache *DiskCache
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.
@@ -235,9 +238,6 @@ type LoaderOptions struct {
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
-	// DiskCache, if set, keeps the blocks read from the source on local
-	// disk and serves them from there (see OpenDiskCache).
-	DiskCache *DiskCache
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -256,6 +256,7 @@ type Loader struct {
 	damageOnce sync.Once
 	sem        chan struct{}
 	files      *filePool
+	tier       diskTier // the disk cache, and the bytes counted per epoch (loader_disk.go)
 
 	start time.Time // of Loader.clock
 
@@ -278,11 +279,6 @@ type Loader struct {
 	evictions, loadErrors, directBytes         atomic.Int64
 	direct                                     bool        // read blocks directly when not cached
 	noDirect                                   atomic.Bool // the file system refused a direct read
-
-	disk           *DiskCache
-	sourceRequests atomic.Int64
-	epochMu        sync.Mutex
-	epochs         map[int]*EpochStats
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -303,9 +299,8 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		files:  newFilePool(o.MaxOpenFiles),
 		start:  time.Now(),
 		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
-		idle:   newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
-		disk:   o.DiskCache,
-		epochs: map[int]*EpochStats{},
+		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
+		tier: diskTier{disk: o.DiskCache},
 	}
 }
 

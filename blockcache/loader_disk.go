@@ -2,6 +2,11 @@ package blockcache
 
 // The loader's side of the disk cache, and the bytes it counts per epoch.
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // EpochStats are the bytes loaded for one epoch's units, by where they
 // came from: read from the source, read from the disk cache, or found in
 // memory by a Get (a buffer loaded for another reader or read again; a
@@ -12,10 +17,19 @@ type EpochStats struct {
 	MemoryBytes    int64 `json:"memory_bytes"`
 }
 
+// diskTier is the loader's state for the disk cache and the counts per
+// epoch.
+type diskTier struct {
+	disk           *DiskCache
+	sourceRequests atomic.Int64
+	epochMu        sync.Mutex
+	epochs         map[int]*EpochStats
+}
+
 // readCachedExtent serves extent e of b from the disk cache if it holds
 // it, and reports whether it did; err is then the check of its bytes.
 func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
-	if l.disk == nil || e.block < 0 || !l.disk.read(e, b.Data[e.at:e.at+e.n]) {
+	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.read(e, b.Data[e.at:e.at+e.n]) {
 		return false, nil
 	}
 	if err := check(e.n); err != nil {
@@ -29,12 +43,12 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 // err, and offers the bytes to the disk cache when they were read whole
 // and checked.
 func (l *Loader) fetched(b *Buf, e extent, err error) {
-	l.sourceRequests.Add(1)
+	l.tier.sourceRequests.Add(1)
 	if err != nil {
 		return
 	}
 	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n})
-	l.disk.offer(e, b.unit.Epoch, b.Data[e.at:e.at+e.n])
+	l.tier.disk.offer(e, b.unit.Epoch, b.Data[e.at:e.at+e.n])
 }
 
 // fromMemory counts the bytes of u, which a Get for epoch found loaded.
@@ -54,12 +68,15 @@ func (l *Loader) fromMemory(epoch int, u Unit) {
 
 // addEpoch adds d to the counters of epoch e.
 func (l *Loader) addEpoch(e int, d EpochStats) {
-	l.epochMu.Lock()
-	defer l.epochMu.Unlock()
-	s := l.epochs[e]
+	l.tier.epochMu.Lock()
+	defer l.tier.epochMu.Unlock()
+	if l.tier.epochs == nil {
+		l.tier.epochs = map[int]*EpochStats{}
+	}
+	s := l.tier.epochs[e]
 	if s == nil {
 		s = &EpochStats{}
-		l.epochs[e] = s
+		l.tier.epochs[e] = s
 	}
 	s.SourceBytes += d.SourceBytes
 	s.DiskCacheBytes += d.DiskCacheBytes
@@ -68,15 +85,15 @@ func (l *Loader) addEpoch(e int, d EpochStats) {
 
 // diskStats fills in the counters of the disk cache and of the epochs.
 func (l *Loader) diskStats(s *Stats) {
-	s.SourceRequests = l.sourceRequests.Load()
-	l.epochMu.Lock()
-	s.Epochs = make(map[int]EpochStats, len(l.epochs))
-	for e, v := range l.epochs {
+	s.SourceRequests = l.tier.sourceRequests.Load()
+	l.tier.epochMu.Lock()
+	s.Epochs = make(map[int]EpochStats, len(l.tier.epochs))
+	for e, v := range l.tier.epochs {
 		s.Epochs[e] = *v
 	}
-	l.epochMu.Unlock()
-	if l.disk != nil {
-		d := l.disk.Stats()
+	l.tier.epochMu.Unlock()
+	if l.tier.disk != nil {
+		d := l.tier.disk.Stats()
 		s.DiskCache = &d
 	}
 }
