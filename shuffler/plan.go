@@ -109,10 +109,10 @@ type Buffer struct {
 	Records []int32 // single records, in served order (Index.Record ids)
 	Start   int64   // offset of the buffer's first byte in the part
 	Size    int64
+	Epoch   int    // of the plan: the loader counts the buffer's bytes under it
 	Count   int    // records in the buffer
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
-	Epoch   int    // of the plan: the loader counts the buffer's bytes under it
 }
 
 // Unit is what the loader reads for the buffer.
@@ -196,9 +196,9 @@ func Strategies() []string {
 type Planner struct {
 	ix       *blockcache.Index
 	p        Params
+	uses     uses // of the parts readers opened, for NextUse
 	strategy strategy
 	cache    planCache
-	uses     uses // of the parts readers opened, for NextUse
 }
 
 // NewPlanner checks the parameters against the index.
