@@ -108,8 +108,8 @@ type Buffer struct {
 	Blocks  []int32 // whole blocks; or
 	Records []int32 // single records, in served order (Index.Record ids)
 	Start   int64   // offset of the buffer's first byte in the part
+	Epoch   int     // of the plan: the loader counts the buffer's bytes under it
 	Size    int64
-	Epoch   int    // of the plan: the loader counts the buffer's bytes under it
 	Count   int    // records in the buffer
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
