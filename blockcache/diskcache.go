@@ -307,6 +307,12 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 	key := c.key(e)
 	name := nameOf(key)
 	c.mu.Lock()
+	if c.closed {
+		// Loads may outlive the mount by a moment; the directory's
+		// descriptor is closed.
+		c.mu.Unlock()
+		return false
+	}
 	if p := c.pending[name]; p != nil && len(p.data) == len(dst) {
 		p.readers++
 		c.mu.Unlock()
@@ -470,7 +476,8 @@ func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
 func (c *DiskCache) store(j diskJob) {
 	size := int64(diskHeader + len(j.key) + len(j.data))
 	c.mu.Lock()
-	if c.offWhy != "" || c.entries[j.name] != nil {
+	if c.closed || c.offWhy != "" || c.entries[j.name] != nil {
+		// Closed: the mount is going away, and must go in seconds.
 		c.mu.Unlock()
 		return
 	}
@@ -520,7 +527,8 @@ func (c *DiskCache) stopLocked(err error) {
 	c.log.Warn(what+"; no more blocks are cached (those cached are still served), reads go on from the source", "dir", c.path, "err", err)
 }
 
-// Close stops the writer; blocks still queued are not written.
+// Close stops the writer; blocks still queued are not written, so that
+// an unmount never waits for the cache's disk.
 func (c *DiskCache) Close() error {
 	if c == nil {
 		return nil
