@@ -43,7 +43,7 @@ import (
 // truncated or rotten entry fails its length or CRC check when read; it is
 // then removed, logged and the block read from the source again.
 //
-// Entries are written by one goroutine from copies of the loaded bytes,
+// Entries are written by a few goroutines from copies of the loaded bytes,
 // so a reader never waits for the cache's disk; the copies waiting are
 // bounded (DiskCacheOptions.MaxQueued) and a block that finds the queue
 // full is not cached. A write that fails (a full file system, a
@@ -56,7 +56,11 @@ const (
 	diskEntryName = "b" // + 32 hex digits
 	// DefaultDiskQueue bounds the memory of the block copies waiting to
 	// be written to the disk cache.
-	DefaultDiskQueue = 32 << 20
+	DefaultDiskQueue = 64 << 20
+	// diskWriters write entries at once: one alone falls behind a source
+	// that serves hundreds of MB/s, and the blocks that find the queue
+	// full are not cached.
+	diskWriters = 4
 )
 
 // DiskCacheOptions configure a DiskCache.
@@ -206,7 +210,11 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	}
 	c.mu.Unlock()
 	c.queue = make(chan diskJob, 64)
-	go c.writer()
+	var wg sync.WaitGroup
+	for range diskWriters {
+		wg.Go(c.writer)
+	}
+	go func() { wg.Wait(); close(c.done) }()
 	c.log.Info("disk cache", "dir", c.path, "entries", len(c.entries), "bytes_held", c.held, "max_bytes", c.max)
 	return c, nil
 }
@@ -451,7 +459,6 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 
 // writer writes the queued blocks until Close.
 func (c *DiskCache) writer() {
-	defer close(c.done)
 	for j := range c.queue {
 		c.store(j)
 		c.mu.Lock()

@@ -87,7 +87,7 @@ func (f *diskCacheFlags) register(fs *flag.FlagSet) {
 
 // open opens the disk cache for ix, or returns nil without --disk-cache.
 // The copies of blocks waiting to be written take at most a quarter of
-// slabs, the loader's budget, and at most 32 MiB, beyond --max-memory.
+// slabs, the loader's budget, and at most 64 MiB, beyond --max-memory.
 func (f *diskCacheFlags) open(ix *blockcache.Index, pl *shuffler.Planner, slabs int64, log *slog.Logger) (*blockcache.DiskCache, error) {
 	if f.dir == "" {
 		return nil, nil
