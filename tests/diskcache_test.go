@@ -91,7 +91,7 @@ func (m *mount) settled() cacheStats {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		s := m.cacheStats()
 		d := s.DiskCache
-		if d.Written+d.WriteSkipped+d.NotAdmitted+d.Damaged >= s.SourceRequests || d.Disabled != "" {
+		if d.Written+d.WriteSkipped+d.NotAdmitted >= s.SourceRequests || d.Disabled != "" {
 			return s
 		}
 		if time.Now().After(deadline) {
