@@ -178,8 +178,12 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 	}
 	small := filepath.Join(t.TempDir(), "small")
 	m3 := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", small, "--disk-cache-size", fmt.Sprint(total/3))...)
+	want := sortedHashes(sourceRecords(t, src))
 	for e := range 3 {
 		sameEpoch(t, m3, local, e)
+		if got := sortedHashes(hashes(frames(t, m3.read(e, 0, 1)))); !slices.Equal(got, want) {
+			t.Fatalf("small cache, epoch %d: %d records served, not every source record exactly once (%d)", e, len(got), len(want))
+		}
 		m3.settled()
 	}
 	st = m3.cacheStats()
