@@ -344,8 +344,14 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		return false
 	}
 	if why := c.readEntry(name, key, dst); why != "" {
-		c.damaged.Add(1)
 		c.misses.Add(1)
+		if why == entryGone {
+			// Removed by someone else, such as another mount sharing
+			// the directory: not damage.
+			c.forget(name)
+			return false
+		}
+		c.damaged.Add(1)
 		c.log.Warn("disk cache entry damaged: dropped, and the block read from the source again",
 			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
 		c.drop(name)
@@ -362,7 +368,7 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) string {
 	f, err := c.dir.open(name.String())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "gone" // removed since it was listed
+			return entryGone
 		}
 		return err.Error()
 	}
@@ -396,14 +402,22 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) string {
 	return ""
 }
 
-// drop removes entry name.
-func (c *DiskCache) drop(name diskName) {
+// entryGone is readEntry's answer for an entry whose file is not there.
+const entryGone = "gone"
+
+// forget removes entry name from the table.
+func (c *DiskCache) forget(name diskName) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if e := c.entries[name]; e != nil {
 		delete(c.entries, name)
 		c.held -= e.size
 	}
-	c.mu.Unlock()
+}
+
+// drop removes entry name, its file too.
+func (c *DiskCache) drop(name diskName) {
+	c.forget(name)
 	if err := c.dir.remove(name.String()); err != nil {
 		c.log.Debug("disk cache: remove", "err", err)
 	}

@@ -249,3 +249,22 @@ func TestDiskCacheEvictsBlocksNoPlanReadsAgainBeforeAnyOther(t *testing.T) {
 		t.Fatalf("after epoch 0 the cache holds %v, want [0 3 4] (1 and 2 are never read again)", held)
 	}
 }
+
+func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
+	// As when another mount sharing the directory evicts it.
+	f := newLoaderFixture(t)
+	dir := filepath.Join(t.TempDir(), "dc")
+	var log lockedBuffer
+	l, dc := diskLoader(t, f, dir, &log)
+	f.loadAll(t, l, 0)
+	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
+	names, _ := filepath.Glob(filepath.Join(dir, "b*"))
+	for _, n := range names {
+		os.Remove(n)
+	}
+	l2 := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 30, Buffered: true, DiskCache: dc})
+	f.loadAll(t, l2, 1)
+	if s := dc.Stats(); s.Damaged != 0 || s.Hits != 0 || strings.Contains(log.String(), "damaged") {
+		t.Fatalf("entries removed by someone else: %+v\n%s", s, log.String())
+	}
+}
