@@ -348,13 +348,13 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		if why == entryGone {
 			// Removed by someone else, such as another mount sharing
 			// the directory: not damage.
-			c.forget(name)
+			c.forget(name, ent)
 			return false
 		}
 		c.damaged.Add(1)
 		c.log.Warn("disk cache entry damaged: dropped, and the block read from the source again",
 			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
-		c.drop(name)
+		c.drop(name, ent)
 		return false
 	}
 	c.hits.Add(1)
@@ -405,19 +405,28 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) string {
 // entryGone is readEntry's answer for an entry whose file is not there.
 const entryGone = "gone"
 
-// forget removes entry name from the table.
-func (c *DiskCache) forget(name diskName) {
+// forget removes ent, the entry name, from the table, unless it went
+// already (evicted, and maybe written again since).
+func (c *DiskCache) forget(name diskName, ent *diskEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[name]; e != nil {
+	if c.entries[name] == ent {
 		delete(c.entries, name)
-		c.held -= e.size
+		c.held -= ent.size
 	}
 }
 
-// drop removes entry name, its file too.
-func (c *DiskCache) drop(name diskName) {
-	c.forget(name)
+// drop removes ent, the entry name, and its file. While ent is in the
+// table no new entry of that name is written (offer), so the file removed
+// is ent's.
+func (c *DiskCache) drop(name diskName, ent *diskEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[name] != ent {
+		return
+	}
+	delete(c.entries, name)
+	c.held -= ent.size
 	if err := c.dir.remove(name.String()); err != nil {
 		c.log.Debug("disk cache: remove", "err", err)
 	}
