@@ -208,6 +208,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	if c.held > c.max {
 		c.makeRoomLocked(-1, 0, 0, c.held-c.max)
 	}
+	c.peak = c.held
 	c.mu.Unlock()
 	c.queue = make(chan diskJob, 64)
 	var wg sync.WaitGroup
@@ -294,7 +295,6 @@ func (c *DiskCache) scan() {
 		e.used = int64(i)
 	}
 	c.tick = int64(len(ents))
-	c.peak = c.held
 	if len(c.entries) == 0 {
 		return
 	}

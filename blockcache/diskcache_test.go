@@ -3,6 +3,7 @@ package blockcache
 import (
 	"bytes"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -266,5 +267,44 @@ func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
 	f.loadAll(t, l2, 1)
 	if s := dc.Stats(); s.Damaged != 0 || s.Hits != 0 || strings.Contains(log.String(), "damaged") {
 		t.Fatalf("entries removed by someone else: %+v\n%s", s, log.String())
+	}
+}
+
+func TestDiskCacheUnderConcurrentLoadsAndEvictionsServesTheSourceBytes(t *testing.T) {
+	f := newLoaderFixture(t)
+	var log lockedBuffer
+	// Room for about a third of the blocks, and a few in memory: loads
+	// repeat, entries are written, read and evicted all at once.
+	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 4 * MinMemory(f.ix, LoaderOptions{Buffered: true}, false), Buffered: true, DiskCache: dc})
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := range 60 {
+				id := int32(r.IntN(len(f.ix.Blocks)))
+				u := Unit{Blocks: []int32{id}, Epoch: i / 20}
+				b, err := l.Get(t.Context(), u)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				want, _ := f.want(u)
+				if !bytes.Equal(b.Data[:len(want)], want) {
+					t.Errorf("block %d: bytes differ from the source", id)
+				}
+				l.Release(b)
+			}
+		})
+	}
+	wg.Wait()
+	s := dc.Stats()
+	if s.Damaged != 0 || s.PeakHeld > s.MaxBytes || s.Evictions == 0 && s.NotAdmitted == 0 {
+		t.Fatalf("stats %+v: want no damage, a peak within the bound, and evictions\n%s", s, log.String())
 	}
 }
