@@ -261,3 +261,27 @@ func TestDiskCacheThatIsFullReadOnlyOrNotADirectoryDegradesToNoCachingWithOneLog
 		})
 	}
 }
+
+func TestDiskCacheFlagsRefuseADirectoryInsideTheMountPointAndABadSize(t *testing.T) {
+	fuseOK(t)
+	src := genSynthetic(t, 200, 4, 2, 1, "clustered")
+	mnt := t.TempDir()
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--disk-cache", filepath.Join(mnt, "dc")}, "is inside the mount point"},
+		{[]string{"--disk-cache", filepath.Join(t.TempDir(), "dc"), "--disk-cache-size", "150%"}, "want a percentage"},
+		{[]string{"--disk-cache", filepath.Join(src, "dc")}, "inside the source"},
+	} {
+		cmd := exec.Command(bin, append([]string{"mount", src, mnt, "--cache-dir", t.TempDir()}, c.flags...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("mount %v: %v, want an error saying %q:\n%s", c.flags, err, c.want, out)
+		}
+		if mounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+			t.Fatalf("mount %v left a mount behind", c.flags)
+		}
+	}
+}

@@ -85,6 +85,26 @@ func (f *diskCacheFlags) register(fs *flag.FlagSet) {
 		"it, the blocks the coming epochs read last, or never, are evicted first")
 }
 
+// check refuses a --disk-cache inside the mount point mnt: the daemon
+// would read its cache through itself.
+func (f *diskCacheFlags) check(mnt string) error {
+	if f.dir == "" {
+		return nil
+	}
+	m, err := realPath(mnt)
+	if err != nil {
+		return err
+	}
+	d, err := realPath(f.dir)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(m, d); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("--disk-cache %s is inside the mount point %s; choose a directory outside it", f.dir, mnt)
+	}
+	return nil
+}
+
 // open opens the disk cache for ix, or returns nil without --disk-cache.
 // The copies of blocks waiting to be written take at most a quarter of
 // slabs, the loader's budget, and at most 64 MiB, beyond --max-memory.

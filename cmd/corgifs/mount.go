@@ -149,6 +149,9 @@ parts of an epoch hold every record once.`, stderr)
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
 		return err
 	}
+	if err := dc.check(mnt); err != nil {
+		return err
+	}
 	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
 		return err
 	}
