@@ -84,6 +84,9 @@ func TestDiskCacheServesALaterLoaderFromDiskWithoutReadingTheSource(t *testing.T
 	if e := s.Epochs[3]; e.DiskCacheBytes != f.total() || e.SourceBytes != 0 {
 		t.Fatalf("epoch 3 counters %+v, want %d bytes from the disk cache and none from the source", e, f.total())
 	}
+	if s.Totals != s.Epochs[3] {
+		t.Fatalf("totals %+v, want epoch 3's %+v (the only epoch)", s.Totals, s.Epochs[3])
+	}
 	if s.DiskCache == nil || s.DiskCache.Hits != n {
 		t.Fatalf("disk cache stats %+v, want %d hits", s.DiskCache, n)
 	}

@@ -212,6 +212,9 @@ type Stats struct {
 	// ranged GET each from a remote source (retries inside the client
 	// aside), one or more preads from a local one.
 	SourceRequests int64 `json:"source_requests"`
+	// Totals is the sum of Epochs: the bytes loaded from the source,
+	// from the disk cache and found in memory.
+	Totals EpochStats `json:"totals"`
 	// Epochs splits the bytes loaded by the epoch of the unit they were
 	// loaded for (see EpochStats).
 	Epochs    map[int]EpochStats `json:"epochs"`

@@ -90,6 +90,9 @@ func (l *Loader) diskStats(s *Stats) {
 	s.Epochs = make(map[int]EpochStats, len(l.tier.epochs))
 	for e, v := range l.tier.epochs {
 		s.Epochs[e] = *v
+		s.Totals.SourceBytes += v.SourceBytes
+		s.Totals.DiskCacheBytes += v.DiskCacheBytes
+		s.Totals.MemoryBytes += v.MemoryBytes
 	}
 	l.tier.epochMu.Unlock()
 	if l.tier.disk != nil {
