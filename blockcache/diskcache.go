@@ -111,6 +111,9 @@ type DiskCache struct {
 	log  *slog.Logger
 	src  string // the source's identity, the first field of every key
 
+	// evict serializes reservations of room (reserve), which rank the
+	// entries without holding mu.
+	evict   sync.Mutex
 	mu      sync.Mutex
 	entries map[diskName]*diskEntry
 	// pending are the copies queued and not yet written: a block read
@@ -204,10 +207,8 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 		}
 		c.max = int64(float64(free+c.held) * o.Percent / 100)
 	}
+	c.reserve(-1, 0, 0)
 	c.mu.Lock()
-	if c.held > c.max {
-		c.makeRoomLocked(-1, 0, 0, c.held-c.max)
-	}
 	c.peak = c.held
 	c.mu.Unlock()
 	c.queue = make(chan diskJob, 64)
@@ -511,13 +512,11 @@ func (c *DiskCache) store(j diskJob) {
 		c.mu.Unlock()
 		return
 	}
-	if size > c.max || !c.makeRoomLocked(j.block, j.epoch, size, c.held+size-c.max) {
-		c.mu.Unlock()
+	c.mu.Unlock()
+	if size > c.max || !c.reserve(j.block, j.epoch, size) {
 		c.notAdmitted.Add(1)
 		return
 	}
-	c.held += size // reserved while it is written
-	c.mu.Unlock()
 	err := c.dir.write(j.name.String(), func(w io.Writer) error {
 		var hdr [diskHeader]byte
 		copy(hdr[:], diskMagic)

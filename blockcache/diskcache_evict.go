@@ -39,62 +39,94 @@ const (
 // candidate is an entry ranked for eviction.
 type candidate struct {
 	name diskName
+	ent  *diskEntry
 	next int64
-	used int64
 }
 
-// makeRoomLocked evicts entries until need more bytes fit, to admit a new
-// entry of size bytes holding block, loaded for epoch (size 0: none, as
-// at open). The victims are those read again farthest in the future
-// (never first), ties and all when nothing is known going to the least
-// recently used. It reports false, evicting nothing, when the new block
-// itself is read again later than every victim it would displace: Belady's
-// rule then keeps the entries. c.mu must be held.
-func (c *DiskCache) makeRoomLocked(block int32, epoch int, size, need int64) bool {
+// reserve takes size bytes of the capacity for a new entry holding block,
+// loaded for epoch (size 0 at open: only bring the cache within its
+// bound), evicting entries if it must: those read again farthest in the
+// future (never first), ties and all when nothing is known going to the
+// least recently used. It reports false, evicting nothing, when the new
+// block is read again later than every victim it would displace: Belady's
+// rule then keeps the entries.
+//
+// NextUse is asked without c.mu held: planning an epoch may take a while
+// (or wait, for a feedback strategy), and disk-cache reads take c.mu.
+// c.evict keeps other reservations out meanwhile.
+func (c *DiskCache) reserve(block int32, epoch int, size int64) bool {
+	c.evict.Lock()
+	defer c.evict.Unlock()
+	c.mu.Lock()
+	need := c.held + size - c.max
 	if need <= 0 {
+		c.held += size
+		c.mu.Unlock()
 		return true
 	}
 	if len(c.entries) > evictSlackAfter {
 		need += c.max / evictSlack
 	}
-	now := c.nowLocked(block, epoch)
 	ranked := make([]candidate, 0, len(c.entries))
 	for name, e := range c.entries {
-		ranked = append(ranked, candidate{name: name, next: c.nextLocked(e.block, now), used: e.used})
+		ranked = append(ranked, candidate{name: name, ent: e})
 	}
+	blocks := make([]int32, len(ranked))
+	for i, r := range ranked {
+		blocks[i] = r.ent.block
+	}
+	c.mu.Unlock()
+
+	now := c.now(block, epoch)
+	for i := range ranked {
+		ranked[i].next = c.next(blocks[i], now)
+	}
+	own := c.next(block, now)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Reads may have moved the entries' last uses meanwhile; ties go to
+	// the least recently used as it is now.
 	slices.SortFunc(ranked, func(a, b candidate) int {
 		if a.next != b.next {
 			return cmp.Compare(b.next, a.next) // farthest first
 		}
-		return cmp.Compare(a.used, b.used)
+		return cmp.Compare(a.ent.used, b.ent.used)
 	})
-	var own int64
-	if size > 0 {
-		own = c.nextLocked(block, now)
-	}
-	n := 0
-	for freed := int64(0); freed < need && n < len(ranked); n++ {
+	n, freed := 0, int64(0)
+	for ; freed < need && n < len(ranked); n++ {
 		if size > 0 && own > ranked[n].next {
 			return false
 		}
-		freed += c.entries[ranked[n].name].size
+		if c.entries[ranked[n].name] == ranked[n].ent { // not dropped meanwhile
+			freed += ranked[n].ent.size
+		}
+	}
+	if freed < need && size > 0 {
+		// The rest is taken by entries being written: evict nothing.
+		return false
 	}
 	for _, v := range ranked[:n] {
-		e := c.entries[v.name]
+		if c.entries[v.name] != v.ent {
+			continue
+		}
 		delete(c.entries, v.name)
-		c.held -= e.size
+		c.held -= v.ent.size
 		c.evictions.Add(1)
 		if err := c.dir.remove(v.name.String()); err != nil {
 			c.log.Debug("disk cache: remove", "err", err)
 		}
 	}
+	if size == 0 || c.held+size > c.max {
+		return size == 0
+	}
+	c.held += size
 	return true
 }
 
-// nowLocked returns the time of the load of block for epoch: its position
-// in that epoch's plans, or the epoch's start if they do not read it.
-// c.mu must be held.
-func (c *DiskCache) nowLocked(block int32, epoch int) int64 {
+// now returns the time of the load of block for epoch: its position in
+// that epoch's plans, or the epoch's start if they do not read it.
+func (c *DiskCache) now(block int32, epoch int) int64 {
 	start := UseTime(epoch, 0)
 	if c.nu == nil || block < 0 {
 		return start
@@ -105,10 +137,9 @@ func (c *DiskCache) nowLocked(block int32, epoch int) int64 {
 	return start
 }
 
-// nextLocked returns when block is read next after now; with no NextUse,
-// 0 for all, so that the least recently used goes first. c.mu must be
-// held.
-func (c *DiskCache) nextLocked(block int32, now int64) int64 {
+// next returns when block is read next after now; with no NextUse, 0 for
+// all, so that the least recently used goes first.
+func (c *DiskCache) next(block int32, now int64) int64 {
 	switch {
 	case c.nu == nil:
 		return 0
