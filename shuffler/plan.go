@@ -130,6 +130,7 @@ type Buffer struct {
 	Blocks  []int32 // whole blocks; or
 	Records []int32 // single records, in served order (Index.Record ids)
 	Start   int64   // offset of the buffer's first byte in the part
+	Epoch   int     // of the plan: the loader counts the buffer's bytes under it
 	Size    int64
 	Count   int    // records in the buffer
 	Seed    uint64 // of the record permutation
@@ -142,7 +143,7 @@ type Buffer struct {
 
 // Unit is what the loader reads for the buffer.
 func (b *Buffer) Unit() blockcache.Unit {
-	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records}
+	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records, Epoch: b.Epoch}
 }
 
 // Plan is the order of one part of one epoch. A served part is the
@@ -231,6 +232,7 @@ func Strategies() []string {
 type Planner struct {
 	ix       *blockcache.Index
 	p        Params
+	uses     uses // of the parts readers opened, for NextUse
 	strategy strategy
 	cache    planCache
 	// ctx ends with Close: plans waiting for feedback stop waiting.
@@ -366,6 +368,7 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	p.Epilogue = f.AppendEpilogue(nil, pl.ix.Head)
 	for i := range p.Buffers {
 		p.Buffers[i].Start += int64(len(p.Prologue))
+		p.Buffers[i].Epoch = epoch
 	}
 	p.Size += int64(len(p.Prologue) + len(p.Epilogue))
 	return p

@@ -78,6 +78,7 @@ func OpenStream(pl *Planner, ld *blockcache.Loader, epoch, part, parts int) (*St
 	if err != nil {
 		return nil, err
 	}
+	pl.uses.serve(part, parts)
 	s := NewStream(pl, ld, plan)
 	s.owned = true
 	return s, nil

@@ -142,6 +142,8 @@ the next).`, stderr)
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
 	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	var dc diskCacheFlags
+	dc.register(fset)
 	var sys sysFlags
 	sys.register(fset)
 	pos, err := parse(fset, args, 2)
@@ -156,6 +158,9 @@ the next).`, stderr)
 		return err
 	}
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
+		return err
+	}
+	if err := dc.check(mnt); err != nil {
 		return err
 	}
 	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
@@ -197,6 +202,10 @@ the next).`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
+	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
+		return err
+	}
+	defer lo.DiskCache.Close()
 	ld := blockcache.NewLoader(ix, lo)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
