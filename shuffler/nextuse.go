@@ -89,6 +89,12 @@ func (n nextUse) positionsLocked(e int) []uint32 {
 	}
 	pos := make([]uint32, len(n.pl.ix.Blocks))
 	for k := range u.served {
+		// A feedback strategy's epoch is planned once its feedback is
+		// complete: asking earlier would wait, and fix the epoch to a
+		// random reshuffle.
+		if !n.pl.Ready(e, k[1]) {
+			continue
+		}
 		p, err := n.pl.Plan(e, k[0], k[1])
 		if err != nil {
 			continue
