@@ -48,6 +48,8 @@ type runEnv struct {
 	fio  *fioResults
 	mem  *memResults
 	s3   *s3Results
+
+	prefetch *prefetchResults
 }
 
 func (e *runEnv) logf(format string, a ...any) { fmt.Fprintf(e.stderr, format+"\n", a...) }

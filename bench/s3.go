@@ -642,8 +642,8 @@ func (e *runEnv) s3Body() string {
 
 	p("#### GET requests per epoch\n\n")
 	p("| reader | GETs per epoch | bytes per GET |\n| --- | ---: | ---: |\n")
-	p("| corgifs corgipile (counted at the server, per run) | %s | %s |\n", joinInts(res.epochGETs), fmtBytes(e.ds.Bytes/max(1, medianInt(res.epochGETs))))
-	p("| corgifs corgipile (its stats.json, `source.gets`, per run) | %s | |\n", joinInts(res.statsGETs))
+	p("| corgifs corgipile (counted at the server, per run) | %s | %s |\n", joinCounts(res.epochGETs), fmtBytes(e.ds.Bytes/max(1, medianInt(res.epochGETs))))
+	p("| corgifs corgipile (its stats.json, `source.gets`, per run) | %s | |\n", joinCounts(res.statsGETs))
 	p("| corgifs: the index's blocks | %d | %s |\n", res.blocks, fmtBytes(e.ds.Bytes/int64(max(1, res.blocks))))
 	p("| map-style reader, a GET per record | %d | %s |\n", res.records, fmtBytes(e.ds.Bytes/max(1, res.records)))
 	p("\nA part's read ends by prefetching the first two buffers of the next epoch, whose blocks that epoch\n")
@@ -665,13 +665,13 @@ func (e *runEnv) s3Body() string {
 	p("remount (nothing in memory) reading epoch r+1 from the disk cache, and a fresh mount of the local\n")
 	p("directory reading the same epoch; the page cache dropped before each.\n\n")
 	p("| reader | median MB/s | min–max | GETs to the server | runs in order, MB/s |\n| --- | ---: | ---: | ---: | ---: |\n")
-	p("| corgifs s3:// from its disk cache | %.0f | %.0f–%.0f | %s | %s |\n", dc.med, dc.lo, dc.hi, joinInts(res.diskCacheGETs), join(res.diskCache, "%.0f"))
+	p("| corgifs s3:// from its disk cache | %.0f | %.0f–%.0f | %s | %s |\n", dc.med, dc.lo, dc.hi, joinCounts(res.diskCacheGETs), join(res.diskCache, "%.0f"))
 	p("| corgifs of the local directory, cold | %.0f | %.0f–%.0f | – | %s |\n", lo.med, lo.lo, lo.hi, join(res.local, "%.0f"))
 	p("\nTarget ≥ 0.9×: the disk cache reached %.2f× the local directory.\n", dc.med/lo.med)
 	return b.String()
 }
 
-func joinInts(v []int64) string {
+func joinCounts(v []int64) string {
 	s := make([]string, len(v))
 	for i, x := range v {
 		s[i] = fmt.Sprint(x)

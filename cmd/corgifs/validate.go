@@ -48,7 +48,7 @@ type validateFlags struct {
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
-	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full"}
+	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full", "mrs"}
 	fs.StringVar(&v.data, "data", "", "`dir`ectory of training TFRecord files (required)")
 	fs.StringVar(&v.test, "test", "", "`dir`ectory of test TFRecord files (required)")
 	fs.StringVar(&v.model, "model", "softmax", "`model`: "+strings.Join(validator.ModelNames(), ", "))
@@ -87,6 +87,7 @@ accuracy on --test, and seconds. It shows whether an order trains like a full
 shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
 	if _, err := parse(fset, args, 0); err != nil {
@@ -231,6 +232,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
+		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
