@@ -32,6 +32,11 @@ type Report struct {
 type Run struct {
 	Strategy string  `json:"strategy"`
 	Epochs   []Epoch `json:"epochs"`
+	// Workers is the number of parts read in lock-step per epoch, when
+	// more than one; SyncEvery is then 0 for synchronous SGD or the local
+	// steps between model averages (Trainer.SyncEvery).
+	Workers   int `json:"workers,omitempty"`
+	SyncEvery int `json:"sync_every,omitempty"`
 }
 
 // An Epoch holds the measurements of one epoch of a Run.
@@ -41,6 +46,17 @@ type Epoch struct {
 	TrainAcc  float64 `json:"train_acc"`  // training accuracy over the epoch (EpochStats)
 	TestAcc   float64 `json:"test_acc"`   // test accuracy after the epoch
 	Seconds   float64 `json:"seconds"`    // time of the training pass
+
+	// The model at the end of the epoch on the full training set (a full
+	// pass, Trainer.TrainSet), and its mean loss on the test set.
+	FullTrainLoss float64 `json:"full_train_loss,omitempty"`
+	FullTrainAcc  float64 `json:"full_train_acc,omitempty"`
+	TestLoss      float64 `json:"test_loss,omitempty"`
+	// Records trained on, updates, and records dropped by parts of
+	// unequal length (EpochStats).
+	Records int64 `json:"records,omitempty"`
+	Steps   int64 `json:"steps,omitempty"`
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // epochs returns the epoch numbers that occur in any run, in order.
@@ -55,19 +71,40 @@ func (r Report) epochs() []int {
 	return slices.Compact(es)
 }
 
+// fullTrain reports whether any epoch was evaluated on the full training set.
+func (r Report) fullTrain() bool {
+	for _, run := range r.Runs {
+		for _, e := range run.Epochs {
+			if e.FullTrainLoss != 0 || e.FullTrainAcc != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type measure struct {
+	title  string
+	format string
+	value  func(Epoch) float64
+}
+
 // WriteTable writes the report as plain-text tables, one per measure (test
-// accuracy, training loss, training accuracy, seconds), each with a row per
-// epoch and a column per strategy, so that strategies compare along a row.
+// accuracy, training loss, training accuracy, seconds, and when measured
+// the final model's loss and accuracy on the full training set), each with
+// a row per epoch and a column per strategy, so that strategies compare
+// along a row.
 func WriteTable(w io.Writer, r Report) error {
-	measures := []struct {
-		title  string
-		format string
-		value  func(Epoch) float64
-	}{
+	measures := []measure{
 		{"test accuracy (%)", "%.2f", func(e Epoch) float64 { return 100 * e.TestAcc }},
 		{"training loss (mean over the epoch)", "%.4f", func(e Epoch) float64 { return e.TrainLoss }},
 		{"training accuracy (%, over the epoch)", "%.2f", func(e Epoch) float64 { return 100 * e.TrainAcc }},
 		{"seconds per epoch (training pass)", "%.2f", func(e Epoch) float64 { return e.Seconds }},
+	}
+	if r.fullTrain() {
+		measures = append(measures,
+			measure{"training loss (model at the end of the epoch, full training set)", "%.4f", func(e Epoch) float64 { return e.FullTrainLoss }},
+			measure{"training accuracy (%, model at the end of the epoch, full training set)", "%.2f", func(e Epoch) float64 { return 100 * e.FullTrainAcc }})
 	}
 	epochs := r.epochs()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
