@@ -108,6 +108,14 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	epochs := r.epochs()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(r.Runs) > 0 && r.Runs[0].Workers > 1 {
+		// Every run of one validate has the same workers.
+		how := "synchronous SGD (gradients averaged every step)"
+		if h := r.Runs[0].SyncEvery; h > 0 {
+			how = fmt.Sprintf("local SGD (models averaged every %d steps and at the end of every epoch)", h)
+		}
+		fmt.Fprintf(tw, "%d workers reading their parts in lock-step, %s\n\n", r.Runs[0].Workers, how)
+	}
 	for i, m := range measures {
 		if i > 0 {
 			fmt.Fprintln(tw)
