@@ -172,3 +172,30 @@ func TestTrainSetEvaluatesTheFinalModelOnEveryTrainingRecord(t *testing.T) {
 		t.Errorf("epoch %+v: want 300 records in 38 steps", last)
 	}
 }
+
+func TestLockStepTrainingDoesNotAllocatePerRecord(t *testing.T) {
+	for _, syncEvery := range []int{0, 3} {
+		tr := newTrainer(t, Softmax, 2, 3, 0.01, 8)
+		tr.SyncEvery = syncEvery
+		allocs := func(n int) float64 {
+			var parts [][]byte
+			for i := range 4 {
+				parts = append(parts, stream(separable(n, 3, uint64(i))))
+			}
+			rs := make([]*bytes.Reader, 4)
+			ios := make([]io.Reader, 4)
+			return testing.AllocsPerRun(5, func() {
+				for i := range rs {
+					rs[i] = bytes.NewReader(parts[i])
+					ios[i] = rs[i]
+				}
+				if _, err := tr.TrainEpochParts(context.Background(), 0, ios); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		if a, b := allocs(200), allocs(2000); b > a || b > 20 {
+			t.Errorf("sync every %d: %v allocations for 4×200 records, %v for 4×2000; want a few per part, not growing", syncEvery, a, b)
+		}
+	}
+}
