@@ -174,9 +174,9 @@ func Plot(r Report, path string) (err error) {
 	title := "Test accuracy after each epoch"
 	if k := r.Runs[0].Workers; k > 1 {
 		if h := r.Runs[0].SyncEvery; h > 0 {
-			title += fmt.Sprintf(" (%d workers, models averaged every %d steps)", k, h)
+			title = fmt.Sprintf("Test accuracy, %d workers, models averaged every %d steps", k, h)
 		} else {
-			title += fmt.Sprintf(" (%d workers, synchronous SGD)", k)
+			title = fmt.Sprintf("Test accuracy, %d workers, synchronous SGD", k)
 		}
 	}
 	acc := newPanel(title, "test accuracy")
