@@ -143,3 +143,26 @@ func TestValidateWorkerFlagsGiveClearErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateFullTrainingSetIsTheIndexedRecords: the final model is
+// measured on the records the index holds, so a record --skip-corrupt left
+// out is neither trained on nor read for the full-training-set pass.
+func TestValidateFullTrainingSetIsTheIndexedRecords(t *testing.T) {
+	src := genSynthetic(t, 600, 8, 3, 2, "clustered")
+	test := genSynthetic(t, 300, 8, 3, 1, "shuffled", "--first-id", "600")
+	names, _ := filepath.Glob(filepath.Join(src, "*.tfrecord"))
+	b, err := os.ReadFile(names[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0xff
+	if err := os.WriteFile(names[1], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := rawValidate(t, "validate", "--data", src, "--test", test, "--strategies", "full", "--skip-corrupt", "--via", "direct",
+		"--workers", "2", "--epochs", "1", "--batch", "2", "--lr", "0.05", "--block-size", "8KiB", "--seed", "1", "--cache-dir", t.TempDir())
+	e := r[0]["epochs"].([]any)[0].(map[string]any)
+	if e["records"] != 598.0 || e["full_train_acc"] == nil {
+		t.Errorf("epoch 0 %v: want 598 records trained on (599 indexed, one dropped by the odd part) and the full-training-set measures", e)
+	}
+}

@@ -183,9 +183,6 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	if v.model != validator.Softmax {
 		classes = 2
 	}
-	// The final model of every epoch is also measured on the whole
-	// training set, read from the source files (the order does not matter).
-	trainSet := func() (io.ReadCloser, error) { return &validator.Sequence{Paths: dataFiles}, nil }
 	if v.via == "files" {
 		return validateFiles(ctx, v, dec, test, classes, dataFiles, log)
 	}
@@ -199,6 +196,13 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		d.seed = fmt.Sprint(seed)
 	}
 	ix, _, err := blockcache.Open(ctx, v.data, d.indexOptions(log, os.Stderr))
+	if err != nil {
+		return report, err
+	}
+	// The final model of every epoch is also measured on the whole
+	// training set: the records of the index (so --skip-corrupt leaves out
+	// what it left out), in source order, which does not matter here.
+	trainSet, err := sourceOrder(ctx, d, ix, seed)
 	if err != nil {
 		return report, err
 	}
@@ -358,6 +362,26 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		})
 	}
 	return open, func() error { return nil }, nil
+}
+
+// sourceOrder returns how to open the records of the index in source
+// order, in-process.
+func sourceOrder(ctx context.Context, d *datasetFlags, ix *blockcache.Index, seed uint64) (func() (io.ReadCloser, error), error) {
+	slabs, _ := memorySplit(ix, int64(d.maxMemory), false)
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
+	if err != nil {
+		return nil, fmt.Errorf("the training set in source order: %w", err)
+	}
+	lo := d.loaderOptions(nil)
+	lo.MaxMemory = slabs
+	ld := blockcache.NewLoader(ix, lo)
+	return func() (io.ReadCloser, error) {
+		plan, err := pl.Plan(0, 0, 1)
+		if err != nil {
+			return nil, err
+		}
+		return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
+	}, nil
 }
 
 // openParts opens parts 0 to k-1 of an epoch, or none.
