@@ -25,6 +25,7 @@ per record, the offset of its frame within the served part file and the
 frame's size.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.balance.printOnly = true // feedback strategies: the orders a mount saved (balance.go)
 	d.registerFormat(fset)
 	fset.Lookup("seed").Usage = "`seed` of the order (required: the same seed as the mount's gives its order)"
 	epoch := fset.Int("epoch", 0, "epoch")

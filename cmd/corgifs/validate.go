@@ -50,7 +50,7 @@ type validateFlags struct {
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
-	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full"}
+	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full", "mrs"}
 	fs.StringVar(&v.data, "data", "", "`dir`ectory of training TFRecord files (required)")
 	fs.StringVar(&v.test, "test", "", "`dir`ectory of test TFRecord files (required)")
 	fs.StringVar(&v.model, "model", "softmax", "`model`: "+strings.Join(validator.ModelNames(), ", "))
@@ -94,6 +94,7 @@ mean what they mean for mount; --partition applies to local and pls, --exchange
 to pls, --equal-parts to every strategy.`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
+	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
 	if _, err := parse(fset, args, 0); err != nil {
@@ -324,6 +325,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if r.strategy == "pls" {
 			flags = append(flags, "--exchange", strconv.FormatFloat(r.exchange, 'g', -1, 64))
 		}
+		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
