@@ -62,6 +62,7 @@ func trafficFlags(fs *flag.FlagSet, o *trafficOptions) {
 type trafficNode struct {
 	fetched   []int64 // per epoch: source_bytes of stats.json
 	disk      []int64 // per epoch: disk_cache_bytes
+	memory    []int64 // per epoch: memory_bytes (buffers still loaded)
 	size      []int64 // per epoch: the part file's size
 	peak      int64   // disk_cache.peak_bytes_held
 	maxBytes  int64   // disk_cache.max_bytes
@@ -303,6 +304,7 @@ type trafficStats struct {
 	Epochs         map[string]struct {
 		Source int64 `json:"source_bytes"`
 		Disk   int64 `json:"disk_cache_bytes"`
+		Memory int64 `json:"memory_bytes"`
 	} `json:"epochs"`
 	DiskCache *struct {
 		Written      int64  `json:"written"`
@@ -355,6 +357,7 @@ func readNode(ctx context.Context, mnt string, i int, o trafficOptions) (*traffi
 		ep := st.Epochs[strconv.Itoa(e)]
 		n.fetched = append(n.fetched, ep.Source)
 		n.disk = append(n.disk, ep.Disk)
+		n.memory = append(n.memory, ep.Memory)
 	}
 	d := st.DiskCache
 	n.peak, n.maxBytes, n.skipped, n.refused, n.evictions = d.PeakHeld, d.MaxBytes, d.WriteSkipped, d.NotAdmitted, d.Evictions
@@ -454,14 +457,16 @@ func trafficMarkdown(res *trafficResults) string {
 	p("and the simulation alone:\n\n")
 	p("    go run ./bench --warm=false --simulate --sim-size %s --sim-block %s --sim-parts %d --sim-exchange %s --sim-epochs %d\n\n",
 		formatSize(res.bytes), formatSize(o.block), o.parts, joinFloats(o.exchanges), o.epochs)
-	p("| Q | epoch | Q·N/K | fetched per node, mean | min–max | × Q·N/K | simulated, these plans | measured ÷ simulated | `--simulate` (synthetic) | measured ÷ `--simulate` |\n")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| Q | epoch | Q·N/K | fetched per node, mean | min–max | × Q·N/K | simulated, these plans | measured ÷ simulated | `--simulate` (synthetic) | measured ÷ `--simulate` | from the disk cache, mean | from memory, mean |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range res.rows {
 		for e := range o.epochs {
-			var sum float64
+			var sum, disk, mem float64
 			lo, hi := int64(math.MaxInt64), int64(0)
 			for _, n := range r.nodes {
 				sum += float64(n.fetched[e])
+				disk += float64(n.disk[e]) / float64(len(r.nodes))
+				mem += float64(n.memory[e]) / float64(len(r.nodes))
 				lo, hi = min(lo, n.fetched[e]), max(hi, n.fetched[e])
 			}
 			mean := sum / float64(len(r.nodes))
@@ -469,9 +474,9 @@ func trafficMarkdown(res *trafficResults) string {
 			if e > 0 && r.q > 0 {
 				ratio = fmt.Sprintf("%.2f", mean/(r.q*share))
 			}
-			p("| %g | %d | %s | %s | %s–%s | %s | %s | %s | %s | %s |\n", r.q, e, fmtBytes(int64(r.q*share)), fmtBytes(int64(mean)),
+			p("| %g | %d | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s |\n", r.q, e, fmtBytes(int64(r.q*share)), fmtBytes(int64(mean)),
 				fmtBytes(lo), fmtBytes(hi), ratio, fmtBytes(int64(r.sim.fetchMean[e])), quotient(mean, r.sim.fetchMean[e]),
-				fmtBytes(int64(synthAt(r.synth, e))), quotient(mean, synthAt(r.synth, e)))
+				fmtBytes(int64(synthAt(r.synth, e))), quotient(mean, synthAt(r.synth, e)), fmtBytes(int64(disk)), fmtBytes(int64(mem)))
 		}
 	}
 	p("\n| Q | (1+Q)·N/K | `--disk-cache-size` | peak cache, largest node | ÷ (1+Q)·N/K | simulated peak | evictions per node, mean | not admitted | write skipped |\n")
