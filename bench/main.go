@@ -160,7 +160,10 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.simulate || o.traffic.run) && !given["warm"] {
+	if (o.formats || o.simulate) && !given["warm"] {
+		o.warm = false
+	}
+	if o.traffic.run && !given["warm"] {
 		o.warm = false
 	}
 	if o.sim.epochs < 1 || o.sim.block < 1 || o.sim.size < o.sim.block {
