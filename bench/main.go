@@ -73,6 +73,7 @@ type options struct {
 	prefetch                              bool // double buffering against --prefetch (issue 15)
 	simulate                              bool // pls at scale on a synthetic index (issue 15)
 	sim                                   simOptions
+	traffic                               trafficOptions // K nodes' disk-cache traffic (issue 15)
 	fioRuntime                            time.Duration
 }
 
@@ -136,6 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var((*partsValue)(&o.sim.parts), "sim-parts", "comma separated node `counts` K to simulate")
 	fs.Var((*fractionsValue)(&o.sim.exchanges), "sim-exchange", "comma separated exchange `fractions` Q to simulate")
 	fs.IntVar(&o.sim.epochs, "sim-epochs", o.sim.epochs, "epochs to simulate")
+	trafficFlags(fs, &o.traffic)
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --simulate --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
@@ -164,6 +166,9 @@ Flags:
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
 	if (o.formats || o.s3 || o.simulate) && !given["warm"] {
+		o.warm = false
+	}
+	if o.traffic.run && !given["warm"] {
 		o.warm = false
 	}
 	if o.sim.epochs < 1 || o.sim.block < 1 || o.sim.size < o.sim.block {
@@ -300,6 +305,15 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s\nwrote a section of %s\n\n", section, o.out)
+		if !(o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch || o.formats) {
+			return nil
+		}
+	}
+	if o.traffic.run {
+		o.traffic.work = o.work
+		if err := runTraffic(ctx, o.traffic, o.out, stdout, stderr); err != nil {
+			return fmt.Errorf("traffic: %w", err)
+		}
 		if !(o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch || o.formats) {
 			return nil
 		}
