@@ -37,6 +37,21 @@ type Run struct {
 	// steps between model averages (Trainer.SyncEvery).
 	Workers   int `json:"workers,omitempty"`
 	SyncEvery int `json:"sync_every,omitempty"`
+	// Feedback says, for a strategy that orders epochs from the trainer's
+	// per-example gradients, what was written to the order server.
+	Feedback *FeedbackSummary `json:"feedback,omitempty"`
+}
+
+// FeedbackSummary is what a run gave the order server (Trainer.Feedback)
+// and what the server did with it.
+type FeedbackSummary struct {
+	Dim   int  `json:"dim"`   // values per vector
+	Exact bool `json:"exact"` // the gradients themselves, not a sketch
+	// Feedback files accepted and refused, and epochs served as a random
+	// reshuffle because their feedback did not arrive in time.
+	Accepted  int64 `json:"accepted"`
+	Refused   int64 `json:"refused"`
+	Fallbacks int64 `json:"fallbacks"`
 }
 
 // An Epoch holds the measurements of one epoch of a Run.
