@@ -172,7 +172,17 @@ const (
 // training loss per epoch on the right (of the model at the end of the
 // epoch on the full training set when measured, else the mean over the
 // epoch), one line per strategy.
-func Plot(r Report, path string) (err error) {
+func Plot(r Report, path string) error { return PlotWith(r, path, PlotOptions{}) }
+
+// PlotOptions change how Plot draws.
+type PlotOptions struct {
+	// Zoom lets both panels span the measured values instead of starting
+	// at 0 (accuracy: 0 to 1), for differences too small to see otherwise.
+	Zoom bool
+}
+
+// PlotWith is Plot with options.
+func PlotWith(r Report, path string, o PlotOptions) (err error) {
 	if len(r.Runs) == 0 {
 		return errors.New("validator: plot: the report has no runs")
 	}
@@ -195,8 +205,10 @@ func Plot(r Report, path string) (err error) {
 		}
 	}
 	acc := newPanel(title, "test accuracy")
-	acc.Y.Min, acc.Y.Max = 0, 1
-	acc.Y.Tick.Marker = accuracyTicks{}
+	if !o.Zoom {
+		acc.Y.Min, acc.Y.Max = 0, 1
+		acc.Y.Tick.Marker = accuracyTicks{}
+	}
 	loss := newPanel("Training loss per epoch", "training loss (mean over the epoch)")
 	lossOf := func(e Epoch) float64 { return e.TrainLoss }
 	if r.fullTrain() {
@@ -205,7 +217,9 @@ func Plot(r Report, path string) (err error) {
 		loss = newPanel("Training loss after each epoch", "training loss (full training set)")
 		lossOf = func(e Epoch) float64 { return e.FullTrainLoss }
 	}
-	loss.Y.Min = 0
+	if !o.Zoom {
+		loss.Y.Min = 0
+	}
 	// One legend for both panels, in a column on the right, where it cannot
 	// hide a line.
 	legend := plot.NewLegend()

@@ -36,6 +36,7 @@ type validateFlags struct {
 	label, features string
 	via             string
 	jsonOut, plot   string
+	plotZoom        bool
 	workers         int // parts read in lock-step per epoch (data-parallel workers)
 	syncEvery       int // 0: synchronous SGD; H: local SGD, models averaged every H steps
 	sketchDim       int // feedback strategies: the largest dimension of a feedback vector
@@ -85,6 +86,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&v.jsonOut, "json", "", "write the results as JSON to `file`")
 	fs.StringVar(&v.plot, "plot", "", "draw test accuracy and training loss per epoch to `file` (.svg or .png)")
+	fs.BoolVar(&v.plotZoom, "plot-zoom", false, "let the plot's axes span the measured values instead of starting at 0, for small differences")
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
@@ -144,7 +146,7 @@ func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) er
 		}
 	}
 	if v.plot != "" {
-		if err := validator.Plot(report, v.plot); err != nil {
+		if err := validator.PlotWith(report, v.plot, validator.PlotOptions{Zoom: v.plotZoom}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", v.plot)
