@@ -367,7 +367,6 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
-		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if d.equalParts {
 			flags = append(flags, "--equal-parts")
 		}
@@ -381,6 +380,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 			flags = append(flags, "--feedback-dim", fmt.Sprint(fbDim), "--balance-rule", d.balance.rule.String(),
 				"--feedback-timeout", d.balance.timeout.String())
 		}
+		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
