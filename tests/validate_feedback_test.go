@@ -32,12 +32,16 @@ func checkFeedback(t *testing.T, run map[string]any, epochs, parts int) {
 // feedback files, the mount accepts them all and serves the next epoch in
 // its balanced order without a timeout fallback, and the same run
 // in-process (a planner reading a feedback store) gives the same numbers.
+// An earlier run with another learning rate, in the same --cache-dir,
+// leaves no orders behind that the mount would serve again.
 func TestValidateGrabReadsFeedbackOrderedEpochsFromTheMountAsDirectDoes(t *testing.T) {
 	fuseOK(t)
 	train, test := feedbackData(t)
-	args := []string{"validate", "--data", train, "--test", test, "--model", "logistic", "--strategies", "grab,corgipile-balance",
-		"--epochs", "3", "--batch", "8", "--lr", "0.05", "--block-size", "8KiB", "--seed", "4", "--feedback-timeout", "20s",
-		"--cache-dir", t.TempDir()}
+	cache := t.TempDir()
+	common := []string{"validate", "--data", train, "--test", test, "--model", "logistic", "--strategies", "grab,corgipile-balance",
+		"--epochs", "3", "--batch", "8", "--block-size", "8KiB", "--seed", "4", "--feedback-timeout", "20s", "--cache-dir", cache}
+	rawValidate(t, append(common, "--lr", "0.5", "--via", "mount")...)
+	args := append(common, "--lr", "0.05")
 	a := rawValidate(t, append(args, "--via", "mount")...)
 	b := rawValidate(t, append(args, "--via", "direct")...)
 	for _, run := range a {
