@@ -97,7 +97,10 @@ training loss and accuracy over the epoch, the loss and accuracy of the model at
 the end of the epoch on the full training set, test accuracy on --test, and
 seconds. It shows whether an order trains like a full shuffle. The dataset flags
 mean what they mean for mount; --partition applies to local and pls, --exchange
-to pls, --equal-parts to every strategy.`, stderr)
+to pls, --equal-parts to every strategy. With grab, cdgrab and corgipile-balance
+each epoch's per-example gradients (see --sketch-dim) are written to the mount's
+feedback files before the next epoch is read, which the mount orders by them
+(--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerPrefetch(fset)
