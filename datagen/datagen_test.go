@@ -482,3 +482,27 @@ func TestSyntheticFirstIDGivesHeldOutRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestNoiseScalesTheSpreadAroundTheClassCentersAndOneIsTheDefault: Noise 1
+// writes the bytes of the default, and Noise 3 the same records three
+// times as far from their class centers.
+func TestNoiseScalesTheSpreadAroundTheClassCentersAndOneIsTheDefault(t *testing.T) {
+	s := Synthetic{Records: 400, Features: 6, Classes: 2, Files: 1, Seed: 8}
+	def := write(t, s)
+	s.Noise = 1
+	if hash(t, def) != hash(t, write(t, s)) {
+		t.Errorf("Noise 1 differs from the default")
+	}
+	s.Noise = 3
+	one, three := all(readFiles(t, def)), all(readFiles(t, write(t, s)))
+	g := newGenerator(s)
+	for i, r := range three {
+		center := g.centers[r.label*s.Features : (r.label+1)*s.Features]
+		for d, v := range r.values {
+			want := center[d] + 3*(float64(one[i].values[d])-center[d])
+			if math.Abs(float64(v)-want) > 1e-4*(1+math.Abs(want)) {
+				t.Fatalf("record %d feature %d: %g with Noise 3, want %g (3 times its distance from the center with Noise 1)", r.id, d, v, want)
+			}
+		}
+	}
+}

@@ -32,6 +32,7 @@ type Model struct {
 	classes int
 	scores  []float64 // scratch: the scores of the last example
 	grad    []float64 // scratch: d loss / d score of the last example
+	sketch  []float64 // scratch: a feedback vector being sketched (Gradients)
 }
 
 // NewModel returns the model called name (see ModelNames) over dim

@@ -23,7 +23,8 @@ type part struct {
 	xs     []float32 // the features of the step's records, row after row
 	labels []int
 
-	model        *Model // local SGD: the worker's copy
+	model        *Model    // local SGD: the worker's copy
+	vecs         []float32 // feedback vectors of the records served so far (Trainer.Feedback)
 	gradW, gradB []float64
 }
 
@@ -32,6 +33,7 @@ type part struct {
 func (p *part) reset(t *Trainer, r io.Reader, i, k int) {
 	p.i, p.k = i, k
 	p.rr, p.paths, p.file, p.path, p.n, p.eof = nil, nil, nil, "", 0, false
+	p.vecs = p.vecs[:0]
 	if seq, ok := r.(*Sequence); ok {
 		p.paths = seq.Paths
 		return

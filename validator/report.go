@@ -37,6 +37,21 @@ type Run struct {
 	// steps between model averages (Trainer.SyncEvery).
 	Workers   int `json:"workers,omitempty"`
 	SyncEvery int `json:"sync_every,omitempty"`
+	// Feedback says, for a strategy that orders epochs from the trainer's
+	// per-example gradients, what was written to the order server.
+	Feedback *FeedbackSummary `json:"feedback,omitempty"`
+}
+
+// FeedbackSummary is what a run gave the order server (Trainer.Feedback)
+// and what the server did with it.
+type FeedbackSummary struct {
+	Dim   int  `json:"dim"`   // values per vector
+	Exact bool `json:"exact"` // the gradients themselves, not a sketch
+	// Feedback files accepted and refused, and epochs served as a random
+	// reshuffle because their feedback did not arrive in time.
+	Accepted  int64 `json:"accepted"`
+	Refused   int64 `json:"refused"`
+	Fallbacks int64 `json:"fallbacks"`
 }
 
 // An Epoch holds the measurements of one epoch of a Run.
@@ -157,7 +172,17 @@ const (
 // training loss per epoch on the right (of the model at the end of the
 // epoch on the full training set when measured, else the mean over the
 // epoch), one line per strategy.
-func Plot(r Report, path string) (err error) {
+func Plot(r Report, path string) error { return PlotWith(r, path, PlotOptions{}) }
+
+// PlotOptions change how Plot draws.
+type PlotOptions struct {
+	// Zoom lets both panels span the measured values instead of starting
+	// at 0 (accuracy: 0 to 1), for differences too small to see otherwise.
+	Zoom bool
+}
+
+// PlotWith is Plot with options.
+func PlotWith(r Report, path string, o PlotOptions) (err error) {
 	if len(r.Runs) == 0 {
 		return errors.New("validator: plot: the report has no runs")
 	}
@@ -180,8 +205,10 @@ func Plot(r Report, path string) (err error) {
 		}
 	}
 	acc := newPanel(title, "test accuracy")
-	acc.Y.Min, acc.Y.Max = 0, 1
-	acc.Y.Tick.Marker = accuracyTicks{}
+	if !o.Zoom {
+		acc.Y.Min, acc.Y.Max = 0, 1
+		acc.Y.Tick.Marker = accuracyTicks{}
+	}
 	loss := newPanel("Training loss per epoch", "training loss (mean over the epoch)")
 	lossOf := func(e Epoch) float64 { return e.TrainLoss }
 	if r.fullTrain() {
@@ -190,7 +217,9 @@ func Plot(r Report, path string) (err error) {
 		loss = newPanel("Training loss after each epoch", "training loss (full training set)")
 		lossOf = func(e Epoch) float64 { return e.FullTrainLoss }
 	}
-	loss.Y.Min = 0
+	if !o.Zoom {
+		loss.Y.Min = 0
+	}
 	// One legend for both panels, in a column on the right, where it cannot
 	// hide a line.
 	legend := plot.NewLegend()

@@ -71,6 +71,16 @@ type Trainer struct {
 	// Logger, if not nil, gets one Info line per epoch from Train.
 	Logger *slog.Logger
 
+	// Feedback, if not nil (with Gradients), receives after every epoch
+	// each part's per-example gradient vectors (Gradients) in served
+	// order, before the next epoch is opened: the input of an order
+	// server (corgifs --strategy grab, cdgrab, corgipile-balance). Every
+	// record a part served gets a vector: one the epoch trained on, at
+	// the model of its step; one it did not (dropped by parts of unequal
+	// length), at the model at the end of the epoch.
+	Feedback  Feedback
+	Gradients *Gradients
+
 	parts []*part // the readers of the parts of an epoch, reused
 	eval  part    // the reader of TrainSet
 	gradW []float64
@@ -115,6 +125,11 @@ func (t *Trainer) check() error {
 		return fmt.Errorf("validator: Batch must not be negative, got %d", t.Batch)
 	case t.SyncEvery < 0:
 		return fmt.Errorf("validator: SyncEvery must not be negative, got %d", t.SyncEvery)
+	case (t.Feedback == nil) != (t.Gradients == nil):
+		return errors.New("validator: Feedback and Gradients go together: the vectors and where they go")
+	case t.Gradients != nil && (t.Gradients.outputs != t.Model.Outputs() || t.Gradients.in != t.Model.Dim()):
+		return fmt.Errorf("validator: Gradients are of a model of %d×%d weights, the Model has %d×%d",
+			t.Gradients.outputs, t.Gradients.in, t.Model.Outputs(), t.Model.Dim())
 	}
 	return nil
 }
@@ -153,12 +168,14 @@ func (t *Trainer) TrainEpochParts(ctx context.Context, epoch int, parts []io.Rea
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
+	pending := false // the records of the last fill were not trained on
 	for {
 		n, err := t.fillParts(ctx, &ep)
 		if err != nil {
 			return EpochStats{}, err
 		}
 		if n == 0 {
+			pending = true
 			break
 		}
 		if ep.local {
@@ -172,6 +189,11 @@ func (t *Trainer) TrainEpochParts(ctx context.Context, epoch int, parts []io.Rea
 	}
 	if ep.local && ep.sinceSync > 0 {
 		t.average()
+	}
+	if t.feedbackOn() {
+		if err := t.finishFeedback(ctx, &ep, pending); err != nil {
+			return EpochStats{}, err
+		}
 	}
 	st := ep.st
 	if st.Records > 0 {
@@ -242,10 +264,14 @@ func (t *Trainer) fillParts(ctx context.Context, ep *epochState) (int, error) {
 // records read from each part.
 func (t *Trainer) syncStep(ep *epochState, n int) {
 	m := t.Model
+	fb := t.feedbackOn()
 	for _, p := range t.parts {
 		for i, label := range p.labels[:n] {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
+			if fb {
+				t.record(p, m, x)
+			}
 			if ep.batch == 1 {
 				t.step(m, ep.lr, x)
 				continue
@@ -262,11 +288,15 @@ func (t *Trainer) syncStep(ep *epochState, n int) {
 // localStep updates every worker's model with the mean gradient of its own
 // n records, and averages the models every SyncEvery steps.
 func (t *Trainer) localStep(ep *epochState, n int) {
+	fb := t.feedbackOn()
 	for _, p := range t.parts {
 		m := p.model
 		for i, label := range p.labels[:n] {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
+			if fb {
+				t.record(p, m, x)
+			}
 			if ep.perPart == 1 {
 				t.step(m, ep.lr, x)
 				continue

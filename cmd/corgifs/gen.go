@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -53,6 +54,7 @@ Gaussian clusters, separable by a linear model but not trivially.
 	order := fset.String("order", "clustered", "record order in the files: clustered (sorted by label) or shuffled")
 	files := fset.Int("files", 8, "number of files")
 	seed := fset.Uint64("seed", 1, "seed of the generator (the class centers depend on it alone)")
+	noise := fset.Float64("noise", 1, "standard deviation of the features around their class center (the centers are 2.5\nfrom the origin): larger values make the classes overlap (3: two classes of 18 features\nare about 75% separable, a noisy tabular task)")
 	firstID := fset.Int("first-id", 0, "number the records from this id on; a set made with the same --seed and\nids past another set's holds new points of the same classes (a held-out test set)")
 	format := genFormatFlag(fset)
 	force := fset.Bool("force", false, "write into OUT even if it is not empty (files of the same names are replaced)")
@@ -72,6 +74,8 @@ Gaussian clusters, separable by a linear model but not trivially.
 		return fmt.Errorf("--classes %d: want at least 2", *classes)
 	case *files < 1 || *files > *records:
 		return fmt.Errorf("--files %d: want 1 to --records (%d)", *files, *records)
+	case !(*noise > 0) || math.IsInf(*noise, 0):
+		return fmt.Errorf("--noise %v: want a positive number", *noise)
 	}
 	if err := checkEmptyOut(pos[0], *force); err != nil {
 		return err
@@ -79,7 +83,7 @@ Gaussian clusters, separable by a linear model but not trivially.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g := datagen.Synthetic{Records: *records, Features: *features, Classes: *classes,
-		Clustered: *order == "clustered", Files: *files, Seed: *seed, FirstID: *firstID, Format: *format}
+		Clustered: *order == "clustered", Files: *files, Seed: *seed, FirstID: *firstID, Format: *format, Noise: *noise}
 	bar := progressFunc(stderr, "writing")
 	var progress func(int64)
 	if bar != nil {

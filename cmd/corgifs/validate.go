@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/validator"
@@ -35,8 +36,10 @@ type validateFlags struct {
 	label, features string
 	via             string
 	jsonOut, plot   string
+	plotZoom        bool
 	workers         int // parts read in lock-step per epoch (data-parallel workers)
 	syncEvery       int // 0: synchronous SGD; H: local SGD, models averaged every H steps
+	sketchDim       int // feedback strategies: the largest dimension of a feedback vector
 
 	// The format of --data and --test, and where its records keep the
 	// label and the features. "" means the format's default.
@@ -46,6 +49,7 @@ type validateFlags struct {
 	labelColumn             string
 	ignoreColumns           listFlag
 	ignoreSet               bool // --ignore-columns was given
+	feedbackDimGiven        bool // --feedback-dim was given (validate sets it)
 	divide                  float64
 }
 
@@ -57,6 +61,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Var(&v.strategies, "strategies", "comma separated order `strategies` to train with, side by side; pls:Q is pls with\n--exchange Q (such as pls:0.1,pls:0.3 to compare exchange fractions)")
 	fs.IntVar(&v.workers, "workers", 1, "read the `K` parts of every epoch in lock-step, as K data-parallel workers (DDP ranks):\nevery step takes --batch/K records of each part; an epoch ends at the shortest part's\nlast full step (see --equal-parts)")
 	fs.IntVar(&v.syncEvery, "sync-every", 0, "with --workers K > 1: 0 averages the K gradients of every step into one update\n(synchronous SGD); `H` ≥ 1 gives each worker its own model, updated by its own\nmini-batches, and averages the K models every H steps and at the end of every\nepoch (local SGD)")
+	fs.IntVar(&v.sketchDim, "sketch-dim", 64, "grab, cdgrab, corgipile-balance: after every epoch each part's per-example gradients\n(at the model that trained on the record) are written to the mount's feedback files,\nexactly when a gradient has at most `N` values (logistic regression, SVM: features+1),\nelse as a seeded random projection (CountSketch) to N values (softmax); the mount's\n--feedback-dim is set to the vectors' dimension")
 	fs.IntVar(&v.epochs, "epochs", 10, "training epochs per strategy")
 	fs.IntVar(&v.batch, "batch", 64, "mini-batch size (1: plain SGD, one record per update)")
 	fs.Float64Var(&v.lr, "lr", 0.05, "learning rate of epoch 0")
@@ -81,6 +86,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&v.jsonOut, "json", "", "write the results as JSON to `file`")
 	fs.StringVar(&v.plot, "plot", "", "draw test accuracy and training loss per epoch to `file` (.svg or .png)")
+	fs.BoolVar(&v.plotZoom, "plot-zoom", false, "let the plot's axes span the measured values instead of starting at 0, for small differences")
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
@@ -91,7 +97,10 @@ training loss and accuracy over the epoch, the loss and accuracy of the model at
 the end of the epoch on the full training set, test accuracy on --test, and
 seconds. It shows whether an order trains like a full shuffle. The dataset flags
 mean what they mean for mount; --partition applies to local and pls, --exchange
-to pls, --equal-parts to every strategy.`, stderr)
+to pls, --equal-parts to every strategy. With grab, cdgrab and corgipile-balance
+each epoch's per-example gradients (see --sketch-dim) are written to the mount's
+feedback files before the next epoch is read, which the mount orders by them
+(--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerPrefetch(fset)
@@ -101,7 +110,10 @@ to pls, --equal-parts to every strategy.`, stderr)
 		return err
 	}
 	var strategyGiven bool
-	fset.Visit(func(f *flag.Flag) { strategyGiven = strategyGiven || f.Name == "strategy" })
+	fset.Visit(func(f *flag.Flag) {
+		strategyGiven = strategyGiven || f.Name == "strategy"
+		v.feedbackDimGiven = v.feedbackDimGiven || f.Name == "feedback-dim"
+	})
 	if strategyGiven {
 		// The dataset flags include mount's --strategy; validate trains
 		// on each of --strategies, so a --strategy would be ignored.
@@ -143,7 +155,7 @@ func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) er
 		}
 	}
 	if v.plot != "" {
-		if err := validator.Plot(report, v.plot); err != nil {
+		if err := validator.PlotWith(report, v.plot, validator.PlotOptions{Zoom: v.plotZoom}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", v.plot)
@@ -162,6 +174,9 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		return report, err
 	}
 	if err := v.checkWorkers(); err != nil {
+		return report, err
+	}
+	if err := v.checkFeedbackFlags(d, runs, v.feedbackDimGiven); err != nil {
 		return report, err
 	}
 	if v.via == "files" && !slices.Equal(v.strategies, []string{"none"}) {
@@ -227,12 +242,30 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		}
 		tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch,
 			SyncEvery: v.syncEvery, TrainSet: trainSet, Logger: log}
-		open, done, err := epochOpener(ctx, d, v, ix, r, seed, work)
+		fbDim := 0
+		if shuffler.IsFeedback(r.strategy) {
+			// The projection is drawn from the run's seed, so that the
+			// mount and direct runs write the same vectors.
+			if tr.Gradients, err = validator.NewGradients(model, v.sketchDim, seed); err != nil {
+				return report, err
+			}
+			fbDim = tr.Gradients.Dim()
+		}
+		rio, err := epochOpener(ctx, d, v, ix, r, seed, work, fbDim, log)
 		if err != nil {
 			return report, err
 		}
-		run, err := tr.TrainParts(ctx, r.label, v.epochs, open, test)
-		if derr := done(); err == nil {
+		tr.Feedback = rio.feedback
+		run, err := tr.TrainParts(ctx, r.label, v.epochs, rio.open, test)
+		if err == nil && rio.feedback != nil {
+			var st feedback.Stats
+			if st, err = rio.feedbackStats(); err == nil {
+				run.Feedback = feedbackSummary(tr.Gradients, st)
+				log.Info("feedback", "strategy", r.label, "dim", fbDim, "exact", tr.Gradients.Exact(),
+					"accepted", st.Accepted, "refused", st.Refused, "fallbacks", st.Fallbacks)
+			}
+		}
+		if derr := rio.done(); err == nil {
 			err = derr
 		}
 		if err != nil {
@@ -307,17 +340,38 @@ func (v *validateFlags) checkWorkers() error {
 	return nil
 }
 
+// runIO is how a run reads its epochs and, for a feedback strategy, where
+// it writes its per-example gradients.
+type runIO struct {
+	open          func(epoch int) ([]io.ReadCloser, error) // the --workers parts of an epoch
+	feedback      validator.Feedback                       // nil unless a feedback strategy
+	feedbackStats func() (feedback.Stats, error)
+	done          func() error // cleans up
+}
+
 // epochOpener returns how to open the --workers parts of one epoch of a
-// strategy, and how to clean up.
-func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blockcache.Index, r strategyRun, seed uint64, work string) (func(int) ([]io.ReadCloser, error), func() error, error) {
+// strategy and how to clean up; for a feedback strategy (fbDim > 0, the
+// dimension of the vectors) also where its vectors go: the mount's
+// feedback files, or in-process a feedback store the planner reads.
+func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blockcache.Index, r strategyRun, seed uint64, work string, fbDim int, log *slog.Logger) (*runIO, error) {
 	k := v.workers
 	partition := ""
 	if shuffler.Partitioned(r.strategy) {
 		partition = string(d.partition)
 	}
+	cacheDir := d.cacheDir
+	if fbDim > 0 {
+		// A cache directory of the run's own: a mount keeps the orders it
+		// computed from feedback there, and would serve them again to a
+		// later run (with other training flags, other gradients).
+		var err error
+		if cacheDir, err = os.MkdirTemp(work, "cache-"); err != nil {
+			return nil, err
+		}
+	}
 	if v.via == "mount" {
 		flags := []string{"--strategy", r.strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
-			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", d.cacheDir,
+			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", cacheDir,
 			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--parts", fmt.Sprint(k)}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
@@ -330,6 +384,10 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		}
 		if r.strategy == "pls" {
 			flags = append(flags, "--exchange", strconv.FormatFloat(r.exchange, 'g', -1, 64))
+		}
+		if fbDim > 0 {
+			flags = append(flags, "--feedback-dim", fmt.Sprint(fbDim), "--balance-rule", d.balance.rule.String(),
+				"--feedback-timeout", d.balance.timeout.String())
 		}
 		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
@@ -345,25 +403,45 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		}
 		m, err := startChildMount(v.data, work, flags...)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		open := func(e int) ([]io.ReadCloser, error) {
+		rio := &runIO{done: m.stop}
+		rio.open = func(e int) ([]io.ReadCloser, error) {
 			return openParts(k, func(i int) (io.ReadCloser, error) { return os.Open(m.part(e, i, k)) })
 		}
-		return open, m.stop, nil
+		if fbDim > 0 {
+			fb := &mountFeedback{mnt: m.Dir}
+			rio.feedback, rio.feedbackStats = fb, fb.stats
+		}
+		return rio, nil
 	}
 	// The budget a mount of this strategy would use, so that the orders
-	// are the mount's.
+	// are the mount's: its slabs' share, less what it sets aside for the
+	// feedback vectors.
 	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs,
-		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange})
+	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs,
+		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange}
+	var store *feedback.Store
+	if fbDim > 0 {
+		var err error
+		if store, err = openStore(ix, r.strategy, filepath.Join(cacheDir, "feedback"), fbDim, log); err != nil {
+			return nil, err
+		}
+		slabs -= feedback.Bound(ix.Records, fbDim)
+		p.MaxMemory, p.Feedback, p.FeedbackTimeout, p.BalanceRule, p.Logger = slabs, store, d.balance.timeout.d, d.balance.rule.r, log
+	}
+	pl, err := shuffler.NewPlanner(ix, p)
 	if err != nil {
-		return nil, nil, err
+		if store != nil {
+			store.Close()
+		}
+		return nil, err
 	}
 	lo := d.loaderOptions(nil)
 	lo.MaxMemory = slabs
 	ld := blockcache.NewLoader(ix, lo)
-	open := func(e int) ([]io.ReadCloser, error) {
+	rio := &runIO{done: func() error { return nil }}
+	rio.open = func(e int) ([]io.ReadCloser, error) {
 		return openParts(k, func(i int) (io.ReadCloser, error) {
 			plan, err := pl.Plan(e, i, k)
 			if err != nil {
@@ -372,7 +450,12 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 			return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
 		})
 	}
-	return open, func() error { return nil }, nil
+	if store != nil {
+		fb := &storeFeedback{st: store, pl: pl}
+		rio.feedback, rio.feedbackStats = fb, fb.stats
+		rio.done = func() error { pl.Close(); return store.Close() }
+	}
+	return rio, nil
 }
 
 // sourceOrder returns how to open the records of the index in source
