@@ -1,0 +1,294 @@
+package zaccess
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// sample returns n bytes that compress somewhat, like records: runs of
+// text with repeats near and far, and random bytes.
+func sample(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	words := []string{"corgi", "pile", "shuffle", "block", "record", "epoch", "{\"label\": ", "0.125,", "\n"}
+	var b bytes.Buffer
+	for b.Len() < n {
+		switch r.IntN(10) {
+		case 0:
+			for range r.IntN(300) {
+				b.WriteByte(byte(r.Uint32()))
+			}
+		case 1:
+			if b.Len() > 1000 {
+				at := r.IntN(b.Len() - 500)
+				b.Write(bytes.Clone(b.Bytes()[at : at+r.IntN(500)]))
+			}
+		default:
+			b.WriteString(words[r.IntN(len(words))])
+		}
+	}
+	return b.Bytes()[:n]
+}
+
+func gz(t testing.TB, data []byte, level int, members int) []byte {
+	var out bytes.Buffer
+	step := (len(data) + members - 1) / max(members, 1)
+	for i := 0; i < len(data) || i == 0; i += max(step, 1) {
+		w, err := gzip.NewWriterLevel(&out, level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data[i:min(len(data), i+step)])
+		w.Close()
+		if step == 0 {
+			break
+		}
+	}
+	return out.Bytes()
+}
+
+func zl(t testing.TB, data []byte, level int) []byte {
+	var out bytes.Buffer
+	w, _ := zlib.NewWriterLevel(&out, level)
+	w.Write(data)
+	w.Close()
+	return out.Bytes()
+}
+
+func zst(t testing.TB, data []byte, frame int) []byte {
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var out []byte
+	for i := 0; i < len(data); i += frame {
+		out = enc.EncodeAll(data[i:min(len(data), i+frame)], out)
+	}
+	return out
+}
+
+// checkAll builds the index of comp and checks that reading from every
+// access point, and from offsets around them, gives data.
+func checkAll(t *testing.T, comp []byte, kind Kind, span int64, data []byte) *Index {
+	t.Helper()
+	ix, err := Build(bytes.NewReader(comp), int64(len(comp)), kind, span, nil)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if ix.Size != int64(len(data)) {
+		t.Fatalf("size %d, want %d", ix.Size, len(data))
+	}
+	var dc Decoder
+	defer dc.Close()
+	offs := []int64{0, int64(len(data)) / 3, int64(len(data)) - 1}
+	for _, p := range ix.Points {
+		offs = append(offs, p.Out, p.Out+1, max(0, p.Out-1), p.Out+span/2)
+	}
+	for _, off := range offs {
+		if off < 0 || off >= int64(len(data)) {
+			continue
+		}
+		n := min(int64(len(data))-off, 2*span+1000)
+		got := make([]byte, n)
+		if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), got, off, nil); err != nil {
+			t.Fatalf("read %d bytes at %d: %v", n, off, err)
+		}
+		if !bytes.Equal(got, data[off:off+n]) {
+			t.Fatalf("read %d bytes at %d: differ from the data", n, off)
+		}
+	}
+	return ix
+}
+
+func TestAccessPointsReproduceTheStream(t *testing.T) {
+	data := sample(3<<20, 1)
+	for _, tc := range []struct {
+		name string
+		comp []byte
+		kind Kind
+		min  int // points at least
+	}{
+		{"gzip-1", gz(t, data, 1, 1), Gzip, 8},
+		{"gzip-9", gz(t, data, 9, 1), Gzip, 8},
+		{"gzip-stored", gz(t, data, 0, 1), Gzip, 8},
+		{"gzip-huffman-only", gz(t, data, gzip.HuffmanOnly, 1), Gzip, 8},
+		{"gzip-members", gz(t, data, 6, 37), Gzip, 8},
+		{"zlib", zl(t, data, 6), Zlib, 8},
+		{"zstd-frames", zst(t, data, 100<<10), Zstd, 8},
+		{"zstd-one-frame", zst(t, data, len(data)), Zstd, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := checkAll(t, tc.comp, tc.kind, 256<<10, data)
+			if len(ix.Points) < tc.min {
+				t.Fatalf("%d access points, want at least %d", len(ix.Points), tc.min)
+			}
+			var win int
+			for _, p := range ix.Points {
+				win += len(p.Window)
+			}
+			t.Logf("%d points, windows %d bytes, compressed %d", len(ix.Points), win, len(tc.comp))
+		})
+	}
+}
+
+func TestInflaterMatchesStandardLibrary(t *testing.T) {
+	for i, data := range [][]byte{nil, {0}, []byte("a"), bytes.Repeat([]byte("ab"), 100000), sample(1<<20, 2)} {
+		for _, level := range []int{-2, 0, 1, 5, 9} {
+			comp := gz(t, data, level, 1)
+			d := newInflater(bytes.NewReader(comp), Gzip)
+			got, err := io.ReadAll(d)
+			if err != nil {
+				t.Fatalf("input %d level %d: %v", i, level, err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("input %d level %d: output differs", i, level)
+			}
+		}
+	}
+}
+
+func TestTruncatedAndTrailingGarbageAreErrors(t *testing.T) {
+	data := sample(200<<10, 3)
+	comp := gz(t, data, 6, 1)
+	for _, cut := range []int{1, 5, 9, len(comp) / 2, len(comp) - 4} {
+		_, err := Build(bytes.NewReader(comp[:len(comp)-cut]), int64(len(comp)-cut), Gzip, 64<<10, nil)
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("cut %d bytes: err %v, want unexpected EOF", cut, err)
+		}
+	}
+	bad := append(bytes.Clone(comp), "garbage"...)
+	_, err := Build(bytes.NewReader(bad), int64(len(bad)), Gzip, 64<<10, nil)
+	var fe *FormatError
+	if !errors.As(err, &fe) || fe.Offset != int64(len(comp)) {
+		t.Fatalf("trailing garbage: err %v, want a FormatError at %d", err, len(comp))
+	}
+	z := zl(t, data, 6)
+	z[len(z)-1] ^= 1
+	if _, err := Build(bytes.NewReader(z), int64(len(z)), Zlib, 64<<10, nil); !errors.As(err, &fe) {
+		t.Fatalf("bad Adler-32: err %v", err)
+	}
+	zs := zst(t, data, 50<<10)
+	if _, err := Build(bytes.NewReader(zs[:len(zs)-3]), int64(len(zs)-3), Zstd, 64<<10, nil); err == nil {
+		t.Fatal("truncated zstd: no error")
+	}
+}
+
+func TestCorruptByteIsAnError(t *testing.T) {
+	data := sample(300<<10, 4)
+	comp := gz(t, data, 6, 1)
+	for i := 20; i < len(comp)-8; i += len(comp) / 17 {
+		c := bytes.Clone(comp)
+		c[i] ^= 0x55
+		if _, err := Build(bytes.NewReader(c), int64(len(c)), Gzip, 64<<10, nil); err == nil {
+			t.Errorf("byte %d flipped: no error", i)
+		}
+	}
+}
+
+// FuzzAccessPoint decodes a raw DEFLATE stream wrapped as zlib, builds its
+// access points, and checks that from every one of them the output equals
+// the standard library's from the start; on input the standard library
+// refuses, the inflater must not panic.
+func FuzzAccessPoint(f *testing.F) {
+	for i, d := range [][]byte{sample(100<<10, 5), bytes.Repeat([]byte("xyz"), 5000), {}} {
+		for _, level := range []int{0, 1, 9, -2} {
+			var b bytes.Buffer
+			w, _ := flate.NewWriter(&b, level)
+			w.Write(d)
+			w.Close()
+			f.Add(b.Bytes(), uint16(4<<10+i))
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, span uint16) {
+		want, werr := io.ReadAll(flate.NewReader(bytes.NewReader(raw)))
+		// The raw stream as a zlib stream without its trailer check:
+		// the inflater is driven directly.
+		d := newInflater(bytes.NewReader(raw), Zlib)
+		d.st = stBlock
+		d.checked = false
+		type pt struct {
+			bit, out int64
+			win      []byte
+		}
+		var pts []pt
+		d.onBlock = func(bit, out int64, _ bool) {
+			pts = append(pts, pt{bit, out, bytes.Clone(d.window())})
+		}
+		var got []byte
+		var gerr error
+		for {
+			b, err := d.next(1 << 20)
+			got = append(got, b...)
+			if err != nil {
+				if err != io.EOF {
+					gerr = err
+				}
+				break
+			}
+			if len(got) > 64<<20 {
+				return
+			}
+		}
+		if werr != nil {
+			return // whatever the inflater did, it did not panic
+		}
+		if gerr != nil {
+			// The standard library stops at the final block and ignores
+			// what follows; the inflater reads a trailer after it.
+			if !bytes.Equal(got, want) && !errors.Is(gerr, io.ErrUnexpectedEOF) {
+				var fe *FormatError
+				if !errors.As(gerr, &fe) {
+					t.Fatalf("inflater failed where the standard library did not: %v", gerr)
+				}
+			}
+			return
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("output of %d bytes differs from the standard library's %d", len(got), len(want))
+		}
+		for _, p := range pts {
+			if p.out > int64(len(want)) {
+				t.Fatalf("access point at %d past the end %d", p.out, len(want))
+			}
+			d2 := newInflater(nil, Zlib)
+			if err := d2.reset(bytes.NewReader(raw[p.bit/8:]), p.bit/8, uint(p.bit%8), p.out, p.win, false); err != nil {
+				t.Fatalf("reset at bit %d: %v", p.bit, err)
+			}
+			rest, err := readDeflate(d2)
+			if err != nil {
+				t.Fatalf("from the access point at bit %d (output %d): %v", p.bit, p.out, err)
+			}
+			if !bytes.Equal(rest, want[p.out:]) {
+				t.Fatalf("from the access point at bit %d (output %d): %d bytes differ from the standard library's", p.bit, p.out, len(rest))
+			}
+		}
+	})
+}
+
+// readDeflate reads d to the end of its DEFLATE stream, ignoring what the
+// container would hold after it.
+func readDeflate(d *inflater) ([]byte, error) {
+	var out []byte
+	for {
+		b, err := d.next(1 << 20)
+		out = append(out, b...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			if d.st == stTrailer || d.st == stDone || (d.final && d.st == stBlock) {
+				return out, nil
+			}
+			return out, fmt.Errorf("%w (state %d)", err, d.st)
+		}
+	}
+}
