@@ -1,6 +1,7 @@
 package blockcache
 
 import (
+	"runtime"
 	"cmp"
 	"context"
 	"errors"
@@ -262,6 +263,9 @@ type Loader struct {
 	evictions, loadErrors, directBytes         atomic.Int64
 	direct                                     bool        // read blocks directly when not cached
 	noDirect                                   atomic.Bool // the file system refused a direct read
+	// decoders holds *zaccess.Decoder for compressed files, kept from
+	// one extent to the next.
+	decoders sync.Pool
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -847,6 +851,11 @@ func (l *Loader) read(b *Buf) error {
 		// device or the network, and gain from every read in flight.
 		workers = min(workers, 4)
 	}
+	if l.compressed(exts) {
+		// Decompressing keeps a core busy: more workers than cores would
+		// only hold more decoders.
+		workers = min(workers, max(2, runtime.GOMAXPROCS(0)))
+	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
@@ -856,7 +865,9 @@ func (l *Loader) read(b *Buf) error {
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
 				var err error
-				if l.ix.src != nil {
+				if l.ix.Files[exts[i].file].Access != nil {
+					err = l.readCompressedExtent(files, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+				} else if l.ix.src != nil {
 					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else {
 					var f *poolFile

@@ -111,6 +111,7 @@ type datasetFlags struct {
 	cacheDir    string
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
+	compression string
 	directIO    bool
 	strategy    string
 	buffer      bufferFlag
@@ -148,6 +149,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.registerCacheDir(fs)
 	d.s3.register(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
+	fs.StringVar(&d.compression, "compression", blockcache.CompressionAuto, "how source files are compressed: auto (by the name's .gz, .zst, .zlib or .zz,\nthen by magic bytes: gzip, zstd, and zlib for TFRecord files), none, gzip, zlib or zstd;\ncompressed files are served decompressed, from access points, with no decompressed copy")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
 	if !order {
@@ -167,6 +169,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	o := blockcache.Options{
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
+		Compression: d.compression,
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -180,8 +183,11 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	return o
 }
 
-// resolveFormat checks the format flags, if registered.
+// resolveFormat checks --compression and the format flags, if registered.
 func (d *datasetFlags) resolveFormat() error {
+	if err := blockcache.CheckCompression(d.compression); err != nil {
+		return err
+	}
 	if d.format == nil {
 		return nil
 	}

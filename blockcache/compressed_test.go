@@ -1,0 +1,266 @@
+package blockcache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/corgifs/corgifs/formats"
+	"github.com/klauspost/compress/zstd"
+)
+
+// compressor writes data compressed one way, under name plus its ending.
+type compressor struct {
+	name string
+	ext  string
+	fn   func(t testing.TB, data []byte) []byte
+}
+
+func gzipMembers(members, level int) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		var out bytes.Buffer
+		step := max(1, (len(data)+members-1)/members)
+		for i := 0; i < len(data) || i == 0; i += step {
+			w, _ := gzip.NewWriterLevel(&out, level)
+			w.Write(data[i:min(len(data), i+step)])
+			w.Close()
+			if len(data) == 0 {
+				break
+			}
+		}
+		return out.Bytes()
+	}
+}
+
+func zlibOf(t testing.TB, data []byte) []byte {
+	var out bytes.Buffer
+	w := zlib.NewWriter(&out)
+	w.Write(data)
+	w.Close()
+	return out.Bytes()
+}
+
+func zstdFrames(frame int) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		enc, err := zstd.NewWriter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer enc.Close()
+		var out []byte
+		for i := 0; i < len(data) || i == 0; i += frame {
+			out = enc.EncodeAll(data[i:min(len(data), i+frame)], out)
+			if len(data) == 0 {
+				break
+			}
+		}
+		return out
+	}
+}
+
+var compressors = []compressor{
+	{"gzip", ".gz", gzipMembers(1, 6)},
+	{"gzip-members", ".gz", gzipMembers(7, 9)},
+	{"gzip-no-extension", "", gzipMembers(1, 1)}, // found by its magic bytes
+	{"zlib", ".zlib", zlibOf},
+	{"zstd-frames", ".zst", zstdFrames(20 << 10)},
+}
+
+// Every format, compressed every way, is indexed into the records its
+// reader finds in the decompressed files, and served as blocks and as
+// single records; the sidecar brings the same index back.
+func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *testing.T) {
+	for _, c := range formatCases(t) {
+		for _, z := range compressors {
+			t.Run(c.format.Name()+"/"+z.name, func(t *testing.T) {
+				root := t.TempDir()
+				for name, data := range c.files {
+					writeBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
+				}
+				o := Options{BlockSize: 150, CacheDir: t.TempDir()}
+				if _, ok := c.format.(formats.Fixed); ok {
+					o.Format = c.format
+				}
+				ix, _, _ := openLogged(t, root, o)
+				if ix.Format != c.format.Name() {
+					t.Fatalf("format %q, want %q", ix.Format, c.format.Name())
+				}
+				for _, f := range ix.Files {
+					if f.Access == nil {
+						t.Fatalf("%s is not read as compressed", f.Path)
+					}
+				}
+				again, fromCache, log := openLogged(t, root, o)
+				if !fromCache {
+					t.Fatalf("second open rebuilt the index:\n%s", log)
+				}
+				if !slices.Equal(again.Blocks, ix.Blocks) || again.Bytes != ix.Bytes {
+					t.Fatalf("the sidecar gives another index")
+				}
+				want := c.want(t)
+				ld := NewLoader(again, LoaderOptions{MaxMemory: 1 << 20})
+				var got []string
+				for id := range again.Blocks {
+					b, err := ld.Get(t.Context(), Unit{Blocks: []int32{int32(id)}})
+					if err != nil {
+						t.Fatalf("block %d: %v", id, err)
+					}
+					got = append(got, records(b)...)
+					ld.Release(b)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("blocks serve %d records, the reader finds %d:\n%q\n%q", len(got), len(want), got, want)
+				}
+				var all []int32
+				for r := len(again.Frames) - 1; r >= 0; r-- {
+					all = append(all, int32(r))
+				}
+				b, err := ld.Get(t.Context(), Unit{Records: all})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = records(b)
+				ld.Release(b)
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("single records serve %d records, the reader finds %d", len(got), len(want))
+				}
+			})
+		}
+	}
+}
+
+// bigTFRecord returns a TFRecord file of about n bytes whose records
+// compress somewhat.
+func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	var recs [][]byte
+	for size := 0; size < n; {
+		p := make([]byte, r.IntN(3000))
+		for i := range p {
+			p[i] = "corgipile"[r.IntN(9)]
+			if r.IntN(40) == 0 {
+				p[i] = byte(r.Uint32())
+			}
+		}
+		recs = append(recs, p)
+		size += len(p) + formats.FrameExtra
+	}
+	data, _ := frames(t, recs)
+	return data
+}
+
+// A compressed file's blocks start at access points about a block size
+// apart, hold the bytes of the decompressed file at the same offsets, and
+// a record across an access point is in the block it starts in.
+func TestCompressedBlocksAreTheDecompressedBytesCutAtAccessPoints(t *testing.T) {
+	plain := bigTFRecord(t, 1, 1<<20)
+	for _, z := range compressors {
+		t.Run(z.name, func(t *testing.T) {
+			root := t.TempDir()
+			writeBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), z.fn(t, plain))
+			ix := build(t, root, Options{BlockSize: 64 << 10})
+			acc := ix.Files[0].Access
+			if acc == nil || acc.Size != int64(len(plain)) {
+				t.Fatalf("access %+v, want %d bytes decompressed", acc, len(plain))
+			}
+			if len(ix.Blocks) < 8 || len(acc.Points) < 8 {
+				t.Fatalf("%d blocks, %d access points for %d bytes at 64 KiB", len(ix.Blocks), len(acc.Points), len(plain))
+			}
+			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
+			at := int64(0)
+			for id, blk := range ix.Blocks {
+				if blk.Offset != at {
+					t.Fatalf("block %d at %d, want %d", id, blk.Offset, at)
+				}
+				at += blk.Len
+				if p := acc.PointBefore(blk.Offset); blk.Offset-p > 3100 {
+					t.Fatalf("block %d starts %d bytes after its access point", id, blk.Offset-p)
+				}
+				b, err := ld.Get(t.Context(), Unit{Blocks: []int32{int32(id)}})
+				if err != nil {
+					t.Fatalf("block %d: %v", id, err)
+				}
+				if !bytes.Equal(b.Data[:blk.Len], plain[blk.Offset:blk.Offset+blk.Len]) {
+					t.Fatalf("block %d differs from the decompressed bytes", id)
+				}
+				ld.Release(b)
+			}
+			if at != int64(len(plain)) {
+				t.Fatalf("blocks end at %d of %d", at, len(plain))
+			}
+		})
+	}
+}
+
+// A byte of a compressed file changed in place fails the blocks it
+// decodes into with EIO naming the file, and the blocks before its access
+// point still load.
+func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
+	plain := bigTFRecord(t, 2, 1<<20)
+	root := t.TempDir()
+	path := filepath.Join(root, "a.tfrecord.gz")
+	comp := gzipMembers(1, 6)(t, plain)
+	writeBytes(t, path, comp)
+	ix := build(t, root, Options{BlockSize: 64 << 10})
+	fi, _ := os.Stat(path)
+	bad := bytes.Clone(comp)
+	bad[len(bad)*3/4] ^= 0x40
+	writeBytes(t, path, bad)
+	os.Chtimes(path, fi.ModTime(), fi.ModTime())
+	var damage []string
+	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, OnDamage: func(s string) { damage = append(damage, s) }})
+	var failed, good int
+	for id, blk := range ix.Blocks {
+		b, err := ld.Get(t.Context(), Unit{Blocks: []int32{int32(id)}})
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("block %d: %v, want EIO naming %s", id, err, path)
+			}
+			failed++
+			continue
+		}
+		if !bytes.Equal(b.Data[:blk.Len], plain[blk.Offset:blk.Offset+blk.Len]) {
+			t.Fatalf("block %d served wrong bytes", id)
+		}
+		ld.Release(b)
+		good++
+	}
+	if failed == 0 || good < len(ix.Blocks)/2 {
+		t.Fatalf("%d blocks failed, %d loaded: want the damaged ones only to fail", failed, good)
+	}
+}
+
+// A truncated gzip file and one with bytes after its end are index errors
+// naming the file and the offset.
+func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *testing.T) {
+	plain := bigTFRecord(t, 3, 200<<10)
+	comp := gzipMembers(1, 6)(t, plain)
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"truncated", comp[:len(comp)-100], "truncated"},
+		{"trailing garbage", append(bytes.Clone(comp), "junk"...), "trailing bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			path := filepath.Join(root, "a.tfrecord.gz")
+			writeBytes(t, path, tc.data)
+			_, err := Build(t.Context(), root, Options{})
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "byte ") {
+				t.Fatalf("err %v, want one naming %s, saying %q and the offset", err, path, tc.want)
+			}
+		})
+	}
+}
