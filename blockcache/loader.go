@@ -1,13 +1,13 @@
 package blockcache
 
 import (
-	"runtime"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
