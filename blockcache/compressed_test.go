@@ -163,18 +163,18 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 // apart, hold the bytes of the decompressed file at the same offsets, and
 // a record across an access point is in the block it starts in.
 func TestCompressedBlocksAreTheDecompressedBytesCutAtAccessPoints(t *testing.T) {
-	plain := bigTFRecord(t, 1, 1<<20)
+	plain := bigTFRecord(t, 1, 512<<10)
 	for _, z := range compressors {
 		t.Run(z.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), z.fn(t, plain))
-			ix := build(t, root, Options{BlockSize: 64 << 10})
+			ix := build(t, root, Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			if acc == nil || acc.Size != int64(len(plain)) {
 				t.Fatalf("access %+v, want %d bytes decompressed", acc, len(plain))
 			}
 			if len(ix.Blocks) < 8 || len(acc.Points) < 8 {
-				t.Fatalf("%d blocks, %d access points for %d bytes at 64 KiB", len(ix.Blocks), len(acc.Points), len(plain))
+				t.Fatalf("%d blocks, %d access points for %d bytes at 32 KiB", len(ix.Blocks), len(acc.Points), len(plain))
 			}
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
 			at := int64(0)
@@ -206,12 +206,12 @@ func TestCompressedBlocksAreTheDecompressedBytesCutAtAccessPoints(t *testing.T) 
 // decodes into with EIO naming the file, and the blocks before its access
 // point still load.
 func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
-	plain := bigTFRecord(t, 2, 1<<20)
+	plain := bigTFRecord(t, 2, 512<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "a.tfrecord.gz")
 	comp := gzipMembers(1, 6)(t, plain)
 	writeBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 64 << 10})
+	ix := build(t, root, Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 	bad := bytes.Clone(comp)
 	bad[len(bad)*3/4] ^= 0x40

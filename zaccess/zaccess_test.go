@@ -91,13 +91,13 @@ func checkAll(t *testing.T, comp []byte, kind Kind, span int64, data []byte) *In
 	defer dc.Close()
 	offs := []int64{0, int64(len(data)) / 3, int64(len(data)) - 1}
 	for _, p := range ix.Points {
-		offs = append(offs, p.Out, p.Out+1, max(0, p.Out-1), p.Out+span/2)
+		offs = append(offs, p.Out, max(0, p.Out-1), p.Out+span/2)
 	}
 	for _, off := range offs {
 		if off < 0 || off >= int64(len(data)) {
 			continue
 		}
-		n := min(int64(len(data))-off, 2*span+1000)
+		n := min(int64(len(data))-off, span+1000)
 		got := make([]byte, n)
 		if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), got, off, nil); err != nil {
 			t.Fatalf("read %d bytes at %d: %v", n, off, err)
@@ -110,24 +110,24 @@ func checkAll(t *testing.T, comp []byte, kind Kind, span int64, data []byte) *In
 }
 
 func TestAccessPointsReproduceTheStream(t *testing.T) {
-	data := sample(3<<20, 1)
+	data := sample(768<<10, 1)
 	for _, tc := range []struct {
 		name string
 		comp []byte
 		kind Kind
 		min  int // points at least
 	}{
-		{"gzip-1", gz(t, data, 1, 1), Gzip, 8},
-		{"gzip-9", gz(t, data, 9, 1), Gzip, 8},
-		{"gzip-stored", gz(t, data, 0, 1), Gzip, 8},
-		{"gzip-huffman-only", gz(t, data, gzip.HuffmanOnly, 1), Gzip, 8},
-		{"gzip-members", gz(t, data, 6, 37), Gzip, 8},
-		{"zlib", zl(t, data, 6), Zlib, 8},
-		{"zstd-frames", zst(t, data, 100<<10), Zstd, 8},
+		{"gzip-1", gz(t, data, 1, 1), Gzip, 5},
+		{"gzip-9", gz(t, data, 9, 1), Gzip, 5},
+		{"gzip-stored", gz(t, data, 0, 1), Gzip, 5},
+		{"gzip-huffman-only", gz(t, data, gzip.HuffmanOnly, 1), Gzip, 5},
+		{"gzip-members", gz(t, data, 6, 37), Gzip, 5},
+		{"zlib", zl(t, data, 6), Zlib, 5},
+		{"zstd-frames", zst(t, data, 30<<10), Zstd, 5},
 		{"zstd-one-frame", zst(t, data, len(data)), Zstd, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := checkAll(t, tc.comp, tc.kind, 256<<10, data)
+			ix := checkAll(t, tc.comp, tc.kind, 64<<10, data)
 			if len(ix.Points) < tc.min {
 				t.Fatalf("%d access points, want at least %d", len(ix.Points), tc.min)
 			}
@@ -141,7 +141,7 @@ func TestAccessPointsReproduceTheStream(t *testing.T) {
 }
 
 func TestInflaterMatchesStandardLibrary(t *testing.T) {
-	for i, data := range [][]byte{nil, {0}, []byte("a"), bytes.Repeat([]byte("ab"), 100000), sample(1<<20, 2)} {
+	for i, data := range [][]byte{nil, {0}, []byte("a"), bytes.Repeat([]byte("ab"), 100000), sample(256<<10, 2)} {
 		for _, level := range []int{-2, 0, 1, 5, 9} {
 			comp := gz(t, data, level, 1)
 			d := newInflater(bytes.NewReader(comp), Gzip)
@@ -298,21 +298,21 @@ func readDeflate(d *inflater) ([]byte, error) {
 }
 
 func TestReaderAtReadsAnyOffset(t *testing.T) {
-	data := sample(2<<20, 7)
+	data := sample(512<<10, 7)
 	comp := gz(t, data, 6, 1)
-	ix, err := Build(bytes.NewReader(comp), int64(len(comp)), Gzip, 200<<10, nil)
+	ix, err := Build(bytes.NewReader(comp), int64(len(comp)), Gzip, 50<<10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ra := NewReaderAt(ix, bytes.NewReader(comp), int64(len(comp)))
 	defer ra.Close()
 	r := rand.New(rand.NewPCG(3, 4))
-	for i := range 300 {
+	for i := range 100 {
 		off := r.Int64N(int64(len(data)))
 		if i%3 == 0 && i > 0 {
-			off = min(int64(len(data))-1, off/50+int64(i)*5000) // forward runs
+			off = min(int64(len(data))-1, off/50+int64(i)*1500) // forward runs
 		}
-		p := make([]byte, r.IntN(300<<10))
+		p := make([]byte, r.IntN(80<<10))
 		n, err := ra.ReadAt(p, off)
 		want := data[off:min(int64(len(data)), off+int64(len(p)))]
 		if n != len(want) || (n < len(p) && err != io.EOF) || (n == len(p) && err != nil) {
