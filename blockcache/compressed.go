@@ -141,7 +141,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	}
 	out.access = zi
 	if kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
-		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it in frames (zstd --block-size? pzstd, or t2sz / the seekable format) to cut it into blocks", "file", path, "bytes", zi.Size)
+		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it can be cut into blocks", "file", path, "bytes", zi.Size)
 	}
 	ra := zaccess.NewReaderAt(zi, r, f.Size)
 	defer ra.Close()

@@ -192,7 +192,8 @@ func (dc *Decoder) Open(ix *Index, src io.ReaderAt, size int64, off int64) (io.R
 		}
 		base := p.In / 8
 		in := io.NewSectionReader(src, base, size-base)
-		if dc.inf == nil {
+		if dc.inf == nil || dc.inf.kind != ix.Kind {
+			// A decoder serves files of every kind in turn.
 			dc.inf = newInflater(in, ix.Kind)
 		}
 		if err := dc.inf.reset(in, base, uint(p.In%8), p.Out, dc.win.Bytes(), p.Member); err != nil {

@@ -323,3 +323,28 @@ func TestReaderAtReadsAnyOffset(t *testing.T) {
 		}
 	}
 }
+
+// One Decoder reads files of every kind in turn.
+func TestDecoderServesEveryKindInTurn(t *testing.T) {
+	data := sample(100<<10, 8)
+	var dc Decoder
+	defer dc.Close()
+	for range 2 {
+		for _, c := range []struct {
+			comp []byte
+			kind Kind
+		}{{gz(t, data, 6, 1), Gzip}, {zl(t, data, 6), Zlib}, {zst(t, data, 30<<10), Zstd}, {gz(t, data, 1, 3), Gzip}} {
+			ix, err := Build(bytes.NewReader(c.comp), int64(len(c.comp)), c.kind, 20<<10, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, 50<<10)
+			if err := dc.ReadAt(ix, bytes.NewReader(c.comp), int64(len(c.comp)), got, 40<<10, nil); err != nil {
+				t.Fatalf("%s: %v", c.kind, err)
+			}
+			if !bytes.Equal(got, data[40<<10:90<<10]) {
+				t.Fatalf("%s: bytes differ", c.kind)
+			}
+		}
+	}
+}
