@@ -66,6 +66,7 @@ type options struct {
 	profile     bool
 	sizeSet     bool // --size was given (the formats section has its own default)
 	formats     bool // run the formats section (issue 13)
+	compressed  bool // run the compressed section (issue 18)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
@@ -116,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
+	fs.BoolVar(&o.compressed, "compressed", false, "run a cold and a warm corgipile epoch and the index of a GZIP TFRecord dataset against zcat\n"+
+		"and the uncompressed copy (issue 18; 1 GiB decompressed unless --size is given; drops the page cache) (default false)")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
@@ -142,7 +145,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if o.formats && !given["warm"] {
+	if (o.formats || o.compressed) && !given["warm"] {
 		o.warm = false
 	}
 	if fs.NArg() > 0 {
@@ -348,6 +351,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("formats: %w", err)
 		}
 		if err := write(formatsHeading, h.formatsMarkdown(res, time.Since(start))); err != nil {
+			return err
+		}
+	}
+	if o.compressed {
+		start := time.Now()
+		res, err := h.runCompressed(ctx, work)
+		if err != nil {
+			return fmt.Errorf("compressed: %w", err)
+		}
+		if err := write(compressedHeading, h.compressedMarkdown(res, time.Since(start))); err != nil {
 			return err
 		}
 	}

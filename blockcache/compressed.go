@@ -379,3 +379,30 @@ func (b *bufferedAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, err
 }
+
+// CompressedStats sums up the compressed files of an index.
+type CompressedStats struct {
+	Files  int
+	Stored int64 // compressed bytes of those files
+	Points int   // access points
+	// PointBytes is what the access points take in the sidecar: their
+	// compressed windows and offsets (17 bytes each).
+	PointBytes int64
+}
+
+// Compressed returns the sums of the index's compressed files.
+func (ix *Index) Compressed() CompressedStats {
+	var s CompressedStats
+	for _, f := range ix.Files {
+		if f.Access == nil {
+			continue
+		}
+		s.Files++
+		s.Stored += f.Size
+		s.Points += len(f.Access.Points)
+		for _, p := range f.Access.Points {
+			s.PointBytes += 17 + int64(len(p.Window))
+		}
+	}
+	return s
+}
