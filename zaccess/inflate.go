@@ -671,6 +671,16 @@ func (d *inflater) huffman() error {
 			break
 		}
 		from := w - dist
+		if dist >= 8 {
+			// Eight bytes at a time, the last word running up to 7
+			// bytes past the match: hist has room after limit, and
+			// those bytes are written again before they are output.
+			for end := w + length; w < end; w, from = w+8, from+8 {
+				binary.LittleEndian.PutUint64(hist[w:], binary.LittleEndian.Uint64(hist[from:]))
+			}
+			w += length - (length+7)&^7
+			continue
+		}
 		if dist >= length {
 			copy(hist[w:w+length], hist[from:from+length])
 			w += length
