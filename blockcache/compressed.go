@@ -123,29 +123,69 @@ func (ix *Index) sniffCompression(fi int32, r io.ReaderAt, o Options) (zaccess.K
 	return kind, nil
 }
 
-// scanCompressed is scanFile for a compressed file: one pass decompresses
-// it and records its access points, a second finds its records in the
-// decompressed stream, decompressing again from the access points.
+// scanCompressed is scanFile for a compressed file. A gzip file under
+// 4 GiB of one member (as TensorFlow writes them) says its decompressed
+// length in its trailer: one decompression then records the access points
+// while the format's scanner reads the output. Otherwise, or when that
+// length turns out wrong (several members), a first pass records the
+// access points and the length, and a second finds the records,
+// decompressing again from the points.
 func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, progress func(int64)) (fileScan, error) {
-	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
-	format := o.Format
 	if o.Source != nil {
 		// Each ReadAt of a remote file is a request: read large pieces.
 		r = &bufferedAt{r: r, size: f.Size}
 	}
+	var zi *zaccess.Index
+	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
+		x := zaccess.NewIndexer(r, f.Size, kind, ix.BlockSize, progress)
+		out, err := ix.scanStream(fi, o, x, guess, x.Points, func(int64) {})
+		zi, ferr := x.Finish()
+		if ferr != nil {
+			return out, fmt.Errorf("index: %s (%s): %w", path, kind, ferr)
+		}
+		if zi.Size == guess {
+			out.access = zi
+			return out, err
+		}
+		// Several members: scan again with the real length.
+		o.Logger.Debug("gzip trailer's length is not the stream's; scanning again", "file", path, "isize", guess, "bytes", zi.Size)
+		progress(f.Size / 2)
+		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+	}
 	zi, err := zaccess.Build(r, f.Size, kind, ix.BlockSize, func(in int64) { progress(in / 2) })
 	if err != nil {
-		return out, fmt.Errorf("index: %s (%s): %w", path, kind, err)
+		return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
 	}
-	out.access = zi
-	if kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
-		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it can be cut into blocks", "file", path, "bytes", zi.Size)
+	return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+}
+
+// scanWith finds the records of file fi, whose access points zi are
+// known, decompressing from them.
+func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index, progress func(int64)) (fileScan, error) {
+	f := ix.Files[fi]
+	if zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
+		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it can be cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
 	}
 	ra := zaccess.NewReaderAt(zi, r, f.Size)
 	defer ra.Close()
-	size := zi.Size
+	out, err := ix.scanStream(fi, o, ra, zi.Size, func() []zaccess.Point { return zi.Points }, func(off int64) {
+		progress(int64(float64(f.Size) * float64(off) / float64(max(1, zi.Size))))
+	})
+	out.access = zi
+	return out, err
+}
+
+// scanStream cuts the decompressed stream ra of file fi, size bytes long,
+// into blocks at the access points points returns (those before the
+// record read last are all there), calling progress with the offset
+// scanned now and then.
+func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, points func() []zaccess.Point, progress func(int64)) (fileScan, error) {
+	var out fileScan
+	f := ix.Files[fi]
+	path := ix.Path(fi)
+	format := o.Format
 	h, err := format.Head(ra, size)
 	if err != nil {
 		return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
@@ -160,7 +200,6 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 		}
 		cur = Block{File: fi, Offset: -1}
 	}
-	points := zi.Points
 	next := 0 // the first access point after the current block's start
 	first := true
 	sc := format.Scan(ra, h, h.Start, h.End)
@@ -171,10 +210,11 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 			if first {
 				out.from, first = rec.Offset, false
 			}
-			if cur.Records > 0 && ((next < len(points) && rec.Offset >= points[next].Out) || cur.Records == math.MaxInt32) {
+			pts := points()
+			if cur.Records > 0 && ((next < len(pts) && rec.Offset >= pts[next].Out) || cur.Records == math.MaxInt32) {
 				flush()
 			}
-			for next < len(points) && points[next].Out <= rec.Offset {
+			for next < len(pts) && pts[next].Out <= rec.Offset {
 				next++
 			}
 			if cur.Offset < 0 {
@@ -197,7 +237,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 			out.to = rec.Offset + rec.Len
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
-				progress(f.Size/2 + int64(float64(f.Size/2)*float64(last)/float64(max(1, size))))
+				progress(last)
 			}
 		}
 		err := sc.Err()

@@ -3,17 +3,21 @@ package blockcache
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"compress/zlib"
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -302,6 +306,80 @@ func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
 			}
 			if !slices.Equal(ix.Blocks, want.Blocks) || len(ix.Files[0].Access.Points) != len(want.Files[0].Access.Points) {
 				t.Fatal("the rebuilt index differs from the built one")
+			}
+		})
+	}
+}
+
+// memSource is a source.Source of files in memory that counts the bytes
+// read from them.
+type memSource struct {
+	files map[string][]byte
+	read  atomic.Int64
+}
+
+func (m *memSource) String() string { return "mem://test" }
+func (m *memSource) ID() string     { return "mem://test" }
+func (m *memSource) List(_ context.Context, match func(string) bool) ([]source.Object, error) {
+	var objs []source.Object
+	for name, b := range m.files {
+		if match(path.Base(name)) {
+			objs = append(objs, source.Object{Path: name, Size: int64(len(b)), Version: "1"})
+		}
+	}
+	slices.SortFunc(objs, func(a, b source.Object) int { return strings.Compare(a.Path, b.Path) })
+	return objs, nil
+}
+func (m *memSource) Open(p, _ string) (source.File, error) {
+	return memFile{Reader: bytes.NewReader(m.files[p]), src: m, name: p}, nil
+}
+
+type memFile struct {
+	*bytes.Reader
+	src  *memSource
+	name string
+}
+
+func (f memFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.Reader.ReadAt(p, off)
+	f.src.read.Add(int64(n))
+	return n, err
+}
+func (f memFile) Close() error { return nil }
+func (f memFile) Name() string { return f.name }
+
+// A gzip file of one member (TensorFlow's GZIP TFRecord) is indexed in
+// one decompression: its compressed bytes are read about once. A file of
+// several members, whose trailer's length is only its last member's, is
+// read about twice, and indexed the same as a file that says nothing.
+func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
+	plain := bigTFRecord(t, 5, 400<<10)
+	for _, tc := range []struct {
+		name     string
+		comp     []byte
+		min, max float64 // compressed bytes read, in file sizes
+	}{
+		{"one member", gzipMembers(1, 6)(t, plain), 1, 1.3},
+		{"members", gzipMembers(5, 6)(t, plain), 1.9, 2.6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
+			ix := build(t, "", Options{BlockSize: 32 << 10, Source: src})
+			if got := float64(src.read.Load()) / float64(len(tc.comp)); got < tc.min || got > tc.max {
+				t.Fatalf("indexing read %.2f times the file's bytes, want %.1f to %.1f", got, tc.min, tc.max)
+			}
+			if ix.Files[0].Access.Size != int64(len(plain)) || ix.Records == 0 {
+				t.Fatalf("%d bytes, %d records", ix.Files[0].Access.Size, ix.Records)
+			}
+			var at int64
+			for _, b := range ix.Blocks {
+				if b.Offset != at {
+					t.Fatalf("block at %d, want %d", b.Offset, at)
+				}
+				at += b.Len
+			}
+			if at != int64(len(plain)) {
+				t.Fatalf("blocks end at %d of %d", at, len(plain))
 			}
 		})
 	}

@@ -14,9 +14,7 @@
 package zaccess
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -72,56 +70,7 @@ func Build(src io.ReaderAt, size int64, kind Kind, span int64, progress func(int
 	if kind == Zstd {
 		return buildZstd(src, size, span, progress)
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(src, 0, size), 1<<20)
-	d := newInflater(br, kind)
-	ix := &Index{Kind: kind}
-	var werr error
-	var zw *flate.Writer
-	var wbuf bytes.Buffer
-	d.onBlock = func(bit, out int64, first bool) {
-		if n := len(ix.Points); n > 0 && out-ix.Points[n-1].Out < span {
-			return
-		}
-		if first {
-			ix.Points = append(ix.Points, Point{Out: out, In: d.memberIn * 8, Member: true})
-			return
-		}
-		wbuf.Reset()
-		if zw == nil {
-			zw, werr = flate.NewWriter(&wbuf, 5)
-		} else {
-			zw.Reset(&wbuf)
-		}
-		if werr == nil {
-			_, werr = zw.Write(d.window())
-		}
-		if werr == nil {
-			werr = zw.Close()
-		}
-		ix.Points = append(ix.Points, Point{Out: out, In: bit, Window: bytes.Clone(wbuf.Bytes())})
-	}
-	var last int64
-	for {
-		b, err := d.next(outChunk)
-		ix.Size += int64(len(b))
-		if werr != nil {
-			return nil, fmt.Errorf("compress an access point's window: %w", werr)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if in := d.inBase + int64(d.pos); progress != nil && in-last >= 1<<20 {
-			last = in
-			progress(in)
-		}
-	}
-	if len(ix.Points) == 0 {
-		return nil, errors.New("empty compressed stream")
-	}
-	return ix, nil
+	return NewIndexer(src, size, kind, span, progress).Finish()
 }
 
 // find returns the last point at or before off.

@@ -348,3 +348,46 @@ func TestDecoderServesEveryKindInTurn(t *testing.T) {
 		}
 	}
 }
+
+// An Indexer serves reads mostly forward, some far back and far ahead,
+// from one decompression, and its index then serves every offset.
+func TestIndexerServesReadsWhileItIndexes(t *testing.T) {
+	data := sample(600<<10, 11)
+	comp := gz(t, data, 6, 3)
+	x := NewIndexer(bytes.NewReader(comp), int64(len(comp)), Gzip, 40<<10, nil)
+	r := rand.New(rand.NewPCG(5, 6))
+	var off int64
+	for i := range 200 {
+		switch {
+		case i%50 == 49:
+			off = r.Int64N(off + 1) // far back
+		case i%70 == 69:
+			off = min(int64(len(data))-1, off+200<<10) // far ahead
+		default:
+			off = min(int64(len(data))-1, off+r.Int64N(8<<10))
+		}
+		p := make([]byte, r.IntN(20<<10))
+		n, err := x.ReadAt(p, off)
+		want := data[off:min(int64(len(data)), off+int64(len(p)))]
+		if n != len(want) || (n < len(p) && err != io.EOF) || (n == len(p) && err != nil) {
+			t.Fatalf("read %d at %d: %d, %v", len(p), off, n, err)
+		}
+		if !bytes.Equal(p[:n], want) {
+			t.Fatalf("read %d at %d: bytes differ", len(p), off)
+		}
+	}
+	ix, err := x.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Size != int64(len(data)) || len(ix.Points) < 10 {
+		t.Fatalf("size %d, %d points", ix.Size, len(ix.Points))
+	}
+	var dc Decoder
+	for _, p := range ix.Points {
+		got := make([]byte, min(int64(len(data))-p.Out, 5000))
+		if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), got, p.Out, nil); err != nil || !bytes.Equal(got, data[p.Out:p.Out+int64(len(got))]) {
+			t.Fatalf("from the point at %d: %v", p.Out, err)
+		}
+	}
+}
