@@ -3,8 +3,8 @@ package blockcache
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"compress/zlib"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"os"
