@@ -30,9 +30,12 @@ type compressedResults struct {
 	points                       string // corgifs index's line on the access points
 	files, records               int
 	recordSize                   int64
+	size                         int64     // asked for
 	zcat, index, cold, warm      []float64 // seconds
 	plainWarm                    []float64
-	indexCPU                     []float64
+	// CPU seconds of zcat, of corgifs index, and of the daemon over
+	// each epoch.
+	zcatCPU, indexCPU, coldCPU, warmCPU, plainWarmCPU []float64
 	load                         [2]string
 }
 
@@ -50,7 +53,7 @@ func (h *harness) runCompressed(ctx context.Context, work string) (*compressedRe
 	dir := filepath.Join(work, "compressed-"+formatSize(int64(size)))
 	plain, gz := filepath.Join(dir, "plain"), filepath.Join(dir, "gzip")
 	features, records := shape(int64(size), recordSize)
-	res := &compressedResults{records: records, recordSize: recordSize}
+	res := &compressedResults{records: records, recordSize: recordSize, size: int64(size)}
 	s := datagen.Synthetic{Records: records, Features: features, Classes: dataClasses, Clustered: true, Files: dataFiles, Seed: dataSeed}
 	done := filepath.Join(dir, "done")
 	if _, err := os.Stat(done); err != nil {
@@ -83,18 +86,20 @@ func (h *harness) runCompressed(ctx context.Context, work string) (*compressedRe
 		if err := dropCaches(); err != nil {
 			return nil, err
 		}
+		cpu0 := childCPU()
 		t, err := timeCmd(ctx, nil, append([]string{"zcat"}, files...)...)
 		if err != nil {
 			return nil, err
 		}
 		res.zcat = append(res.zcat, t)
+		res.zcatCPU = append(res.zcatCPU, childCPU()-cpu0)
 		// corgifs index with a fresh cache, cold.
 		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", run))
 		os.RemoveAll(cache)
 		if err := dropCaches(); err != nil {
 			return nil, err
 		}
-		cpu0 := childCPU()
+		cpu0 = childCPU()
 		var out bytes.Buffer
 		t, err = timeCmd(ctx, &out, h.bins.corgifs, "index", gz, "--cache-dir", cache)
 		if err != nil {
@@ -117,11 +122,14 @@ func (h *harness) runCompressed(ctx context.Context, work string) (*compressedRe
 		if err != nil {
 			return nil, err
 		}
+		c0, _ := cpuSeconds(d.pid())
 		t, err = timeCmd(ctx, nil, "cat", partPath(d.mnt, 0, 0, 1))
 		if err == nil {
-			res.cold = append(res.cold, t)
+			c1, _ := cpuSeconds(d.pid())
+			res.cold, res.coldCPU = append(res.cold, t), append(res.coldCPU, c1-c0)
 			t, err = timeCmd(ctx, nil, "cat", partPath(d.mnt, 1, 0, 1))
-			res.warm = append(res.warm, t)
+			c2, _ := cpuSeconds(d.pid())
+			res.warm, res.warmCPU = append(res.warm, t), append(res.warmCPU, c2-c1)
 		}
 		if serr := d.stop(); err == nil {
 			err = serr
@@ -136,8 +144,10 @@ func (h *harness) runCompressed(ctx context.Context, work string) (*compressedRe
 			return nil, err
 		}
 		if _, err = timeCmd(ctx, nil, "cat", partPath(d.mnt, 0, 0, 1)); err == nil {
+			c0, _ := cpuSeconds(d.pid())
 			t, err = timeCmd(ctx, nil, "cat", partPath(d.mnt, 1, 0, 1))
-			res.plainWarm = append(res.plainWarm, t)
+			c1, _ := cpuSeconds(d.pid())
+			res.plainWarm, res.plainWarmCPU = append(res.plainWarm, t), append(res.plainWarmCPU, c1-c0)
 		}
 		if serr := d.stop(); err == nil {
 			err = serr
@@ -225,19 +235,21 @@ func (h *harness) compressedMarkdown(r *compressedResults, took time.Duration) s
 		"named .tfrecord) is served through corgifs from access points, without a decompressed copy. MiB/s are of\n"+
 		"decompressed bytes; medians of %d runs; cold runs follow a drop of the page cache.\n\n", h.o.runs)
 	b.WriteString(reproduceIntro(took))
-	fmt.Fprintf(&b, "    go run ./bench --warm=false --compressed --size %s --runs %d\n\n", formatSize(int64(r.plainBytes)), h.o.runs)
+	fmt.Fprintf(&b, "    go run ./bench --warm=false --compressed --size %s --runs %d\n\n", formatSize(r.size), h.o.runs)
 	b.WriteString(machineMarkdown(h.machine))
 	fmt.Fprintf(&b, "- Dataset: %d records of about %d bytes, %d files, %.2f GiB decompressed, %.2f GiB gzip-compressed (ratio %.2f).\n",
 		r.records, r.recordSize, r.files, gib, float64(r.gzBytes)/(1<<30), float64(r.gzBytes)/float64(r.plainBytes))
 	b.WriteString(loadLine(r.load))
-	b.WriteString("\n| measure | time | against |\n|---|---|---|\n")
+	b.WriteString("\n| measure | wall time (decompressed MiB/s) | CPU s | against |\n|---|---|---|---|\n")
 	zc := summarize(r.zcat).med
-	fmt.Fprintf(&b, "| zcat of the files, cold (one core) | %s | |\n", rate(r.zcat))
-	fmt.Fprintf(&b, "| corgifs index, cold | %s, %.1f CPU s | %.2fx zcat's speed |\n", rate(r.index), summarize(r.indexCPU).med, zc/summarize(r.index).med)
-	fmt.Fprintf(&b, "| cold corgipile epoch, 1 part | %s | %.2fx zcat's speed (target 1.5x) |\n", rate(r.cold), zc/summarize(r.cold).med)
-	fmt.Fprintf(&b, "| warm corgipile epoch (compressed files cached) | %s | %.2fx the uncompressed copy's time |\n", rate(r.warm), summarize(r.warm).med/summarize(r.plainWarm).med)
-	fmt.Fprintf(&b, "| warm corgipile epoch of the uncompressed copy | %s | |\n", rate(r.plainWarm))
-	fmt.Fprintf(&b, "| index sidecar, whole | %s | %.2f%% of the compressed size |\n", fmtBytes(r.sidecar), 100*float64(r.sidecar)/float64(r.gzBytes))
+	cpu := func(v []float64) string { return fmt.Sprintf("%.1f", summarize(v).med) }
+	fmt.Fprintf(&b, "| zcat of the files, cold (one core) | %s | %s | |\n", rate(r.zcat), cpu(r.zcatCPU))
+	fmt.Fprintf(&b, "| corgifs index, cold | %s | %s | %.2fx zcat's speed, %.2fx its CPU |\n", rate(r.index), cpu(r.indexCPU),
+		zc/summarize(r.index).med, summarize(r.indexCPU).med/summarize(r.zcatCPU).med)
+	fmt.Fprintf(&b, "| cold corgipile epoch, 1 part | %s | %s | %.2fx zcat's speed (target 1.5x) |\n", rate(r.cold), cpu(r.coldCPU), zc/summarize(r.cold).med)
+	fmt.Fprintf(&b, "| warm corgipile epoch (compressed files cached) | %s | %s | %.2fx the uncompressed copy's time |\n", rate(r.warm), cpu(r.warmCPU), summarize(r.warm).med/summarize(r.plainWarm).med)
+	fmt.Fprintf(&b, "| warm corgipile epoch of the uncompressed copy | %s | %s | |\n", rate(r.plainWarm), cpu(r.plainWarmCPU))
+	fmt.Fprintf(&b, "| index sidecar, whole | %s | | %.2f%% of the compressed size |\n", fmtBytes(r.sidecar), 100*float64(r.sidecar)/float64(r.gzBytes))
 	fmt.Fprintf(&b, "\nAccess points (`corgifs index`): %s; the target is about 1%%. The rest of the sidecar is the\n"+
 		"index of any dataset (4 bytes a record of frame length, blocks).\n", r.points)
 	return b.String()
