@@ -36,7 +36,7 @@ type compressedResults struct {
 	// CPU seconds of zcat, of corgifs index, and of the daemon over
 	// each epoch.
 	zcatCPU, indexCPU, coldCPU, warmCPU, plainWarmCPU []float64
-	load                         [2]string
+	load                                              [2]string
 }
 
 // runCompressed writes a synthetic TFRecord dataset, gzip-compresses every
