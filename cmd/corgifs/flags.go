@@ -329,6 +329,10 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
 	recordStrategy := shuffler.ReadsRecords(d.strategy)
+	if c := ix.Compressed(); recordStrategy && c.Files > 0 {
+		log.Warn("this strategy reads records one at a time, and each record of a compressed file is decompressed from the access point before it (up to a block of output per record): slow; a block strategy (corgipile, block, local, pls) decompresses each block once",
+			"strategy", d.strategy, "compressed_files", c.Files)
+	}
 	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
 	// The planner wants room for the largest block with every strategy.
 	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())
