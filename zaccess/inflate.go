@@ -631,6 +631,26 @@ func (d *inflater) huffman() error {
 		if op == opLiteral {
 			hist[w] = byte(e >> 16)
 			w++
+			// Two more literals fit the bits left (at least 41), when
+			// their codes are no longer than the root bits: most are.
+			e = lt[bits&lmask]
+			if e>>8&0xff != opLiteral {
+				continue
+			}
+			n = uint(e & 0xff)
+			bits >>= n
+			nb -= n
+			hist[w] = byte(e >> 16)
+			w++
+			e = lt[bits&lmask]
+			if e>>8&0xff != opLiteral {
+				continue
+			}
+			n = uint(e & 0xff)
+			bits >>= n
+			nb -= n
+			hist[w] = byte(e >> 16)
+			w++
 			continue
 		}
 		if op == opEnd {
