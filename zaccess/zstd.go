@@ -123,9 +123,15 @@ func nextZstdFrame(br *bufio.Reader, off int64) (zstdFrame, error) {
 	return f, nil
 }
 
+// MaxZstdWindow is the largest zstd window decoded: zstd --long's
+// default (27), which every decoder may hold in memory besides the
+// loader's budget. A file written with a larger one (--long=31) is refused
+// at indexing, by klauspost/compress's error.
+const MaxZstdWindow = 1 << 27
+
 func newZstdReader() (*zstd.Decoder, error) {
 	// One goroutine: the loader runs one decoder per block already.
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(1<<31))
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(MaxZstdWindow))
 }
 
 // buildZstd finds the frames of src and decompresses each to count its
