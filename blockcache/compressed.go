@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -355,7 +356,7 @@ func (l *Loader) compressed(exts []extent) bool {
 // are in its decompressed stream, by decompressing from the access point
 // before it: no decompressed copy of the file exists. It calls check as
 // readExtent does.
-func (l *Loader) readCompressedExtent(files *fileSet, e extent, slab []byte, record bool, check func(int64) error) error {
+func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e extent, slab []byte, record bool, check func(int64) error) error {
 	fl := &l.ix.Files[e.file]
 	var src io.ReaderAt
 	if l.ix.src != nil {
@@ -374,11 +375,6 @@ func (l *Loader) readCompressedExtent(files *fileSet, e extent, slab []byte, rec
 		defer files.release(f)
 		src = f.File
 	}
-	dc, _ := l.decoders.Get().(*zaccess.Decoder)
-	if dc == nil {
-		dc = new(zaccess.Decoder)
-	}
-	defer l.decoders.Put(dc)
 	err := dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
 	if err != nil {
 		if errors.Is(err, syscall.EIO) {
@@ -396,6 +392,44 @@ func (l *Loader) readCompressedExtent(files *fileSet, e extent, slab []byte, rec
 	}
 	l.counted(e.n, record)
 	return nil
+}
+
+// decoder is a loader worker's zaccess.Decoder, taken from the loader's
+// pool when first needed.
+type decoder struct{ dc *zaccess.Decoder }
+
+func (d *decoder) get(l *Loader) *zaccess.Decoder {
+	if d.dc == nil {
+		d.dc, _ = l.decoders.Get().(*zaccess.Decoder)
+		if d.dc == nil {
+			d.dc = new(zaccess.Decoder)
+		}
+	}
+	return d.dc
+}
+
+func (d *decoder) put(l *Loader) {
+	if d.dc != nil {
+		l.decoders.Put(d.dc)
+	}
+}
+
+// decodeOrder returns the order to read the single records exts in: by
+// file and offset, so that a worker's decoder decodes on from one record
+// to the next of the same stretch between access points instead of
+// starting again at the access point for each.
+func decodeOrder(exts []extent) []int {
+	order := make([]int, len(exts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(exts[a].file, exts[b].file); c != 0 {
+			return c
+		}
+		return cmp.Compare(exts[a].off, exts[b].off)
+	})
+	return order
 }
 
 // bufferedAt reads a remote file forward in large pieces: the inflater

@@ -851,22 +851,32 @@ func (l *Loader) read(b *Buf) error {
 		// device or the network, and gain from every read in flight.
 		workers = min(workers, 4)
 	}
+	var order []int // the extents in the order they are read, if not theirs
 	if l.compressed(exts) {
 		// Decompressing keeps a core busy: more workers than cores would
 		// only hold more decoders.
 		workers = min(workers, max(2, runtime.GOMAXPROCS(0)))
+		if b.unit.Records != nil {
+			order = decodeOrder(exts)
+		}
 	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(exts) && !failed.Load(); i = int(next.Add(1) - 1) {
+			var dc decoder // kept from extent to extent: it may decode on
+			defer dc.put(l)
+			for k := int(next.Add(1) - 1); k < len(exts) && !failed.Load(); k = int(next.Add(1) - 1) {
+				i := k
+				if order != nil {
+					i = order[k]
+				}
 				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 				l.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
 				var err error
 				if l.ix.Files[exts[i].file].Access != nil {
-					err = l.readCompressedExtent(files, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+					err = l.readCompressedExtent(files, dc.get(l), exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else if l.ix.src != nil {
 					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else {

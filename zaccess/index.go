@@ -107,12 +107,22 @@ type Decoder struct {
 	win  bytes.Buffer
 	wr   io.ReadCloser
 	skip []byte
+	// After a ReadAt of a gzip or zlib file, its index and the output
+	// offset the inflater stands at: a later ReadAt of the same file
+	// further on, before the next access point, decodes on from there.
+	cur *Index
+	pos int64
 }
 
 // Open returns a reader of the decompressed stream of the file src of
 // size bytes, whose index is ix, from offset off to its end. The reader
 // is valid until the next Open.
 func (dc *Decoder) Open(ix *Index, src io.ReaderAt, size int64, off int64) (io.Reader, error) {
+	dc.cur = nil
+	return dc.open(ix, src, size, off)
+}
+
+func (dc *Decoder) open(ix *Index, src io.ReaderAt, size int64, off int64) (io.Reader, error) {
 	if off < 0 || off > ix.Size {
 		return nil, fmt.Errorf("offset %d outside the %d decompressed bytes", off, ix.Size)
 	}
@@ -150,7 +160,15 @@ func (dc *Decoder) Open(ix *Index, src io.ReaderAt, size int64, off int64) (io.R
 		}
 		r = dc.inf
 	}
-	for n := off - p.Out; n > 0; {
+	if err := dc.discard(r, off-p.Out); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// discard reads n bytes from r.
+func (dc *Decoder) discard(r io.Reader, n int64) error {
+	for n > 0 {
 		if dc.skip == nil {
 			dc.skip = make([]byte, 64<<10)
 		}
@@ -160,18 +178,33 @@ func (dc *Decoder) Open(ix *Index, src io.ReaderAt, size int64, off int64) (io.R
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, err
+			return err
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // ReadAt fills p with the decompressed bytes at off, calling filled (if
 // set) with the bytes filled so far as they arrive.
 func (dc *Decoder) ReadAt(ix *Index, src io.ReaderAt, size int64, p []byte, off int64, filled func(int) error) error {
-	r, err := dc.Open(ix, src, size, off)
-	if err != nil {
-		return err
+	var r io.Reader
+	cont := dc.cur == ix && ix.Kind != Zstd && dc.pos <= off && ix.PointBefore(off) <= dc.pos
+	dc.cur = nil // until this read succeeds
+	if cont {
+		// Decode on: the records of one buffer, read in file order,
+		// cost one pass over each stretch between access points.
+		if err := dc.inf.rebind(src, size); err != nil {
+			return err
+		}
+		if err := dc.discard(dc.inf, off-dc.pos); err != nil {
+			return err
+		}
+		r = dc.inf
+	} else {
+		var err error
+		if r, err = dc.open(ix, src, size, off); err != nil {
+			return err
+		}
 	}
 	got := 0
 	for got < len(p) {
@@ -190,7 +223,12 @@ func (dc *Decoder) ReadAt(ix *Index, src io.ReaderAt, size int64, p []byte, off 
 		}
 	}
 	if filled != nil {
-		return filled(got)
+		if err := filled(got); err != nil {
+			return err
+		}
+	}
+	if ix.Kind != Zstd {
+		dc.cur, dc.pos = ix, off+int64(len(p))
 	}
 	return nil
 }

@@ -153,6 +153,20 @@ func (d *inflater) reset(r io.Reader, base int64, bit uint, out int64, window []
 	return nil
 }
 
+// rebind makes d read the rest of its input from src, a file of size
+// bytes with the same contents (the same file opened again).
+func (d *inflater) rebind(src io.ReaderAt, size int64) error {
+	if d.eof {
+		return nil
+	}
+	next := d.inBase + int64(len(d.in))
+	if next > size {
+		return fmt.Errorf("compressed file shrank to %d bytes", size)
+	}
+	d.r = io.NewSectionReader(src, next, size-next)
+	return nil
+}
+
 // inOff returns the stream offset, in bits, of the next unread bit.
 func (d *inflater) inOff() int64 { return (d.inBase+int64(d.pos))*8 - int64(d.nb) }
 

@@ -391,3 +391,41 @@ func TestIndexerServesReadsWhileItIndexes(t *testing.T) {
 		}
 	}
 }
+
+// Reads of one file at increasing offsets decode on from the last one
+// (through a new reader of the same bytes each time), interleaved with
+// reads of another file and going back, and give the stream's bytes.
+func TestDecoderDecodesOnForLaterReadsOfTheSameFile(t *testing.T) {
+	a, b := sample(300<<10, 12), sample(200<<10, 13)
+	ca, cb := gz(t, a, 6, 1), zl(t, b, 6)
+	ia, err := Build(bytes.NewReader(ca), int64(len(ca)), Gzip, 64<<10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := Build(bytes.NewReader(cb), int64(len(cb)), Zlib, 64<<10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dc Decoder
+	r := rand.New(rand.NewPCG(7, 8))
+	var off int64
+	for i := range 300 {
+		data, comp, ix := a, ca, ia
+		if i%7 == 6 {
+			data, comp, ix = b, cb, ib
+		}
+		switch {
+		case i%29 == 28:
+			off = r.Int64N(int64(len(data)))
+		default:
+			off = (off + r.Int64N(3000)) % int64(len(data))
+		}
+		p := make([]byte, min(int64(len(data))-off, r.Int64N(2000)))
+		if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), p, off, nil); err != nil {
+			t.Fatalf("read %d at %d: %v", len(p), off, err)
+		}
+		if !bytes.Equal(p, data[off:off+int64(len(p))]) {
+			t.Fatalf("read %d at %d: bytes differ", len(p), off)
+		}
+	}
+}
