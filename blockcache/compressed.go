@@ -76,6 +76,20 @@ func trimCompressed(name string) string {
 	return name
 }
 
+// CompressedByName reports whether the files of ix may be compressed as
+// far as their names and o.Compression tell, without reading them: an
+// index that probes near offsets (d-probe's --index probe) cannot work on
+// compressed bytes, and must be built in full then.
+func (ix *Index) CompressedByName(o Options) bool {
+	switch o.Compression {
+	case CompressionNone:
+		return false
+	case "", CompressionAuto:
+		return slices.ContainsFunc(ix.Files, func(f File) bool { return trimCompressed(f.Path) != f.Path })
+	}
+	return true
+}
+
 // compressionOf says how file name, starting with head, is compressed
 // (0: not), by o.Compression: auto goes by the name's extension, then by
 // magic bytes (gzip, zstd; a TFRecord file that is no TFRecord and starts

@@ -197,7 +197,7 @@ func TestCompressedTFRecordOfNoRecordsIsRefusedByName(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	_, stderr, code = run("index", src, "--cache-dir", t.TempDir(), "--compression", "none")
-	if code != 1 || !strings.Contains(stderr, "a.tfrecord") || !strings.Contains(stderr, "compressed TFRecord data read as stored") {
+	if code != 1 || !strings.Contains(stderr, "a.tfrecord") || !strings.Contains(stderr, "compressed data where stored TFRecord frames were expected") {
 		t.Fatalf("--compression none: exit %d, stderr:\n%s", code, stderr)
 	}
 	_, stderr, code = run("index", src, "--cache-dir", t.TempDir(), "--compression", "lz4")
