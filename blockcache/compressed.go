@@ -169,6 +169,16 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 		progress(f.Size / 2)
 		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
 	}
+	if kind == zaccess.Zstd {
+		// The frames' headers say their sizes (the zstd tool writes
+		// them): the scan is then the one decompression, which checks
+		// every frame, to the end.
+		zi, err := zaccess.ZstdFrames(r, f.Size, ix.BlockSize, func(in int64) { progress(in / 2) })
+		if err != nil {
+			return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
+		}
+		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+	}
 	zi, err := zaccess.Build(r, f.Size, kind, ix.BlockSize, func(in int64) { progress(in / 2) })
 	if err != nil {
 		return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
@@ -189,6 +199,11 @@ func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index,
 		progress(int64(float64(f.Size) * float64(off) / float64(max(1, zi.Size))))
 	})
 	out.access = zi
+	if err == nil {
+		if err = ra.CheckEnd(); err != nil {
+			err = fmt.Errorf("index: %s (%s): %w", ix.Path(fi), zi.Kind, err)
+		}
+	}
 	return out, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"compress/zlib"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -380,6 +381,37 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 			}
 			if at != int64(len(plain)) {
 				t.Fatalf("blocks end at %d of %d", at, len(plain))
+			}
+		})
+	}
+}
+
+// The sizes of zstd frames are taken from their headers, and checked by
+// the one decompression of the scan: a header that says one byte less or
+// one more than its frame holds is an index error naming the file.
+func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
+	plain := bigTFRecord(t, 6, 100<<10)
+	comp := zstdFrames(40<<10)(t, plain)
+	// The last frame: its header is the last magic number's.
+	last := bytes.LastIndex(comp, []byte{0x28, 0xb5, 0x2f, 0xfd})
+	fhd := comp[last+4]
+	at := last + 5
+	if fhd&0x20 == 0 {
+		at++ // window descriptor
+	}
+	at += []int{0, 1, 2, 4}[fhd&3]
+	if fhd>>6 == 0 && fhd&0x20 == 0 {
+		t.Fatalf("the encoder wrote no frame content size (descriptor %02x)", fhd)
+	}
+	for _, delta := range []int{-1, 1} {
+		t.Run(fmt.Sprint(delta), func(t *testing.T) {
+			bad := bytes.Clone(comp)
+			bad[at] = byte(int(bad[at]) + delta)
+			root := t.TempDir()
+			path := filepath.Join(root, "a.tfrecord.zst")
+			writeBytes(t, path, bad)
+			if _, err := Build(t.Context(), root, Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
+				t.Fatalf("err %v, want an error naming %s", err, path)
 			}
 		})
 	}

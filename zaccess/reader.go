@@ -103,3 +103,30 @@ func (ra *ReaderAt) more(want int64) error {
 	}
 	return nil
 }
+
+// CheckEnd reads on from the end of the decompressed stream, which the
+// index says is at Size, and says whether the compressed data ends there
+// too, with every check passed (for an index made by ZstdFrames, whose
+// frame sizes come from the headers).
+func (ra *ReaderAt) CheckEnd() error {
+	if ra.r == nil || ra.pos != ra.ix.Size {
+		r, err := ra.dc.Open(ra.ix, ra.src, ra.size, ra.ix.Size)
+		if err != nil {
+			return err
+		}
+		ra.r, ra.pos, ra.off, ra.buf = r, ra.ix.Size, ra.ix.Size, ra.buf[:0]
+	}
+	var b [1]byte
+	for {
+		n, err := ra.r.Read(b[:])
+		if n > 0 {
+			return fmt.Errorf("more output than the frame headers say (%d bytes)", ra.ix.Size)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

@@ -26,12 +26,13 @@ const (
 type zstdFrame struct {
 	off, n    int64
 	skippable bool
+	content   int64 // Frame_Content_Size, -1 when the header leaves it out
 }
 
 // nextZstdFrame reads the frame at off from br (positioned there) and
 // returns it, or io.EOF at the end of the file.
 func nextZstdFrame(br *bufio.Reader, off int64) (zstdFrame, error) {
-	f := zstdFrame{off: off}
+	f := zstdFrame{off: off, content: -1}
 	var h [4]byte
 	n, err := io.ReadFull(br, h[:])
 	if n == 0 && err == io.EOF {
@@ -78,18 +79,33 @@ func nextZstdFrame(br *bufio.Reader, off int64) (zstdFrame, error) {
 	if fhd&0x20 == 0 {
 		skip++ // window descriptor
 	}
-	skip += [4]int{0, 1, 2, 4}[fhd&3]
-	switch fcs := fhd >> 6; {
-	case fcs == 0 && fhd&0x20 != 0:
-		skip++
-	case fcs > 0:
-		skip += 1 << fcs
-	}
+	skip += [4]int{0, 1, 2, 4}[fhd&3] // dictionary ID
 	if k, _ := br.Discard(skip); k < skip {
 		f.n += int64(k)
 		return f, short()
 	}
 	f.n += int64(skip)
+	fcsLen := 0
+	switch fcs := fhd >> 6; {
+	case fcs == 0 && fhd&0x20 != 0:
+		fcsLen = 1
+	case fcs > 0:
+		fcsLen = 1 << fcs
+	}
+	if fcsLen > 0 {
+		var b [8]byte
+		if _, err := io.ReadFull(br, b[:fcsLen]); err != nil {
+			return f, short()
+		}
+		f.n += int64(fcsLen)
+		f.content = int64(binary.LittleEndian.Uint64(b[:]))
+		if fcsLen == 2 {
+			f.content += 256
+		}
+		if f.content < 0 {
+			return f, bad("zstd frame content size over 2^63")
+		}
+	}
 	for {
 		var b [3]byte
 		if _, err := io.ReadFull(br, b[:]); err != nil {
@@ -134,25 +150,38 @@ func newZstdReader() (*zstd.Decoder, error) {
 	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(MaxZstdWindow))
 }
 
-// buildZstd finds the frames of src and decompresses each to count its
-// output: an access point starts a frame at least span bytes of output
-// after the last one.
+// buildZstd finds the frames of src and the output of each, from its
+// header (Frame_Content_Size, which the zstd tool writes for files) or, if
+// the header leaves it out, by decompressing it: an access point starts a
+// frame at least span bytes of output after the last one. When every
+// frame says its size (checked reports false), nothing has been
+// decompressed: the caller's scan of the output checks the frames
+// (klauspost/compress checks each frame's size and checksum).
 func buildZstd(src io.ReaderAt, size int64, span int64, progress func(int64)) (*Index, error) {
+	ix, _, err := scanZstd(src, size, span, progress, false)
+	return ix, err
+}
+
+// scanZstd is buildZstd, without decompressing the frames whose headers
+// say their size (trust set), for a caller who decompresses all of the
+// output next anyway.
+func scanZstd(src io.ReaderAt, size int64, span int64, progress func(int64), trust bool) (*Index, bool, error) {
 	br := bufio.NewReaderSize(io.NewSectionReader(src, 0, size), 1<<20)
 	dec, err := newZstdReader()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer dec.Close()
 	ix := &Index{Kind: Zstd}
 	var off int64
+	decoded := false
 	for {
 		f, err := nextZstdFrame(br, off)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		off += f.n
 		if f.skippable {
@@ -161,22 +190,36 @@ func buildZstd(src io.ReaderAt, size int64, span int64, progress func(int64)) (*
 		if n := len(ix.Points); n == 0 || ix.Size-ix.Points[n-1].Out >= span {
 			ix.Points = append(ix.Points, Point{Out: ix.Size, In: f.off * 8, Member: true})
 		}
+		if trust && f.content >= 0 {
+			ix.Size += f.content
+			continue
+		}
+		decoded = true
 		if err := dec.Reset(io.NewSectionReader(src, f.off, f.n)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		n, err := io.Copy(io.Discard, dec)
 		ix.Size += n
 		if err != nil {
-			return nil, fmt.Errorf("zstd frame at byte %d: %w", f.off, err)
+			return nil, false, fmt.Errorf("zstd frame at byte %d: %w", f.off, err)
 		}
 		if progress != nil {
 			progress(off)
 		}
 	}
 	if len(ix.Points) == 0 {
-		return nil, errors.New("no zstd frame")
+		return nil, false, errors.New("no zstd frame")
 	}
-	return ix, nil
+	return ix, decoded, nil
+}
+
+// ZstdFrames returns the access points of the zstd file src, decompressing
+// only the frames whose headers do not say their size: the output of the
+// others is not checked, which the caller must do by decompressing it all
+// (as indexing does, to find its records).
+func ZstdFrames(src io.ReaderAt, size int64, span int64, progress func(int64)) (*Index, error) {
+	ix, _, err := scanZstd(src, size, span, progress, true)
+	return ix, err
 }
 
 // zstdDecoder decodes from a frame start to the end of the file (the
