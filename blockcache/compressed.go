@@ -131,7 +131,7 @@ func (ix *Index) sniffCompression(fi int32, r io.ReaderAt, o Options) (zaccess.K
 	if n, err := r.ReadAt(head, 0); n < len(head) {
 		return 0, fmt.Errorf("index: %s: read the first bytes: %w", ix.Path(fi), err)
 	}
-	kind, err := compressionOf(f.Path, head, o, o.Format)
+	kind, err := compressionOf(ix.Path(fi), head, o, o.Format)
 	if err != nil {
 		return 0, fmt.Errorf("index: %w", err)
 	}
