@@ -10,8 +10,8 @@ import (
 	"slices"
 
 	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/zaccess"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/zaccess"
 )
 
 // DataOptions say how much of a dataset Data reads.
