@@ -34,7 +34,9 @@ const (
 )
 
 // Compressions lists the values Options.Compression takes.
-var Compressions = []string{CompressionAuto, CompressionNone, "gzip", "zlib", "zstd"}
+func Compressions() []string {
+	return []string{CompressionAuto, CompressionNone, "gzip", "zlib", "zstd"}
+}
 
 // compressedExts are the name endings of compressed files, and the kind of
 // each.
@@ -45,10 +47,10 @@ var compressedExts = []struct {
 
 // CheckCompression says whether c is a value Options.Compression takes.
 func CheckCompression(c string) error {
-	if c == "" || slices.Contains(Compressions, c) {
+	if c == "" || slices.Contains(Compressions(), c) {
 		return nil
 	}
-	return fmt.Errorf("unknown --compression %q; known: %s", c, strings.Join(Compressions, ", "))
+	return fmt.Errorf("unknown --compression %q; known: %s", c, strings.Join(Compressions(), ", "))
 }
 
 // compressedNames says whether files under compressed names are listed.
@@ -152,7 +154,6 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 		// Each ReadAt of a remote file is a request: read large pieces.
 		r = &bufferedAt{r: r, size: f.Size}
 	}
-	var zi *zaccess.Index
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
 		x := zaccess.NewIndexer(r, f.Size, kind, ix.BlockSize, progress)
 		out, err := ix.scanStream(fi, o, x, guess, x.Points, func(int64) {})
