@@ -2,7 +2,6 @@ package zaccess
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/adler32"
 	"hash/crc32"
@@ -783,4 +782,3 @@ func (d *inflater) trailer() error {
 	return &FormatError{Offset: at, Reason: "trailing bytes after the end of the compressed stream"}
 }
 
-var errStop = errors.New("stop")
