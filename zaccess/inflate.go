@@ -781,4 +781,3 @@ func (d *inflater) trailer() error {
 	}
 	return &FormatError{Offset: at, Reason: "trailing bytes after the end of the compressed stream"}
 }
-
