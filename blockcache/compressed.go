@@ -1,7 +1,6 @@
 package blockcache
 
 import (
-	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
@@ -152,7 +151,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	path := ix.Path(fi)
 	if o.Source != nil {
 		// Each ReadAt of a remote file is a request: read large pieces.
-		r = &bufferedAt{r: r, size: f.Size}
+		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
 	}
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
 		x := zaccess.NewIndexer(r, f.Size, kind, ix.BlockSize, progress)
@@ -395,8 +394,12 @@ func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e ext
 			return fmt.Errorf("read %s at decompressed offset %d: %w", l.ix.Path(e.file), e.off, err)
 		}
 		defer f.Close()
-		// Each ReadAt of a remote file is a request: read large pieces.
-		src = &bufferedAt{r: f, size: fl.Size}
+		// Each ReadAt of a remote file is a request: the first reads
+		// the stretch to the next access point and a little more, for
+		// the record across it; more follow if the extent needs them.
+		from := fl.Access.PointBefore(e.off)
+		start, end := fl.Access.InputStart(from), fl.Access.InputEnd(from+1, fl.Size)
+		src = &bufferedAt{r: f, size: fl.Size, first: end - start + 64<<10, piece: 256 << 10}
 	} else {
 		f, err := files.acquire(e.file, e.off)
 		if err != nil {
@@ -462,26 +465,46 @@ func decodeOrder(exts []extent) []int {
 	return order
 }
 
-// bufferedAt reads a remote file forward in large pieces: the inflater
-// asks for small ones.
+// bufferedAt reads a remote file, where each ReadAt is a request, in
+// large pieces for a reader that asks for small ones, going forward: the
+// first piece is first bytes long (the stretch the caller expects to
+// need), the next ones piece bytes.
 type bufferedAt struct {
-	r    io.ReaderAt
-	size int64
-	br   *bufio.Reader
-	at   int64 // offset of the next byte br gives
+	r            io.ReaderAt
+	size         int64 // of the file
+	first, piece int64
+	buf          []byte
+	off          int64 // of buf[0]
 }
 
 func (b *bufferedAt) ReadAt(p []byte, off int64) (int, error) {
-	if b.br == nil || off != b.at {
-		b.br = bufio.NewReaderSize(io.NewSectionReader(b.r, off, b.size-off), 4<<20)
-		b.at = off
+	n := 0
+	for n < len(p) {
+		at := off + int64(n)
+		if at >= b.size {
+			return n, io.EOF
+		}
+		if at < b.off || at >= b.off+int64(len(b.buf)) {
+			want := b.piece
+			if b.first > 0 {
+				want, b.first = b.first, 0
+			}
+			want = min(max(want, int64(len(p)-n)), b.size-at)
+			if int64(cap(b.buf)) < want {
+				b.buf = make([]byte, want)
+			}
+			k, err := b.r.ReadAt(b.buf[:want], at)
+			b.buf, b.off = b.buf[:k], at
+			if k == 0 {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return n, err
+			}
+		}
+		n += copy(p[n:], b.buf[at-b.off:])
 	}
-	n, err := io.ReadFull(b.br, p)
-	b.at += int64(n)
-	if err == io.ErrUnexpectedEOF {
-		err = io.EOF
-	}
-	return n, err
+	return n, nil
 }
 
 // CompressedStats sums up the compressed files of an index.

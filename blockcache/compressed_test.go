@@ -354,7 +354,8 @@ func (f memFile) Name() string { return f.name }
 // several members, whose trailer's length is only its last member's, is
 // read about twice, and indexed the same as a file that says nothing.
 func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
-	plain := bigTFRecord(t, 5, 400<<10)
+	// Larger than the 1 MiB pieces a remote file is read in.
+	plain := bigTFRecord(t, 5, 3<<20)
 	for _, tc := range []struct {
 		name     string
 		comp     []byte
@@ -365,7 +366,7 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
-			ix := build(t, "", Options{BlockSize: 32 << 10, Source: src})
+			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
 			if got := float64(src.read.Load()) / float64(len(tc.comp)); got < tc.min || got > tc.max {
 				t.Fatalf("indexing read %.2f times the file's bytes, want %.1f to %.1f", got, tc.min, tc.max)
 			}
@@ -412,6 +413,39 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 			writeBytes(t, path, bad)
 			if _, err := Build(t.Context(), root, Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
 				t.Fatalf("err %v, want an error naming %s", err, path)
+			}
+		})
+	}
+}
+
+// Blocks of compressed objects in a remote source are read with ranged
+// reads from their access point to the next one and a little more: every
+// block loads the decompressed bytes, and an epoch of blocks reads the
+// compressed bytes once, plus less than 512 KiB a block.
+func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T) {
+	// Blocks much larger than the pieces the decoders read in.
+	plain := bigTFRecord(t, 7, 3<<20)
+	for _, z := range []compressor{compressors[0], compressors[1], compressors[3], {"zstd-frames", ".zst", zstdFrames(64 << 10)}} {
+		t.Run(z.name, func(t *testing.T) {
+			comp := z.fn(t, plain)
+			src := &memSource{files: map[string][]byte{"a.tfrecord" + z.ext: comp}}
+			ix := build(t, "", Options{BlockSize: 512 << 10, Source: src})
+			src.read.Store(0)
+			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
+			for id, blk := range ix.Blocks {
+				b, err := ld.Get(t.Context(), Unit{Blocks: []int32{int32(id)}})
+				if err != nil {
+					t.Fatalf("block %d: %v", id, err)
+				}
+				if !bytes.Equal(b.Data[:blk.Len], plain[blk.Offset:blk.Offset+blk.Len]) {
+					t.Fatalf("block %d differs from the decompressed bytes", id)
+				}
+				ld.Release(b)
+			}
+			// Each block reads its stretch, and at most a few pieces
+			// past it for the record across the next access point.
+			if got, most := src.read.Load(), int64(len(comp))+int64(len(ix.Blocks))*(512<<10); got > most {
+				t.Fatalf("an epoch of %d blocks read %d bytes, %.2f times the %d compressed bytes; want at most %d", len(ix.Blocks), got, float64(got)/float64(len(comp)), len(comp), most)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ package zaccess
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -97,6 +98,28 @@ func (ix *Index) find(off int64) Point {
 // PointBefore returns the offset in the decompressed stream of the access
 // point that reading at off starts from.
 func (ix *Index) PointBefore(off int64) int64 { return ix.find(off).Out }
+
+// InputStart returns the byte of the compressed stream that reading from
+// the access point at output offset out starts at.
+func (ix *Index) InputStart(out int64) int64 { return ix.find(out).In / 8 }
+
+// InputEnd returns how far into a compressed file of size bytes, whose
+// index is ix, reading must go to decompress its output up to offset end:
+// to the first access point at or after end (a block or frame boundary),
+// plus the few bytes an inflater reads ahead; size if there is none.
+func (ix *Index) InputEnd(end, size int64) int64 {
+	i, _ := slices.BinarySearchFunc(ix.Points, end, func(p Point, end int64) int {
+		return cmp.Compare(p.Out, end)
+	})
+	switch {
+	case i == len(ix.Points):
+		return size
+	case ix.Kind == Zstd:
+		// A frame start: klauspost's decoder then meets a clean end.
+		return ix.Points[i].In / 8
+	}
+	return min(size, ix.Points[i].In/8+16)
+}
 
 // Decoder decompresses ranges of files from their access points. It keeps
 // its buffers from one range to the next; it is not safe for concurrent
@@ -188,7 +211,7 @@ func (dc *Decoder) discard(r io.Reader, n int64) error {
 // set) with the bytes filled so far as they arrive.
 func (dc *Decoder) ReadAt(ix *Index, src io.ReaderAt, size int64, p []byte, off int64, filled func(int) error) error {
 	var r io.Reader
-	cont := dc.cur == ix && ix.Kind != Zstd && dc.pos <= off && ix.PointBefore(off) <= dc.pos
+	cont := dc.cur == ix && ix.Kind != Zstd && dc.pos <= off && ix.PointBefore(off) <= dc.pos && !dc.inf.eof
 	dc.cur = nil // until this read succeeds
 	if cont {
 		// Decode on: the records of one buffer, read in file order,

@@ -236,7 +236,7 @@ func (z *zstdDecoder) open(src io.ReaderAt, size, off int64) (io.Reader, error) 
 		}
 		z.dec = dec
 	}
-	if err := z.dec.Reset(bufio.NewReaderSize(io.NewSectionReader(src, off, size-off), 256<<10)); err != nil {
+	if err := z.dec.Reset(bufio.NewReaderSize(io.NewSectionReader(src, off, size-off), 64<<10)); err != nil {
 		return nil, err
 	}
 	return z.dec, nil
