@@ -151,11 +151,16 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 	var recs [][]byte
 	for size := 0; size < n; {
 		p := make([]byte, r.IntN(3000))
+		var v uint64
 		for i := range p {
-			p[i] = "corgipile"[r.IntN(9)]
-			if r.IntN(40) == 0 {
-				p[i] = byte(r.Uint32())
+			if i%8 == 0 {
+				v = r.Uint64()
 			}
+			p[i] = "corgipile"[v%9]
+			if v&0x3f == 0 {
+				p[i] = byte(v >> 8) // now and then a byte of any value
+			}
+			v >>= 8
 		}
 		recs = append(recs, p)
 		size += len(p) + formats.FrameExtra
@@ -423,13 +428,12 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 // block loads the decompressed bytes, and an epoch of blocks reads the
 // compressed bytes once, plus less than 512 KiB a block.
 func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T) {
-	// Blocks much larger than the pieces the decoders read in.
-	plain := bigTFRecord(t, 7, 3<<20)
+	plain := bigTFRecord(t, 7, 1536<<10)
 	for _, z := range []compressor{compressors[0], compressors[1], compressors[3], {"zstd-frames", ".zst", zstdFrames(64 << 10)}} {
 		t.Run(z.name, func(t *testing.T) {
 			comp := z.fn(t, plain)
 			src := &memSource{files: map[string][]byte{"a.tfrecord" + z.ext: comp}}
-			ix := build(t, "", Options{BlockSize: 512 << 10, Source: src})
+			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
 			src.read.Store(0)
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
 			for id, blk := range ix.Blocks {
