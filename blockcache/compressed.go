@@ -407,6 +407,9 @@ func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e ext
 		}
 		defer files.release(f)
 		src = f.File
+		from := fl.Access.PointBefore(e.off)
+		start := fl.Access.InputStart(from)
+		willNeed(f.File, start, fl.Access.InputEnd(e.off+e.n, fl.Size)-start)
 	}
 	err := dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
 	if err != nil {
