@@ -88,7 +88,7 @@ func compressedCopy(t *testing.T, src string) string {
 // record strategies) equal the decompressed copy's byte for byte, and a
 // read at any offset equals the sequential read.
 func TestCompressedSourcesServeEveryRecordOfTheirDecompressedCopyExactlyOnce(t *testing.T) {
-	plain := genSynthetic(t, 2400, 24, 4, len(compressTools), "clustered")
+	plain := genSynthetic(t, 1600, 24, 4, len(compressTools), "clustered")
 	comp := compressedCopy(t, plain)
 	want := sortedHashes(sourceRecords(t, plain))
 	const parts = 2

@@ -135,6 +135,7 @@ type Decoder struct {
 	// further on, before the next access point, decodes on from there.
 	cur *Index
 	pos int64
+	src io.ReaderAt // the file a zstd decoder reads, which it cannot be moved off
 }
 
 // Open returns a reader of the decompressed stream of the file src of
@@ -211,18 +212,27 @@ func (dc *Decoder) discard(r io.Reader, n int64) error {
 // set) with the bytes filled so far as they arrive.
 func (dc *Decoder) ReadAt(ix *Index, src io.ReaderAt, size int64, p []byte, off int64, filled func(int) error) error {
 	var r io.Reader
-	cont := dc.cur == ix && ix.Kind != Zstd && dc.pos <= off && ix.PointBefore(off) <= dc.pos && !dc.inf.eof
+	cont := dc.cur == ix && dc.pos <= off && ix.PointBefore(off) <= dc.pos
+	if ix.Kind == Zstd {
+		cont = cont && dc.src == src
+	} else {
+		cont = cont && !dc.inf.eof
+	}
 	dc.cur = nil // until this read succeeds
 	if cont {
 		// Decode on: the records of one buffer, read in file order,
 		// cost one pass over each stretch between access points.
-		if err := dc.inf.rebind(src, size); err != nil {
+		if ix.Kind == Zstd {
+			r = dc.zst.dec
+		} else {
+			if err := dc.inf.rebind(src, size); err != nil {
+				return err
+			}
+			r = dc.inf
+		}
+		if err := dc.discard(r, off-dc.pos); err != nil {
 			return err
 		}
-		if err := dc.discard(dc.inf, off-dc.pos); err != nil {
-			return err
-		}
-		r = dc.inf
 	} else {
 		var err error
 		if r, err = dc.open(ix, src, size, off); err != nil {
@@ -250,8 +260,6 @@ func (dc *Decoder) ReadAt(ix *Index, src io.ReaderAt, size int64, p []byte, off 
 			return err
 		}
 	}
-	if ix.Kind != Zstd {
-		dc.cur, dc.pos = ix, off+int64(len(p))
-	}
+	dc.cur, dc.pos, dc.src = ix, off+int64(len(p)), src
 	return nil
 }

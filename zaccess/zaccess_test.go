@@ -401,8 +401,8 @@ func TestIndexerServesReadsWhileItIndexes(t *testing.T) {
 // (through a new reader of the same bytes each time), interleaved with
 // reads of another file and going back, and give the stream's bytes.
 func TestDecoderDecodesOnForLaterReadsOfTheSameFile(t *testing.T) {
-	a, b := sample(300<<10, 12), sample(200<<10, 13)
-	ca, cb := gz(t, a, 6, 1), zl(t, b, 6)
+	a, b, c := sample(300<<10, 12), sample(200<<10, 13), sample(150<<10, 14)
+	ca, cb, cc := gz(t, a, 6, 1), zl(t, b, 6), zst(t, c, 40<<10)
 	ia, err := Build(bytes.NewReader(ca), int64(len(ca)), Gzip, 64<<10, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -411,13 +411,23 @@ func TestDecoderDecodesOnForLaterReadsOfTheSameFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ic, err := Build(bytes.NewReader(cc), int64(len(cc)), Zstd, 64<<10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A zstd decoder decodes on only from the same reader.
+	rc := bytes.NewReader(cc)
 	var dc Decoder
+	defer dc.Close()
 	r := rand.New(rand.NewPCG(7, 8))
 	var off int64
-	for i := range 300 {
-		data, comp, ix := a, ca, ia
-		if i%7 == 6 {
-			data, comp, ix = b, cb, ib
+	for i := range 400 {
+		data, comp, ix := a, io.ReaderAt(bytes.NewReader(ca)), ia
+		switch {
+		case i%7 == 6:
+			data, comp, ix = b, bytes.NewReader(cb), ib
+		case i%4 == 3 || i > 300:
+			data, comp, ix = c, rc, ic
 		}
 		switch {
 		case i%29 == 28:
@@ -426,7 +436,7 @@ func TestDecoderDecodesOnForLaterReadsOfTheSameFile(t *testing.T) {
 			off = (off + r.Int64N(3000)) % int64(len(data))
 		}
 		p := make([]byte, min(int64(len(data))-off, r.Int64N(2000)))
-		if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), p, off, nil); err != nil {
+		if err := dc.ReadAt(ix, comp, int64(map[*Index]int{ia: len(ca), ib: len(cb), ic: len(cc)}[ix]), p, off, nil); err != nil {
 			t.Fatalf("read %d at %d: %v", len(p), off, err)
 		}
 		if !bytes.Equal(p, data[off:off+int64(len(p))]) {
