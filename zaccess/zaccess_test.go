@@ -444,3 +444,40 @@ func TestDecoderDecodesOnForLaterReadsOfTheSameFile(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGzip reads arbitrary bytes as a gzip file: the inflater must not
+// panic, and when both it and the standard library (which reads every
+// member) accept the file, their outputs are the same, from the start and
+// from every access point.
+func FuzzGzip(f *testing.F) {
+	f.Add(gz(f, []byte("corgipile corgipile corgipile"), 6, 1))
+	f.Add(gz(f, sample(600, 15), 1, 3))
+	f.Add(gz(f, nil, 9, 1))
+	f.Fuzz(func(t *testing.T, comp []byte) {
+		zr, err := gzip.NewReader(bytes.NewReader(comp))
+		if err != nil {
+			return
+		}
+		want, werr := io.ReadAll(io.LimitReader(zr, 4<<20+1))
+		if len(want) > 4<<20 {
+			return
+		}
+		ix, err := Build(bytes.NewReader(comp), int64(len(comp)), Gzip, 512, nil)
+		if err != nil || werr != nil {
+			return
+		}
+		if ix.Size != int64(len(want)) {
+			t.Fatalf("%d bytes, the standard library %d", ix.Size, len(want))
+		}
+		var dc Decoder
+		for _, p := range ix.Points {
+			got := make([]byte, int64(len(want))-p.Out)
+			if err := dc.ReadAt(ix, bytes.NewReader(comp), int64(len(comp)), got, p.Out, nil); err != nil {
+				t.Fatalf("from the point at %d: %v", p.Out, err)
+			}
+			if !bytes.Equal(got, want[p.Out:]) {
+				t.Fatalf("from the point at %d: output differs from the standard library's", p.Out)
+			}
+		}
+	})
+}
