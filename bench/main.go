@@ -67,6 +67,7 @@ type options struct {
 	sizeSet     bool // --size was given (the formats section has its own default)
 	formats     bool // run the formats section (issue 13)
 	s3          bool // run the object store section (issue 14)
+	compressed  bool // run the compressed section (issue 18)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
@@ -139,7 +140,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.sim.epochs, "sim-epochs", o.sim.epochs, "epochs to simulate")
 	trafficFlags(fs, &o.traffic)
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
-	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --simulate --formats, and the issue 4 targets (default false)")
+	fs.BoolVar(&o.compressed, "compressed", false, "run a cold and a warm corgipile epoch and the index of a GZIP TFRecord dataset against zcat\n"+
+		"and the uncompressed copy (issue 18; 1 GiB decompressed unless --size is given; drops the page cache) (default false)")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --simulate --formats --compressed, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
@@ -165,7 +168,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.s3 || o.simulate) && !given["warm"] {
+	if (o.formats || o.s3 || o.simulate || o.compressed) && !given["warm"] {
 		o.warm = false
 	}
 	if o.traffic.run && !given["warm"] {
@@ -423,6 +426,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("formats: %w", err)
 		}
 		if err := write(formatsHeading, h.formatsMarkdown(res, time.Since(start))); err != nil {
+			return err
+		}
+	}
+	if o.compressed {
+		start := time.Now()
+		res, err := h.runCompressed(ctx, work)
+		if err != nil {
+			return fmt.Errorf("compressed: %w", err)
+		}
+		if err := write(compressedHeading, h.compressedMarkdown(res, time.Since(start))); err != nil {
 			return err
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/zaccess"
 )
 
 // File is one source file as it was when indexed.
@@ -45,6 +46,10 @@ type File struct {
 	// header) and a tar shard's end-of-archive marker after To are never
 	// served.
 	From, To int64
+	// Access is set for a compressed file: its access points, and the
+	// length of its decompressed stream, which its offsets are in (see
+	// compressed.go).
+	Access *zaccess.Index `json:",omitempty"`
 }
 
 // Block is a byte range of one source file that starts and ends at record
@@ -191,6 +196,9 @@ type Options struct {
 	// are read with O_DIRECT where the file system allows it.
 	Buffered bool
 	Logger   *slog.Logger
+	// Compression says how files are compressed: one of Compressions;
+	// empty is CompressionAuto.
+	Compression string
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
 }
@@ -208,6 +216,9 @@ func (o *Options) fill() {
 	}
 	if o.BlockSize <= 0 {
 		o.BlockSize = 8 << 20
+	}
+	if o.Compression == CompressionAuto {
+		o.Compression = "" // the default, as in sidecars written before it
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -479,7 +490,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 			return nil, errs[i]
 		}
 		fl := &ix.Files[i]
-		fl.Records, fl.Head, fl.From, fl.To = sc.records, sc.head, sc.from, sc.to
+		fl.Records, fl.Head, fl.From, fl.To, fl.Access = sc.records, sc.head, sc.from, sc.to, sc.access
 		if head < 0 && sc.head.Key != nil {
 			head = i
 		}
@@ -534,9 +545,9 @@ func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.F
 	switch {
 	case len(include) > 0:
 	case o.Format != nil:
-		include = o.Format.Include()
+		include = compressedInclude(o.Format.Include(), o)
 	default:
-		include = formats.AllIncludes()
+		include = compressedInclude(formats.AllIncludes(), o)
 	}
 	var files []File
 	var err error
@@ -555,7 +566,7 @@ func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.F
 	if f == nil {
 		names := make([]string, len(files))
 		for i, fl := range files {
-			names[i] = fl.Path
+			names[i] = detectName(fl.Path, o)
 		}
 		f, err = formats.Detect(names, o.FormatOptions)
 		switch {
@@ -570,7 +581,7 @@ func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.F
 		if len(o.Include) == 0 {
 			// Detect passed over names of no format and a README.txt
 			// beside the data: keep the chosen format's files only.
-			include = f.Include()
+			include = compressedInclude(f.Include(), o)
 			files = slices.DeleteFunc(files, func(fl File) bool {
 				return !slices.ContainsFunc(include, func(p string) bool {
 					ok, _ := filepath.Match(p, path.Base(fl.Path))
@@ -592,6 +603,7 @@ type fileScan struct {
 	head     formats.Head
 	from, to int64
 	keys     iter.Seq[string] // WebDataset sample keys, for formats.KeySet
+	access   *zaccess.Index   // of a compressed file
 }
 
 // keyScanner is the scanner of a format whose records have keys that must
@@ -626,6 +638,11 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		}
 		defer lf.Close()
 		r = lf
+	}
+	if kind, err := ix.sniffCompression(fi, r, o); err != nil {
+		return out, err
+	} else if kind != 0 {
+		return ix.scanCompressed(fi, o, r, kind, progress)
 	}
 	var dio *os.File
 	if lf, ok := r.(*os.File); ok && !o.Buffered {

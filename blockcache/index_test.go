@@ -497,7 +497,7 @@ func TestBuildSkipCorruptLeavesOutOnlyTheDamage(t *testing.T) {
 	}
 }
 
-func TestBuildRejectsCompressedFiles(t *testing.T) {
+func TestBuildRejectsCompressedFilesWithCompressionNone(t *testing.T) {
 	rec, _ := frames(t, randomPayloads(rand.New(rand.NewPCG(1, 1)), 20, 500))
 	gz := func() []byte {
 		var b bytes.Buffer
@@ -518,10 +518,10 @@ func TestBuildRejectsCompressedFiles(t *testing.T) {
 		data       []byte
 		o          Options
 	}{
-		{"gzip named .tfrecord", "b.tfrecord", gz, Options{}},
-		{"gzip with SkipCorrupt", "b.tfrecord", gz, Options{SkipCorrupt: true}},
-		{"zlib named .tfrecord", "b.tfrecord", zl, Options{}},
-		{"gzip named .tfrecord.gz", "b.tfrecord.gz", gz, Options{Include: []string{"*.tfrecord", "*.gz"}}},
+		{"gzip named .tfrecord", "b.tfrecord", gz, Options{Compression: CompressionNone}},
+		{"gzip with SkipCorrupt", "b.tfrecord", gz, Options{SkipCorrupt: true, Compression: CompressionNone}},
+		{"zlib named .tfrecord", "b.tfrecord", zl, Options{Compression: CompressionNone}},
+		{"gzip named .tfrecord.gz", "b.tfrecord.gz", gz, Options{Include: []string{"*.tfrecord", "*.gz"}, Compression: CompressionNone}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -312,6 +313,9 @@ type Loader struct {
 	evictions, loadErrors, directBytes         atomic.Int64
 	direct                                     bool        // read blocks directly when not cached
 	noDirect                                   atomic.Bool // the file system refused a direct read
+	// decoders holds *zaccess.Decoder for compressed files, kept from
+	// one extent to the next.
+	decoders sync.Pool
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -901,10 +905,25 @@ func (l *Loader) read(b *Buf) error {
 		// device or the network, and gain from every read in flight.
 		workers = min(workers, 4)
 	}
+	var order []int // the extents in the order they are read, if not theirs
+	if l.compressed(exts) {
+		// Decompressing keeps a core busy: more workers than cores would
+		// only hold more decoders.
+		workers = min(workers, max(2, runtime.GOMAXPROCS(0)))
+		if b.unit.Records != nil {
+			order = decodeOrder(exts)
+		}
+	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(exts) && !failed.Load(); i = int(next.Add(1) - 1) {
+			var dc decoder // kept from extent to extent: it may decode on
+			defer dc.put(l)
+			for k := int(next.Add(1) - 1); k < len(exts) && !failed.Load(); k = int(next.Add(1) - 1) {
+				i := k
+				if order != nil {
+					i = order[k]
+				}
 				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 				l.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
@@ -912,6 +931,8 @@ func (l *Loader) read(b *Buf) error {
 				cached, err := l.readCachedExtent(b, exts[i], sp.filled)
 				if cached {
 					// served from the disk cache, and checked
+				} else if l.ix.Files[exts[i].file].Access != nil {
+					err = l.readCompressedExtent(files, dc.get(l), exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else if l.ix.src != nil {
 					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else {

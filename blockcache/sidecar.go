@@ -37,12 +37,15 @@ type sidecarHeader struct {
 	// names, and FormatOptions its settings.
 	Format        string
 	FormatOptions formats.Options
+	// Compression is Options.Compression; absent from sidecars written
+	// before compressed files were read, which decode as "": auto.
+	Compression string
 }
 
 // header returns the sidecar header of an index of root built with o.
 func header(root string, o Options) sidecarHeader {
 	h := sidecarHeader{Magic: sidecarMagic, Version: sidecarVersion, Root: root, BlockSize: o.BlockSize, Include: o.Include,
-		SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks, FormatOptions: o.FormatOptions}
+		SkipCorrupt: o.SkipCorrupt, FollowSymlinks: o.FollowSymlinks, FormatOptions: o.FormatOptions, Compression: o.Compression}
 	if o.Format != nil {
 		h.Format = o.Format.Name()
 	}
@@ -75,6 +78,9 @@ func (h sidecarHeader) name() string {
 		key = append(key, "\x00follow-symlinks"...)
 	}
 	key = fmt.Appendf(key, "\x00format=%s\x00%+v", h.Format, h.FormatOptions)
+	if h.Compression != "" && h.Compression != CompressionAuto {
+		key = append(key, "\x00compression="+h.Compression...)
+	}
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:12]) + ".index"
 }
@@ -251,7 +257,7 @@ func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string
 		return nil, fmt.Sprintf("index sidecar has version %d, want %d", h.Version, want.Version)
 	}
 	if h.Root != want.Root || h.BlockSize != want.BlockSize || h.SkipCorrupt != want.SkipCorrupt || h.FollowSymlinks != want.FollowSymlinks || strings.Join(h.Include, "\x00") != strings.Join(want.Include, "\x00") ||
-		h.Format != want.Format || h.FormatOptions != want.FormatOptions {
+		h.Format != want.Format || h.FormatOptions != want.FormatOptions || h.Compression != want.Compression {
 		return nil, "index sidecar belongs to other parameters"
 	}
 	var body sidecarBody
@@ -329,7 +335,10 @@ func (ix *Index) checkTiling() error {
 	for fi, f := range ix.Files {
 		dmg := damaged[f.Path]
 		delete(damaged, f.Path)
-		if !(0 <= f.Head.Start && f.Head.Start <= f.From && f.From <= f.To && f.To <= f.Head.End && f.Head.End <= f.Size) {
+		if err := f.checkAccess(); err != nil {
+			return err
+		}
+		if !(0 <= f.Head.Start && f.Head.Start <= f.From && f.From <= f.To && f.To <= f.Head.End && f.Head.End <= f.dataSize()) {
 			return fmt.Errorf("%s (%d bytes): records in [%d, %d) outside its header's [%d, %d)", f.Path, f.Size, f.From, f.To, f.Head.Start, f.Head.End)
 		}
 		at, fileRecords := f.From, int64(0)

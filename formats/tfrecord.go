@@ -49,9 +49,9 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("corrupt record at offset %d: %s", e.Offset, e.Reason)
 }
 
-// ErrCompressed is returned (wrapped) when a file looks like a compressed
-// TFRecord file, which is not supported.
-var ErrCompressed = errors.New("compressed TFRecord files are not supported; decompress the file first (for example with gunzip or zlib-flate -uncompress)")
+// ErrCompressed is returned (wrapped) when a file read as stored looks like
+// compressed TFRecord data.
+var ErrCompressed = errors.New("compressed data where stored TFRecord frames were expected: corgifs reads gzip and zlib files with --compression auto (the default) or gzip or zlib, and a full index")
 
 // checkHeader validates a 12-byte frame header found at off and returns the
 // data length. limit is the number of bytes from off to the end of the range,

@@ -179,7 +179,10 @@ func TestCorruptSourceFailsWithFileAndOffsetUnlessSkipped(t *testing.T) {
 	}
 }
 
-func TestCompressedTFRecordIsRefusedByName(t *testing.T) {
+// A gzip file of no TFRecord frames is decompressed and refused naming
+// it; with --compression none it is refused as compressed data read as
+// stored.
+func TestCompressedTFRecordOfNoRecordsIsRefusedByName(t *testing.T) {
 	src := t.TempDir()
 	f, err := os.Create(filepath.Join(src, "a.tfrecord"))
 	if err != nil {
@@ -190,8 +193,16 @@ func TestCompressedTFRecordIsRefusedByName(t *testing.T) {
 	zw.Close()
 	f.Close()
 	_, stderr, code := run("index", src, "--cache-dir", t.TempDir())
-	if code != 1 || !strings.Contains(stderr, "a.tfrecord") || !strings.Contains(stderr, "compressed TFRecord files are not supported") {
+	if code != 1 || !strings.Contains(stderr, "a.tfrecord (decompressed)") || !strings.Contains(stderr, "corrupt record at offset 0") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	_, stderr, code = run("index", src, "--cache-dir", t.TempDir(), "--compression", "none")
+	if code != 1 || !strings.Contains(stderr, "a.tfrecord") || !strings.Contains(stderr, "compressed data where stored TFRecord frames were expected") {
+		t.Fatalf("--compression none: exit %d, stderr:\n%s", code, stderr)
+	}
+	_, stderr, code = run("index", src, "--cache-dir", t.TempDir(), "--compression", "lz4")
+	if code != 2 && code != 1 || !strings.Contains(stderr, `unknown --compression "lz4"`) {
+		t.Fatalf("--compression lz4: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/zaccess"
 )
 
 // DataOptions say how much of a dataset Data reads.
@@ -64,6 +65,8 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 	}()
 	a := NewAnalysis()
 	br := bufio.NewReaderSize(nil, 1<<20)
+	var dc zaccess.Decoder
+	defer dc.Close()
 	var x []float32
 	var done int64
 	for _, b := range blocks {
@@ -92,7 +95,17 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 			files[blk.File] = of
 		}
 		f := of.f
-		br.Reset(io.NewSectionReader(f, blk.Offset, blk.Len))
+		var rd io.Reader = io.NewSectionReader(f, blk.Offset, blk.Len)
+		if acc := ix.Files[blk.File].Access; acc != nil {
+			// A compressed file: the block's offsets are in its
+			// decompressed stream.
+			r, err := dc.Open(acc, f, ix.Files[blk.File].Size, blk.Offset)
+			if err != nil {
+				return DataReport{}, fmt.Errorf("%s at decompressed offset %d: %w", ix.Path(blk.File), blk.Offset, err)
+			}
+			rd = io.LimitReader(r, blk.Len)
+		}
+		br.Reset(rd)
 		rr := o.Format.NewReader(br)
 		a.StartBlock()
 		for off := blk.Offset; ; {

@@ -1,6 +1,8 @@
 package tune
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"os"
 	"path/filepath"
@@ -111,5 +113,48 @@ func TestDataSamplesBlocksBeyondMaxBytes(t *testing.T) {
 	}
 	if rep.HD < 10 || rep.LabelTV < 0.65 {
 		t.Errorf("the sample of a clustered order: h_D %.2f, TV %.3f", rep.HD, rep.LabelTV)
+	}
+}
+
+// Data reads the blocks of a gzip-compressed file decompressed: the same
+// report as for the stored file with the same blocks.
+func TestDataReadsCompressedFilesDecompressed(t *testing.T) {
+	s := clusters(3000, 4, 6, 1, 9)
+	plain := writeSet(t, s, 16<<10)
+	data, err := os.ReadFile(plain.Path(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write(data)
+	w.Close()
+	if err := os.WriteFile(filepath.Join(dir, "a.tfrecord.gz"), gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := blockcache.Build(context.Background(), dir, blockcache.Options{BlockSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Data(context.Background(), ix, TFExample{Label: "y", Features: "x"}, DataOptions{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAnalysis()
+	var r int
+	for _, blk := range ix.Blocks {
+		a.StartBlock()
+		for range blk.Records {
+			a.Record(s.labels[r], s.x[r])
+			r++
+		}
+		a.EndBlock()
+	}
+	want, _ := a.Report(7)
+	want.BlocksInAll = len(ix.Blocks)
+	rep.Mix = nil
+	if rep != want {
+		t.Errorf("Data = %+v\nwant   %+v", rep, want)
 	}
 }

@@ -112,6 +112,7 @@ type datasetFlags struct {
 	cacheDir    string
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
+	compression string
 	directIO    bool
 	strategy    string
 	buffer      bufferFlag
@@ -160,6 +161,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.registerCacheDir(fs)
 	d.s3.register(fs)
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
+	fs.StringVar(&d.compression, "compression", blockcache.CompressionAuto, "how source files are compressed: auto (by the name's .gz, .zst, .zlib or .zz,\nthen by magic bytes: gzip, zstd, and zlib for TFRecord files), none, gzip, zlib or zstd;\ncompressed files are served decompressed, from access points, with no decompressed copy")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
 	if !order {
@@ -181,6 +183,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	o := blockcache.Options{
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
+		Compression: d.compression,
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -194,8 +197,11 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	return o
 }
 
-// resolveFormat checks the format flags, if registered.
+// resolveFormat checks --compression and the format flags, if registered.
 func (d *datasetFlags) resolveFormat() error {
+	if err := blockcache.CheckCompression(d.compression); err != nil {
+		return err
+	}
 	if d.format == nil {
 		return nil
 	}
@@ -368,6 +374,10 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
 	}
 	recordStrategy := shuffler.ReadsRecords(d.strategy)
+	if c := ix.Compressed(); recordStrategy && c.Files > 0 {
+		log.Warn("this strategy reads records one at a time, and each record of a compressed file is decompressed from the access point before it (up to a block of output per record): slow; a block strategy (corgipile, block, local, pls) decompresses each block once",
+			"strategy", d.strategy, "compressed_files", c.Files)
+	}
 	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
 	// The planner wants room for the largest block with every strategy.
 	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())

@@ -366,5 +366,9 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "source      %s\nformat      %s\nfiles       %d\nrecords     %d\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size min %d, median %d, max %d bytes\nskipped     %d damaged ranges\nfrom cache  %v\n",
 		ix.Root, ix.Format, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), ix.RecordMin, ix.RecordMedian, ix.RecordMax, len(ix.Damaged), cached)
+	if c := ix.Compressed(); c.Files > 0 {
+		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",
+			c.Files, humanize.IBytes(uint64(c.Stored)), c.Points, humanize.IBytes(uint64(c.PointBytes)), 100*float64(c.PointBytes)/float64(max(1, c.Stored)))
+	}
 	return nil
 }

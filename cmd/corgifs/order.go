@@ -17,7 +17,8 @@ func runOrder(args []string, stdout, stderr io.Writer) error {
 'file offset length' line each: the file relative to SRC, and the offset and
 length of the record's bytes in it (a whole TFRecord frame, a line with its
 line end, a CSV row, a tar sample with its headers, an array row). It walks
-the plan over the index and reads no data.
+the plan over the index and reads no data. For a compressed source file
+(gzip, zlib, zstd) the offset is in its decompressed stream.
 
 With --output dali it prints the part's index for NVIDIA DALI's
 readers.tfrecord (index_path) instead, TFRecord only: one 'offset size' line

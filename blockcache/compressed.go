@@ -1,0 +1,538 @@
+package blockcache
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/zaccess"
+)
+
+// Compressed source files (gzip, zlib, zstd) are served without a
+// decompressed copy: indexing decompresses each once, records access
+// points (package zaccess) about every block size of output, and finds the
+// records in the decompressed stream with the format's scanner. A File's
+// offsets (Head, From, To, its blocks' and records') are then offsets in
+// its decompressed stream, and a block starts at the first record that
+// starts at or after an access point, so that loading it decompresses from
+// that point on. A record that straddles an access point belongs to the
+// block it starts in.
+
+// Compression values of Options.Compression.
+const (
+	CompressionAuto = "auto" // by name (.gz, .zst, .zlib, .zz) and magic bytes
+	CompressionNone = "none" // every file is read as stored
+)
+
+// Compressions lists the values Options.Compression takes.
+func Compressions() []string {
+	return []string{CompressionAuto, CompressionNone, "gzip", "zlib", "zstd"}
+}
+
+// compressedExts are the name endings of compressed files, and the kind of
+// each.
+var compressedExts = []struct {
+	ext  string
+	kind zaccess.Kind
+}{{".gz", zaccess.Gzip}, {".gzip", zaccess.Gzip}, {".zst", zaccess.Zstd}, {".zstd", zaccess.Zstd}, {".zlib", zaccess.Zlib}, {".zz", zaccess.Zlib}}
+
+// CheckCompression says whether c is a value Options.Compression takes.
+func CheckCompression(c string) error {
+	if c == "" || slices.Contains(Compressions(), c) {
+		return nil
+	}
+	return fmt.Errorf("unknown --compression %q; known: %s", c, strings.Join(Compressions(), ", "))
+}
+
+// compressedNames says whether files under compressed names are listed.
+func (o Options) compressedNames() bool { return o.Compression != CompressionNone }
+
+// withCompressed adds to include the patterns of its files compressed
+// (*.tfrecord.gz for *.tfrecord).
+func withCompressed(include []string) []string {
+	out := slices.Clone(include)
+	for _, p := range include {
+		for _, e := range compressedExts {
+			out = append(out, p+e.ext)
+		}
+	}
+	return out
+}
+
+// trimCompressed returns name without its compressed extension.
+func trimCompressed(name string) string {
+	for _, e := range compressedExts {
+		if s, ok := strings.CutSuffix(name, e.ext); ok && s != "" && !strings.HasSuffix(s, "/") {
+			return s
+		}
+	}
+	return name
+}
+
+// CompressedByName reports whether the files of ix may be compressed as
+// far as their names and o.Compression tell, without reading them: an
+// index that probes near offsets (d-probe's --index probe) cannot work on
+// compressed bytes, and must be built in full then.
+func (ix *Index) CompressedByName(o Options) bool {
+	switch o.Compression {
+	case CompressionNone:
+		return false
+	case "", CompressionAuto:
+		return slices.ContainsFunc(ix.Files, func(f File) bool { return trimCompressed(f.Path) != f.Path })
+	}
+	return true
+}
+
+// compressionOf says how file name, starting with head, is compressed
+// (0: not), by o.Compression: auto goes by the name's extension, then by
+// magic bytes (gzip, zstd; a TFRecord file that is no TFRecord and starts
+// with a zlib header is zlib, as TensorFlow writes with options="ZLIB").
+func compressionOf(name string, head []byte, o Options, f formats.Format) (zaccess.Kind, error) {
+	switch o.Compression {
+	case CompressionNone:
+		return 0, nil
+	case "gzip":
+		return zaccess.Gzip, nil
+	case "zlib":
+		return zaccess.Zlib, nil
+	case "zstd":
+		return zaccess.Zstd, nil
+	}
+	magic, sniffed := zaccess.Sniff(head)
+	for _, e := range compressedExts {
+		if strings.HasSuffix(name, e.ext) {
+			if e.kind == zaccess.Zlib && !zaccess.IsZlibHeader(head) || e.kind != zaccess.Zlib && magic != e.kind {
+				return 0, fmt.Errorf("%s is named %s but does not start as %s data (first bytes % x); pass --compression none to read it as stored", name, e.ext, e.kind, head[:min(len(head), 4)])
+			}
+			return e.kind, nil
+		}
+	}
+	if sniffed {
+		return magic, nil
+	}
+	if _, ok := f.(formats.TFRecord); ok && formats.SniffCompressed(head) && zaccess.IsZlibHeader(head) {
+		return zaccess.Zlib, nil
+	}
+	return 0, nil
+}
+
+// sniffCompression reads the first bytes of file fi and says how it is
+// compressed.
+func (ix *Index) sniffCompression(fi int32, r io.ReaderAt, o Options) (zaccess.Kind, error) {
+	f := ix.Files[fi]
+	head := make([]byte, min(f.Size, formats.HeaderLen))
+	if n, err := r.ReadAt(head, 0); n < len(head) {
+		return 0, fmt.Errorf("index: %s: read the first bytes: %w", ix.Path(fi), err)
+	}
+	kind, err := compressionOf(ix.Path(fi), head, o, o.Format)
+	if err != nil {
+		return 0, fmt.Errorf("index: %w", err)
+	}
+	return kind, nil
+}
+
+// scanCompressed is scanFile for a compressed file. A gzip file under
+// 4 GiB of one member (as TensorFlow writes them) says its decompressed
+// length in its trailer: one decompression then records the access points
+// while the format's scanner reads the output. Otherwise, or when that
+// length turns out wrong (several members), a first pass records the
+// access points and the length, and a second finds the records,
+// decompressing again from the points.
+func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, progress func(int64)) (fileScan, error) {
+	f := ix.Files[fi]
+	path := ix.Path(fi)
+	if o.Source != nil {
+		// Each ReadAt of a remote file is a request: read large pieces.
+		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
+	}
+	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
+		x := zaccess.NewIndexer(r, f.Size, kind, ix.BlockSize, progress)
+		out, err := ix.scanStream(fi, o, x, guess, x.Points, func(int64) {})
+		zi, ferr := x.Finish()
+		if ferr != nil {
+			return out, fmt.Errorf("index: %s (%s): %w", path, kind, ferr)
+		}
+		if zi.Size == guess {
+			out.access = zi
+			return out, err
+		}
+		// Several members: scan again with the real length.
+		o.Logger.Debug("gzip trailer's length is not the stream's; scanning again", "file", path, "isize", guess, "bytes", zi.Size)
+		progress(f.Size / 2)
+		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+	}
+	if kind == zaccess.Zstd {
+		// The frames' headers say their sizes (the zstd tool writes
+		// them): the scan is then the one decompression, which checks
+		// every frame, to the end.
+		zi, err := zaccess.ZstdFrames(r, f.Size, ix.BlockSize, func(in int64) { progress(in / 2) })
+		if err != nil {
+			return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
+		}
+		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+	}
+	zi, err := zaccess.Build(r, f.Size, kind, ix.BlockSize, func(in int64) { progress(in / 2) })
+	if err != nil {
+		return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
+	}
+	return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+}
+
+// scanWith finds the records of file fi, whose access points zi are
+// known, decompressing from them.
+func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index, progress func(int64)) (fileScan, error) {
+	f := ix.Files[fi]
+	if zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
+		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it can be cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
+	}
+	ra := zaccess.NewReaderAt(zi, r, f.Size)
+	defer ra.Close()
+	out, err := ix.scanStream(fi, o, ra, zi.Size, func() []zaccess.Point { return zi.Points }, func(off int64) {
+		progress(int64(float64(f.Size) * float64(off) / float64(max(1, zi.Size))))
+	})
+	out.access = zi
+	if err == nil {
+		if err = ra.CheckEnd(); err != nil {
+			err = fmt.Errorf("index: %s (%s): %w", ix.Path(fi), zi.Kind, err)
+		}
+	}
+	return out, err
+}
+
+// scanStream cuts the decompressed stream ra of file fi, size bytes long,
+// into blocks at the access points points returns (those before the
+// record read last are all there), calling progress with the offset
+// scanned now and then.
+func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, points func() []zaccess.Point, progress func(int64)) (fileScan, error) {
+	var out fileScan
+	f := ix.Files[fi]
+	path := ix.Path(fi)
+	format := o.Format
+	h, err := format.Head(ra, size)
+	if err != nil {
+		return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
+	}
+	out.head, out.from, out.to = h, h.Start, h.Start
+	sum := !format.Checksummed()
+	var chunk []byte
+	cur := Block{File: fi, Offset: -1}
+	flush := func() {
+		if cur.Records > 0 {
+			out.blocks = append(out.blocks, cur)
+		}
+		cur = Block{File: fi, Offset: -1}
+	}
+	next := 0 // the first access point after the current block's start
+	first := true
+	sc := format.Scan(ra, h, h.Start, h.End)
+	var last int64
+	for {
+		for sc.Next() {
+			rec := sc.Record()
+			if first {
+				out.from, first = rec.Offset, false
+			}
+			pts := points()
+			if cur.Records > 0 && ((next < len(pts) && rec.Offset >= pts[next].Out) || cur.Records == math.MaxInt32) {
+				flush()
+			}
+			for next < len(pts) && pts[next].Out <= rec.Offset {
+				next++
+			}
+			if cur.Offset < 0 {
+				cur.Offset = rec.Offset
+			}
+			cur.Len += rec.Len
+			cur.Records++
+			out.records++
+			if rec.Len+int64(len(h.Tail)) > math.MaxUint32 {
+				return out, fmt.Errorf("index: %s: record of %d bytes at decompressed offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
+			}
+			out.frames = append(out.frames, uint32(rec.Len))
+			if sum {
+				rc, err := sumDecompressed(ra, &chunk, rec, &cur.CRC)
+				if err != nil {
+					return out, fmt.Errorf("index: %s: %w", path, err)
+				}
+				out.crcs = append(out.crcs, rc)
+			}
+			out.to = rec.Offset + rec.Len
+			if sc.Offset()-last >= 4<<20 {
+				last = sc.Offset()
+				progress(last)
+			}
+		}
+		err := sc.Err()
+		if err == nil {
+			break
+		}
+		var ce *formats.CorruptError
+		rs, ok := sc.(formats.Resyncer)
+		if !errors.As(err, &ce) || !ok {
+			return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
+		}
+		if !o.SkipCorrupt {
+			return out, fmt.Errorf("index: %s (decompressed): %w (pass --skip-corrupt to leave damaged records out)", path, err)
+		}
+		flush()
+		from, to, rerr := rs.Resync()
+		if rerr != nil {
+			return out, fmt.Errorf("index: %s (decompressed): %w", path, rerr)
+		}
+		if first {
+			out.from, first = from, false
+		}
+		out.to = to
+		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
+		o.Logger.Warn("skipping damaged bytes", "file", path, "decompressed_from", from, "decompressed_to", to, "reason", ce.Reason)
+	}
+	flush()
+	if n := len(out.frames); n > 0 && len(out.blocks) > 0 && out.to == h.End {
+		out.frames[n-1] += uint32(len(h.Tail))
+	}
+	if ks, ok := sc.(keyScanner); ok {
+		out.keys = ks.Keys()
+	}
+	return out, nil
+}
+
+// sumDecompressed is sumRecord over a decompressed stream.
+func sumDecompressed(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32) (uint32, error) {
+	if *chunk == nil {
+		*chunk = make([]byte, 256<<10)
+	}
+	var crc uint32
+	for off, n := rec.Offset, rec.Len; n > 0; {
+		b := (*chunk)[:min(n, int64(len(*chunk)))]
+		k, err := r.ReadAt(b, off)
+		if k < len(b) {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("checksum the record at decompressed offset %d: %w", rec.Offset, err)
+		}
+		crc = formats.UpdateChecksum(crc, b)
+		*block = formats.UpdateChecksum(*block, b)
+		off += int64(k)
+		n -= int64(k)
+	}
+	return crc, nil
+}
+
+// dataSize returns the length of f's stored stream: decompressed for a
+// compressed file.
+func (f *File) dataSize() int64 {
+	if f.Access != nil {
+		return f.Access.Size
+	}
+	return f.Size
+}
+
+// checkAccess says how the access points of a decoded compressed file are
+// not what Build makes.
+func (f *File) checkAccess() error {
+	a := f.Access
+	if a == nil {
+		return nil
+	}
+	if a.Kind != zaccess.Gzip && a.Kind != zaccess.Zlib && a.Kind != zaccess.Zstd {
+		return fmt.Errorf("%s: unknown compression %d", f.Path, a.Kind)
+	}
+	if len(a.Points) == 0 || a.Points[0].Out != 0 || a.Points[0].In != 0 || a.Size < 0 {
+		return fmt.Errorf("%s: its access points do not start the file", f.Path)
+	}
+	for i, p := range a.Points {
+		if p.Out > a.Size || p.In < 0 || p.In > f.Size*8 || (i > 0 && (p.Out < a.Points[i-1].Out || p.In <= a.Points[i-1].In)) ||
+			(p.Member != (p.Window == nil)) || (p.Member && p.In%8 != 0) {
+			return fmt.Errorf("%s: access point %d (output %d, bit %d) is out of place", f.Path, i, p.Out, p.In)
+		}
+	}
+	return nil
+}
+
+// compressedInclude returns include with the names of its files
+// compressed, when o lists compressed files.
+func compressedInclude(include []string, o Options) []string {
+	if !o.compressedNames() {
+		return include
+	}
+	return withCompressed(include)
+}
+
+// detectName is the name a file's format is detected by: without its
+// compressed extension.
+func detectName(name string, o Options) string {
+	if !o.compressedNames() {
+		return name
+	}
+	return path.Join(path.Dir(name), trimCompressed(path.Base(name)))
+}
+
+// compressed says whether any of exts is of a compressed file.
+func (l *Loader) compressed(exts []extent) bool {
+	return slices.ContainsFunc(exts, func(e extent) bool { return l.ix.Files[e.file].Access != nil })
+}
+
+// readCompressedExtent fills extent e of a compressed file, whose offsets
+// are in its decompressed stream, by decompressing from the access point
+// before it: no decompressed copy of the file exists. It calls check as
+// readExtent does.
+func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e extent, slab []byte, record bool, check func(int64) error) error {
+	fl := &l.ix.Files[e.file]
+	var src io.ReaderAt
+	if l.ix.src != nil {
+		f, err := l.ix.src.Open(fl.Path, fl.Version)
+		if err != nil {
+			return fmt.Errorf("read %s at decompressed offset %d: %w", l.ix.Path(e.file), e.off, err)
+		}
+		defer f.Close()
+		// Each ReadAt of a remote file is a request: the first reads
+		// the stretch to the next access point and a little more, for
+		// the record across it; more follow if the extent needs them.
+		from := fl.Access.PointBefore(e.off)
+		start, end := fl.Access.InputStart(from), fl.Access.InputEnd(from+1, fl.Size)
+		src = &bufferedAt{r: f, size: fl.Size, first: end - start + 64<<10, piece: 256 << 10}
+	} else {
+		f, err := files.acquire(e.file, e.off)
+		if err != nil {
+			return err
+		}
+		defer files.release(f)
+		src = f.File
+		from := fl.Access.PointBefore(e.off)
+		start := fl.Access.InputStart(from)
+		willNeed(f.File, start, fl.Access.InputEnd(e.off+e.n, fl.Size)-start)
+	}
+	err := dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
+	if err != nil {
+		if errors.Is(err, syscall.EIO) {
+			return err // check's, which says what it found
+		}
+		if errors.Is(err, source.ErrChanged) {
+			l.damaged(err)
+		}
+		err = fmt.Errorf("read %s (%s) at decompressed offset %d, from its access point at %d: %w: %w", l.ix.Path(e.file), fl.Access.Kind, e.off, fl.Access.PointBefore(e.off), err, syscall.EIO)
+		var fe *zaccess.FormatError
+		if errors.As(err, &fe) {
+			l.damaged(err)
+		}
+		return err
+	}
+	l.counted(e.n, record)
+	return nil
+}
+
+// decoder is a loader worker's zaccess.Decoder, taken from the loader's
+// pool when first needed.
+type decoder struct{ dc *zaccess.Decoder }
+
+func (d *decoder) get(l *Loader) *zaccess.Decoder {
+	if d.dc == nil {
+		d.dc, _ = l.decoders.Get().(*zaccess.Decoder)
+		if d.dc == nil {
+			d.dc = new(zaccess.Decoder)
+		}
+	}
+	return d.dc
+}
+
+func (d *decoder) put(l *Loader) {
+	if d.dc != nil {
+		l.decoders.Put(d.dc)
+	}
+}
+
+// decodeOrder returns the order to read the single records exts in: by
+// file and offset, so that a worker's decoder decodes on from one record
+// to the next of the same stretch between access points instead of
+// starting again at the access point for each.
+func decodeOrder(exts []extent) []int {
+	order := make([]int, len(exts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(exts[a].file, exts[b].file); c != 0 {
+			return c
+		}
+		return cmp.Compare(exts[a].off, exts[b].off)
+	})
+	return order
+}
+
+// bufferedAt reads a remote file, where each ReadAt is a request, in
+// large pieces for a reader that asks for small ones, going forward: the
+// first piece is first bytes long (the stretch the caller expects to
+// need), the next ones piece bytes.
+type bufferedAt struct {
+	r            io.ReaderAt
+	size         int64 // of the file
+	first, piece int64
+	buf          []byte
+	off          int64 // of buf[0]
+}
+
+func (b *bufferedAt) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		at := off + int64(n)
+		if at >= b.size {
+			return n, io.EOF
+		}
+		if at < b.off || at >= b.off+int64(len(b.buf)) {
+			want := b.piece
+			if b.first > 0 {
+				want, b.first = b.first, 0
+			}
+			want = min(max(want, int64(len(p)-n)), b.size-at)
+			if int64(cap(b.buf)) < want {
+				b.buf = make([]byte, want)
+			}
+			k, err := b.r.ReadAt(b.buf[:want], at)
+			b.buf, b.off = b.buf[:k], at
+			if k == 0 {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return n, err
+			}
+		}
+		n += copy(p[n:], b.buf[at-b.off:])
+	}
+	return n, nil
+}
+
+// CompressedStats sums up the compressed files of an index.
+type CompressedStats struct {
+	Files  int
+	Stored int64 // compressed bytes of those files
+	Points int   // access points
+	// PointBytes is what the access points take in the sidecar: their
+	// compressed windows and offsets (17 bytes each).
+	PointBytes int64
+}
+
+// Compressed returns the sums of the index's compressed files.
+func (ix *Index) Compressed() CompressedStats {
+	var s CompressedStats
+	for _, f := range ix.Files {
+		if f.Access == nil {
+			continue
+		}
+		s.Files++
+		s.Stored += f.Size
+		s.Points += len(f.Access.Points)
+		for _, p := range f.Access.Points {
+			s.PointBytes += 17 + int64(len(p.Window))
+		}
+	}
+	return s
+}

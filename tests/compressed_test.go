@@ -1,0 +1,217 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/corgifs/corgifs/internal/testenv"
+)
+
+// compressTool writes file in compressed into out, with a tool other than
+// corgifs's own code.
+type compressTool struct {
+	name string
+	ext  string // added to the file's name; "" keeps .tfrecord, as TensorFlow does
+	cmd  func(in, out string) *exec.Cmd
+}
+
+func pyScript(script string, args ...string) *exec.Cmd {
+	return exec.Command(python, append([]string{"-c", script}, args...)...)
+}
+
+func shell(script string, args ...string) *exec.Cmd {
+	return exec.Command("sh", append([]string{"-c", script, "sh"}, args...)...)
+}
+
+var compressTools = []compressTool{
+	// tf.io.TFRecordWriter(options="GZIP") writes the whole TFRecord
+	// stream gzip-compressed under the name it is given.
+	{"python-gzip", "", func(in, out string) *exec.Cmd {
+		return pyScript("import gzip,sys; gzip.open(sys.argv[2],'wb').write(open(sys.argv[1],'rb').read())", in, out)
+	}},
+	// options="ZLIB": one zlib stream.
+	{"python-zlib", "", func(in, out string) *exec.Cmd {
+		return pyScript("import zlib,sys; open(sys.argv[2],'wb').write(zlib.compress(open(sys.argv[1],'rb').read(), 6))", in, out)
+	}},
+	// Concatenated gzip members, as BGZF and `cat a.gz b.gz` make.
+	{"python-gzip-members", ".gz", func(in, out string) *exec.Cmd {
+		return pyScript("import gzip,sys\nd=open(sys.argv[1],'rb').read()\nopen(sys.argv[2],'wb').write(b''.join(gzip.compress(d[i:i+9000]) for i in range(0,len(d),9000)))", in, out)
+	}},
+	{"gzip-9", ".gz", func(in, out string) *exec.Cmd { return shell(`gzip -9 -c "$1" > "$2"`, in, out) }},
+	{"pigz", ".gz", func(in, out string) *exec.Cmd { return shell(`pigz -p 2 -b 32 -c "$1" > "$2"`, in, out) }},
+	{"zstd", ".zst", func(in, out string) *exec.Cmd { return shell(`zstd -q -c "$1" > "$2"`, in, out) }},
+	{"zstd-long", ".zst", func(in, out string) *exec.Cmd { return shell(`zstd -q --long=27 -c "$1" > "$2"`, in, out) }},
+	// A frame per 16 KiB chunk, each by the zstd CLI.
+	{"zstd-frames", ".zst", func(in, out string) *exec.Cmd {
+		return pyScript("import subprocess,sys\nd=open(sys.argv[1],'rb').read()\nopen(sys.argv[2],'wb').write(b''.join(subprocess.run(['zstd','-q','-c'],input=d[i:i+16384],capture_output=True,check=True).stdout for i in range(0,len(d),16384)))", in, out)
+	}},
+}
+
+// compressedCopy writes every file of src compressed by one of the tools,
+// in turn, into a new directory.
+func compressedCopy(t *testing.T, src string) string {
+	t.Helper()
+	for _, tool := range []string{"pigz", "zstd", "gzip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Missing(t, "%s is not installed (Debian package %s)", tool, tool)
+		}
+	}
+	names, _ := filepath.Glob(filepath.Join(src, "*.tfrecord"))
+	if len(names) < len(compressTools) {
+		t.Fatalf("%d files for %d tools", len(names), len(compressTools))
+	}
+	dst := filepath.Join(t.TempDir(), "compressed")
+	os.Mkdir(dst, 0o755)
+	for i, n := range names {
+		tool := compressTools[i%len(compressTools)]
+		out := filepath.Join(dst, filepath.Base(n)+tool.ext)
+		if b, err := tool.cmd(n, out).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", tool.name, n, err, b)
+		}
+	}
+	return dst
+}
+
+// Files compressed by gzip, pigz, zstd (with and without --long, in one
+// frame or many) and Python's gzip and zlib modules, as TensorFlow writes
+// GZIP and ZLIB TFRecord files, are served decompressed by every strategy:
+// each epoch holds every record of the decompressed copy exactly once;
+// the orders that do not depend on how blocks are cut (none, and the
+// record strategies) equal the decompressed copy's byte for byte, and a
+// read at any offset equals the sequential read.
+func TestCompressedSourcesServeEveryRecordOfTheirDecompressedCopyExactlyOnce(t *testing.T) {
+	plain := genSynthetic(t, 1600, 24, 4, len(compressTools), "clustered")
+	comp := compressedCopy(t, plain)
+	want := sortedHashes(sourceRecords(t, plain))
+	const parts = 2
+	common := []string{"--parts", fmt.Sprint(parts), "--epochs", "1", "--seed", "5", "--block-size", "16KiB"}
+	cache := t.TempDir() // one index of the compressed copy for every mount
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, strategy := range []string{"corgipile", "block", "local", "pls", "none", "full", "window", "once"} {
+		t.Run(strategy, func(t *testing.T) {
+			flags := append(slices.Clone(common), "--strategy", strategy)
+			m := startMount(t, comp, append(flags, "--cache-dir", cache)...)
+			var got [][32]byte
+			served := make([][]byte, parts)
+			for i := range parts {
+				served[i] = m.read(0, i, parts)
+				got = append(got, hashes(frames(t, served[i]))...)
+			}
+			if !slices.Equal(sortedHashes(got), want) {
+				t.Fatalf("epoch 0 serves %d records, the decompressed copy holds %d (or other ones)", len(got), len(want))
+			}
+			for i := range parts {
+				f, err := os.Open(m.part(0, i, parts))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 20 {
+					off := r.Int64N(int64(len(served[i])) + 1)
+					p := make([]byte, 1+r.IntN(40000))
+					n, _ := f.ReadAt(p, off)
+					if !bytes.Equal(p[:n], served[i][off:min(int64(len(served[i])), off+int64(len(p)))]) {
+						t.Fatalf("part %d: %d bytes at %d differ from the sequential read", i, len(p), off)
+					}
+				}
+				f.Close()
+			}
+			if strategy != "none" && strategy != "full" {
+				return
+			}
+			pm := startMount(t, plain, flags...)
+			for i := range parts {
+				if !bytes.Equal(pm.read(0, i, parts), served[i]) {
+					t.Fatalf("part %d differs from the decompressed copy's", i)
+				}
+			}
+		})
+	}
+}
+
+// A byte flipped in a compressed source (size and modification time kept)
+// fails with EIO the reads of the parts whose blocks decode it, and the
+// other parts read cleanly; the log names the file.
+func TestACorruptCompressedByteIsEIOInThePartsOfItsBlocksOnly(t *testing.T) {
+	plain := genSynthetic(t, 1200, 24, 4, 4, "clustered")
+	src := filepath.Join(t.TempDir(), "src")
+	os.Mkdir(src, 0o755)
+	names, _ := filepath.Glob(filepath.Join(plain, "*.tfrecord"))
+	for _, n := range names {
+		if b, err := shell(`gzip -6 -c "$1" > "$2"`, n, filepath.Join(src, filepath.Base(n)+".gz")).CombinedOutput(); err != nil {
+			t.Fatalf("gzip: %v\n%s", err, b)
+		}
+	}
+	const parts = 4
+	m := startMount(t, src, "--parts", fmt.Sprint(parts), "--strategy", "block", "--block-size", "16KiB", "--seed", "3")
+	path := filepath.Join(src, filepath.Base(names[1])+".gz")
+	fi, _ := os.Stat(path)
+	data, _ := os.ReadFile(path)
+	data[len(data)*2/3] ^= 0x10
+	writeFile(t, path, data)
+	os.Chtimes(path, fi.ModTime(), fi.ModTime())
+	var failed []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Go(func() {
+			_, err := os.ReadFile(m.part(0, i, parts))
+			switch {
+			case err == nil:
+			case errorsIsEIO(err):
+				mu.Lock()
+				failed = append(failed, i)
+				mu.Unlock()
+			default:
+				t.Errorf("part %d: %v, want EIO or data", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) == 0 || len(failed) == parts {
+		t.Fatalf("parts %v failed with EIO, want some but not all\n%s", failed, m.log)
+	}
+	if !strings.Contains(m.log.String(), path) {
+		t.Fatalf("the log does not name %s:\n%s", path, m.log)
+	}
+}
+
+// Compressed objects in an S3 bucket are served from their access points
+// with ranged GETs: the same parts as the same files in a local directory.
+func TestS3CompressedObjectsServeTheSamePartsAsTheLocalFiles(t *testing.T) {
+	s := startS3(t)
+	plain := genSynthetic(t, 1500, 16, 4, 3, "clustered")
+	src := filepath.Join(t.TempDir(), "src")
+	os.Mkdir(src, 0o755)
+	names, _ := filepath.Glob(filepath.Join(plain, "*.tfrecord"))
+	for i, n := range names {
+		tool := []compressTool{compressTools[0], compressTools[3], compressTools[7]}[i%3] // python gzip, gzip -9, zstd frames
+		if b, err := tool.cmd(n, filepath.Join(src, filepath.Base(n)+tool.ext)).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", tool.name, err, b)
+		}
+	}
+	s.upload("data", "gz", src)
+	flags := []string{"--seed", "11", "--parts", "2", "--block-size", "16KiB"}
+	local := startMount(t, src, flags...)
+	remote := startMount(t, "s3://data/gz", append(flags, "--s3-endpoint", s.endpoint)...)
+	lp, rp := readAll(t, local), readAll(t, remote)
+	for key, b := range lp {
+		if !bytes.Equal(b, rp[key]) {
+			t.Fatalf("part %s (epoch/part/K): %d bytes from S3 differ from %d bytes from the local files", key, len(rp[key]), len(b))
+		}
+	}
+	var got [][32]byte
+	for i := range 3 {
+		got = append(got, hashes(frames(t, rp[fmt.Sprintf("0/%d/3", i)]))...)
+	}
+	if !slices.Equal(sortedHashes(got), sortedHashes(sourceRecords(t, plain))) {
+		t.Fatal("the parts from S3 do not hold every record of the decompressed copy exactly once")
+	}
+}
