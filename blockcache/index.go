@@ -173,7 +173,7 @@ func (ix *Index) MaxBlock() int64 {
 
 // Options control how an index is built and where it is cached.
 type Options struct {
-	BlockSize int64    // target block length; a larger record is a block by itself
+	BlockSize int64    // blocks end at the first record boundary at or after each multiple of it (Cuts)
 	Include   []string // glob patterns matched against base names; default: the format's
 	// Format is the records' format; nil chooses it from the names of the
 	// files (formats.Detect), made with FormatOptions.
@@ -663,15 +663,17 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	first := true // nothing found yet: From is where the first record or damage starts
 	sc := format.Scan(rd, h, h.Start, h.End)
 	var last int64
+	prev := int64(-1) // the start of the record before, the boundary before rec
 	for {
 		for sc.Next() {
 			rec := sc.Record()
 			if first {
 				out.from, first = rec.Offset, false
 			}
-			if cur.Records > 0 && (cur.Len+rec.Len > ix.BlockSize || cur.Records == 1<<31-1) {
+			if cur.Records > 0 && (Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == 1<<31-1) {
 				flush()
 			}
+			prev = rec.Offset
 			if cur.Offset < 0 {
 				cur.Offset = rec.Offset
 			}
@@ -732,6 +734,19 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		out.keys = ks.Keys()
 	}
 	return out, nil
+}
+
+// Cuts reports whether a block ends at the record boundary at, the one
+// after the boundary prev: the rule that cuts blocks, in both index modes,
+// is that a block ends at the first record boundary at or after each
+// multiple of the block size, counted in bytes from the start of its file.
+// So at is a cut when a multiple lies in (prev, at]. A block is then at
+// least the block size (but the first and last of a file) and at most the
+// block size plus one record, and where its edges fall depends only on the
+// bytes of the file near multiples of the block size: a probe that reads a
+// little at each multiple finds the same cuts as a scan of every byte.
+func Cuts(blockSize, prev, at int64) bool {
+	return prev >= 0 && at/blockSize > prev/blockSize
 }
 
 // sumRecord returns the CRC32C of the stored bytes of rec and adds them to
