@@ -19,7 +19,7 @@ import (
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
-const sidecarVersion = 4
+const sidecarVersion = 5
 
 const sidecarMagic = "corgifs-index"
 
