@@ -110,7 +110,14 @@ type Index struct {
 	recOff    []int64 // file offset of every record, from Frames
 	blockRec  []int64 // index of the first record of every block, and the total
 
-	Records int64 // intact records in all blocks
+	// Probed is set for an index built by probing (see probe.go): it has
+	// no Frames nor RecordCRCs, and its blocks no CRC.
+	Probed bool
+	// CountsUnknown is set when blocks of a probed index have Records 0:
+	// their counts are learned as they are loaded.
+	CountsUnknown bool
+
+	Records int64 // intact records in all blocks (those known, if CountsUnknown)
 	Bytes   int64 // bytes of all blocks: what one epoch serves
 	// Sizes of record payloads, in bytes.
 	RecordMin, RecordMedian, RecordMax int64
@@ -193,6 +200,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
+	// Probe indexes by probing near every multiple of BlockSize instead
+	// of reading every byte (--index probe; see probe.go).
+	Probe bool
 }
 
 // DefaultInclude is the file patterns of TFRecord files.
@@ -433,11 +443,42 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	for _, f := range files {
 		total += f.Size
 	}
+	scans := make([]fileScan, len(files))
+	errs := make([]error, len(files))
+	var done atomic.Int64
+	if _, ok := f.(formats.Prober); o.Probe && !ok {
+		o.Logger.Info("probe index: the format has no probe (a CSV row may hold newlines inside quotes), so every file is scanned whole", "format", f.Name())
+		for i := range files {
+			o.Logger.Debug("probe index: scanning the whole file", "file", ix.Path(int32(i)))
+		}
+		o.Probe = false
+	}
+	if o.Probe {
+		if o.SkipCorrupt {
+			return nil, errors.New("--skip-corrupt needs a full index, which finds the damage: use --index full")
+		}
+		ix.Probed = true
+		scans, err = ix.buildProbed(ctx, o, func(n int64) {
+			if o.Progress != nil {
+				o.Progress(min(done.Add(n), total), total)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		ix.CountsUnknown = !countsKnown(scans)
+	} else {
+		ix.scanAll(ctx, o, scans, errs, total)
+	}
+	return ix.assemble(f, scans, errs, total, o)
+}
+
+// scanAll scans every file into scans, a few at once.
+func (ix *Index) scanAll(ctx context.Context, o Options, scans []fileScan, errs []error, total int64) {
 	// A few files at once: the scan checks every CRC, which takes about
 	// as long as reading the bytes directly does, so one file at a time
 	// leaves either the disk or the CPU idle.
-	scans := make([]fileScan, len(files))
-	errs := make([]error, len(files))
+	files := ix.Files
 	var next, done atomic.Int64
 	var failed atomic.Bool
 	var progressMu sync.Mutex
@@ -473,6 +514,10 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		})
 	}
 	wg.Wait()
+}
+
+// assemble puts the scans of the files together into the index.
+func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, total int64, o Options) (*Index, error) {
 	head := -1 // the first file with a Key
 	for i, sc := range scans {
 		if errs[i] != nil {
@@ -500,7 +545,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	if head >= 0 {
 		ix.Head = ix.Files[head].Head
 	}
-	if _, ok := f.(formats.WDS); ok {
+	if _, ok := f.(formats.WDS); ok && !ix.Probed {
 		// A WebDataset key in two shards (a sample split across them)
 		// would be merged by a reader when the two samples meet in a
 		// part. In file order, so that the error names the same two shards

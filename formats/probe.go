@@ -110,7 +110,7 @@ const maxTarBack = 256 << 20
 // it walks from the start of the shard. Past the last sample, the end of
 // the records is the end-of-archive marker.
 func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
-	src := &readerAtSrc{r: &chunkCache{r: r}, end: h.End}
+	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End}, end: h.End}
 	from := h.Start
 	if off > h.Start {
 		a, err := tarAnchor(src, h, off)
@@ -193,6 +193,7 @@ func isASCII(b []byte) bool {
 // makes one read per chunk (one GET of an object store).
 type chunkCache struct {
 	r      io.ReaderAt
+	end    int64 // never read past it: an object store fails a range past the end
 	chunks [4]struct {
 		off  int64
 		data []byte
@@ -218,7 +219,7 @@ func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
 			if cap(ch.data) < probeWindow {
 				ch.data = make([]byte, probeWindow)
 			}
-			k, err := c.r.ReadAt(ch.data[:probeWindow], base)
+			k, err := c.r.ReadAt(ch.data[:max(0, min(probeWindow, c.end-base))], base)
 			if k == 0 {
 				ch.data = ch.data[:0]
 				if err == nil {
