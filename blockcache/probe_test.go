@@ -89,7 +89,6 @@ func compareIndexes(t *testing.T, full, probed *Index) {
 	}
 }
 
-
 func sizeOf(c formatCase) int {
 	n := 0
 	for _, d := range c.files {
