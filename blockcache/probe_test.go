@@ -1,8 +1,15 @@
 package blockcache
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
@@ -95,4 +102,124 @@ func sizeOf(c formatCase) int {
 		n += len(d)
 	}
 	return n
+}
+
+// A probed index loads every block into the records a full index loads,
+// alone and all in one buffer, and learns every count on the way.
+func TestProbedIndexLoadsTheRecordsOfAFullIndexAndLearnsTheirCounts(t *testing.T) {
+	for _, c := range probeCases(t) {
+		root := c.write(t)
+		t.Run(fmt.Sprintf("%s/%d-files", c.format.Name(), len(c.files)), func(t *testing.T) {
+			o := Options{BlockSize: 1000, Format: c.format}
+			full := build(t, root, o)
+			o.Probe = true
+			probed := build(t, root, o)
+			lf := NewLoader(full, LoaderOptions{MaxMemory: 64 << 20})
+			lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20})
+			all := Unit{}
+			for id := range full.Blocks {
+				all.Blocks = append(all.Blocks, int32(id))
+			}
+			units := []Unit{all}
+			for _, id := range all.Blocks {
+				units = append(units, blockUnit(id))
+			}
+			for _, u := range units {
+				bf, err := lf.Get(t.Context(), u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bp, err := lp.Get(t.Context(), u)
+				if err != nil {
+					t.Fatalf("probed index, blocks %v: %v", u.Blocks, err)
+				}
+				if got, want := records(bp), records(bf); !slices.Equal(got, want) {
+					t.Fatalf("blocks %v: probed index loads %q, full index %q", u.Blocks, got, want)
+				}
+				lf.Release(bf)
+				lp.Release(bp)
+			}
+			if blocks, recs := lp.Learned(); blocks != len(full.Blocks) || recs != full.Records {
+				t.Fatalf("learned %d blocks and %d records, the full index has %d and %d", blocks, recs, len(full.Blocks), full.Records)
+			}
+		})
+	}
+}
+
+// fakeHeader returns the 12 bytes of a TFRecord frame header claiming n
+// bytes of data, with a length CRC that checks.
+func fakeHeader(n int) []byte {
+	f := formats.AppendFrame(nil, make([]byte, n))
+	return f[:formats.HeaderLen]
+}
+
+// A frame header planted in a payload, just after a multiple of the block
+// size, has a length CRC that checks but no data that matches: the probe
+// passes over it and cuts where the full index cuts.
+func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	ps := randomPayloads(r, 40, 300)
+	ps[3] = make([]byte, 1200)
+	for i := range ps[3] {
+		ps[3][i] = byte(r.Uint32())
+	}
+	// A header in record 3's payload at every 16 bytes past 1000, 2000...
+	// (the payload lies at starts[3]+12 on).
+	for at := int64(0); at+formats.HeaderLen <= 1200; at += 16 {
+		copy(ps[3][at:], fakeHeader(int(at%200)))
+	}
+	data, starts := frames(t, ps)
+	if starts[3] > 1000 || starts[4] < 1100 {
+		t.Fatalf("record 3 spans [%d, %d), want it across offset 1000", starts[3], starts[4])
+	}
+	root := t.TempDir()
+	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	for _, bs := range []int64{500, 1000} {
+		full := build(t, root, Options{BlockSize: bs})
+		probed := build(t, root, Options{BlockSize: bs, Probe: true})
+		compareIndexes(t, full, probed)
+	}
+}
+
+// A payload made of whole TFRecord frames fools the probe, which takes an
+// embedded frame for a record start. The blocks cut there do not tile:
+// their loads fail with EIO and a message that says to index in full, and
+// never serve the record in pieces.
+func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	inner := make([]byte, 50)
+	for i := range inner {
+		inner[i] = byte(r.Uint32())
+	}
+	for range 3 {
+		inner = formats.AppendFrame(inner, randomPayloads(r, 1, 100)[0])
+	}
+	ps := append([][]byte{inner}, randomPayloads(r, 20, 100)...)
+	data, starts := frames(t, ps)
+	root := t.TempDir()
+	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	const bs = 30 // a multiple in the payload's first 50 bytes, before the embedded frames
+	full := build(t, root, Options{BlockSize: bs})
+	probed := build(t, root, Options{BlockSize: bs, Probe: true})
+	if probed.Blocks[0].Len == full.Blocks[0].Len {
+		t.Fatalf("the probe was not fooled (first block %+v): the test no longer builds its case", probed.Blocks[0])
+	}
+	var logs bytes.Buffer
+	l := NewLoader(probed, LoaderOptions{MaxMemory: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	b, err := l.Get(t.Context(), blockUnit(0))
+	if err == nil {
+		l.Release(b)
+		t.Fatalf("block 0 (%+v), cut inside record 0 [0, %d), loaded", probed.Blocks[0], starts[1])
+	}
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "corgifs index --index full") {
+		t.Fatalf("load of a block cut inside a record: %v; want EIO saying to run corgifs index --index full", err)
+	}
+	if !strings.Contains(logs.String(), "corgifs index --index full") {
+		t.Fatalf("no log line says to index in full:\n%s", logs.String())
+	}
+	// The block that ends the record, after the embedded frames, fails too.
+	last := slices.IndexFunc(probed.Blocks, func(b Block) bool { return b.Offset+b.Len == starts[1] })
+	if _, err := l.Get(t.Context(), blockUnit(int32(last))); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("load of block %d (%+v), which ends record 0: %v, want EIO", last, probed.Blocks[last], err)
+	}
 }
