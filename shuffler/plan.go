@@ -109,7 +109,7 @@ type Buffer struct {
 	Records []int32 // single records, in served order (Index.Record ids)
 	Start   int64   // offset of the buffer's first byte in the part
 	Size    int64
-	Count   int    // records in the buffer
+	Count   int    // records in the buffer; -1 until loaded, for blocks of unknown counts (probe.go)
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
 }
@@ -128,7 +128,7 @@ type Plan struct {
 	Buffers            []Buffer
 	Prologue, Epilogue []byte
 	Size               int64 // all of it, prologue and epilogue included
-	Records            int64
+	Records            int64 // -1 when blocks of unknown counts make it unknown (probe.go)
 	Target             int64 // buffer size aimed at
 	Capped             bool  // Target was lowered to fit MaxMemory
 	Padding            int   // records repeated at the end (Params.EqualParts)
@@ -208,6 +208,9 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 	if err := checkExchange(p); err != nil {
 		return nil, err
 	}
+	if err := checkProbed(ix, p, s); err != nil {
+		return nil, err
+	}
 	if p.Buffer.Bytes <= 0 && p.Buffer.Percent <= 0 {
 		return nil, fmt.Errorf("buffer size must be positive")
 	}
@@ -282,16 +285,17 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	for i, id := range ids {
 		n := bytes(id)
 		g := int64(len(p.Buffers))
-		if cur.Count > 0 && (cur.Size+n > p.Target || (done+n/2)*nbuf > (g+1)*size) {
+		if i > start && (cur.Size+n > p.Target || (done+n/2)*nbuf > (g+1)*size) {
 			add(i)
 		}
 		cur.Size += n
 		cur.Count += records(id)
 		done += n
 	}
-	if cur.Count > 0 {
+	if start < len(ids) {
 		add(len(ids))
 	}
+	unknownCounts(p, o, pl.ix)
 	if pl.p.EqualParts && parts > 1 {
 		pl.pad(p, seq, o)
 	}
