@@ -265,8 +265,8 @@ type Loader struct {
 	// once loaded (0 before), with the blocks and records learned so far.
 	learned                       []atomic.Int32
 	learnedBlocks, learnedRecords atomic.Int64
-	direct                                     bool        // read blocks directly when not cached
-	noDirect                                   atomic.Bool // the file system refused a direct read
+	direct                        bool        // read blocks directly when not cached
+	noDirect                      atomic.Bool // the file system refused a direct read
 }
 
 // NewLoader returns a Loader for the blocks of ix.
