@@ -221,3 +221,82 @@ func countsKnown(scans []fileScan) bool {
 		return slices.ContainsFunc(sc.blocks, func(b Block) bool { return b.Records == 0 })
 	})
 }
+
+// reprobe returns the index of the source as it is now, from the probed
+// index ix of it as it was: the files that kept their size, modification
+// time and version keep their blocks, and only new and changed files are
+// probed (each named in the log).
+func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
+	o.fill()
+	o.FollowSymlinks = ix.FollowSymlinks
+	files, f, err := selectFiles(ctx, ix.Root, o)
+	if err != nil {
+		return nil, err
+	}
+	if f.Name() != ix.Fmt().Name() {
+		return nil, fmt.Errorf("the files are now %s, not %s", f.Name(), ix.Fmt().Name())
+	}
+	o.Format = f
+	type kept struct {
+		file   int32
+		blocks []Block
+	}
+	old := make(map[string]*kept, len(ix.Files))
+	for i, fl := range ix.Files {
+		old[fl.Path] = &kept{file: int32(i)}
+	}
+	for _, b := range ix.Blocks {
+		k := old[ix.Files[b.File].Path]
+		k.blocks = append(k.blocks, b)
+	}
+	sub := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, FollowSymlinks: ix.FollowSymlinks,
+		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
+	var changed []int // indexes in files of those probed again
+	for i, fl := range files {
+		k, ok := old[fl.Path]
+		if ok {
+			was := ix.Files[k.file]
+			if was.Size == fl.Size && was.Mtime == fl.Mtime && was.Version == fl.Version {
+				continue
+			}
+			o.Logger.Info("source file changed since it was indexed; probing it again, alone", "file", ix.Root+"/"+fl.Path, "version", fl.Version, "was", was.Version)
+		} else {
+			o.Logger.Info("new source file; probing it", "file", ix.Root+"/"+fl.Path)
+		}
+		changed = append(changed, i)
+		sub.Files = append(sub.Files, fl)
+	}
+	var total int64
+	for _, fl := range files {
+		total += fl.Size
+	}
+	probed, err := sub.buildProbed(ctx, o, func(int64) {})
+	if err != nil {
+		return nil, err
+	}
+	nix := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, Files: files, FollowSymlinks: ix.FollowSymlinks,
+		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
+	scans := make([]fileScan, len(files))
+	for i, fl := range files {
+		k := old[fl.Path]
+		if k == nil {
+			continue
+		}
+		was := ix.Files[k.file]
+		sc := fileScan{records: was.Records, head: was.Head, from: was.From, to: was.To}
+		for _, b := range k.blocks {
+			b.File = int32(i)
+			sc.blocks = append(sc.blocks, b)
+		}
+		scans[i] = sc
+	}
+	for j, i := range changed {
+		sc := probed[j]
+		for b := range sc.blocks {
+			sc.blocks[b].File = int32(i)
+		}
+		scans[i] = sc
+	}
+	nix.CountsUnknown = !countsKnown(scans)
+	return nix.assemble(f, scans, make([]error, len(files)), total, o)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -221,5 +222,49 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 	last := slices.IndexFunc(probed.Blocks, func(b Block) bool { return b.Offset+b.Len == starts[1] })
 	if _, err := l.Get(t.Context(), blockUnit(int32(last))); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("load of block %d (%+v), which ends record 0: %v, want EIO", last, probed.Blocks[last], err)
+	}
+}
+
+// A probed index is kept in a sidecar of its own, beside the full one;
+// when one file changes, only that file is probed again (the log names
+// it), and the index equals a new probe of the changed source.
+func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
+	root, files := dataset(t, 31, 3, 200, 1000)
+	cache := t.TempDir()
+	o := Options{BlockSize: 4096, CacheDir: cache, Probe: true}
+	ix1, fromCache, _ := openLogged(t, root, o)
+	if fromCache || !ix1.Probed {
+		t.Fatalf("first Open: from cache %v, probed %v", fromCache, ix1.Probed)
+	}
+	full := o
+	full.Probe = false
+	if _, fromCache, _ := openLogged(t, root, full); fromCache {
+		t.Fatal("a full index came from the probed index's sidecar")
+	}
+	if n := len(sidecars(t, cache)); n != 2 {
+		t.Fatalf("%d sidecars for a probed and a full index, want 2", n)
+	}
+	ix2, fromCache, log := openLogged(t, root, o)
+	if !fromCache || !reflect.DeepEqual(ix1, ix2) {
+		t.Fatalf("second Open: from cache %v, equal %v; log:\n%s", fromCache, reflect.DeepEqual(ix1, ix2), log)
+	}
+	// f1 gets new records of another size.
+	r := rand.New(rand.NewPCG(32, 33))
+	writeRecords(t, root, "f1.tfrecord", randomPayloads(r, 150, 3000))
+	setMtime(t, files[1].path, 1e18)
+	ix3, fromCache, log := openLogged(t, root, o)
+	if fromCache {
+		t.Fatal("Open after a change came from the cache")
+	}
+	if !strings.Contains(log, "probing it again, alone") || !strings.Contains(log, "f1.tfrecord") || strings.Contains(log, "f0.tfrecord") || strings.Contains(log, "f2.tfrecord") {
+		t.Fatalf("the log does not name f1 alone as probed again:\n%s", log)
+	}
+	fresh := build(t, root, Options{BlockSize: 4096, Probe: true})
+	compareIndexes(t, build(t, root, Options{BlockSize: 4096}), ix3)
+	if !slices.Equal(ix3.Blocks, fresh.Blocks) || ix3.Bytes != fresh.Bytes {
+		t.Fatalf("re-probed index differs from a new probe:\n%v\n%v", ix3.Blocks, fresh.Blocks)
+	}
+	if ix4, fromCache, _ := openLogged(t, root, o); !fromCache || !slices.Equal(ix4.Blocks, fresh.Blocks) {
+		t.Fatalf("the re-probed index was not saved: from cache %v", fromCache)
 	}
 }

@@ -111,6 +111,7 @@ type datasetFlags struct {
 	cacheDir    string
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
+	index       string // --index: full, probe, or "" for the source's default (probeMode)
 	directIO    bool
 	strategy    string
 	buffer      bufferFlag
@@ -147,6 +148,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
 	d.s3.register(fs)
+	fs.StringVar(&d.index, "index", "", "how SRC is indexed: `full` reads every byte; probe reads a small window at each\nmultiple of --block-size to find the record boundary there (a mount of any size in\nseconds; record counts are learned as blocks load, so --strategy full, window, once\nand --equal-parts need full; CSV is always read whole). Default: probe for s3://\nsources, full for local ones")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -167,6 +169,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 	o := blockcache.Options{
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
+		Probe: d.probeMode() == blockcache.IndexProbe,
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -178,6 +181,28 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		o.Format, o.FormatOptions = d.format.format, d.format.options
 	}
 	return o
+}
+
+// probeMode is the index mode: --index, else probe for a remote source
+// (reading every byte of a bucket to mount it is what probing avoids) and
+// full for a local one, or with --skip-corrupt, which only a full scan
+// can honour.
+func (d *datasetFlags) probeMode() string {
+	switch {
+	case d.index != "":
+		return d.index
+	case d.source != nil && !d.skipCorrupt:
+		return blockcache.IndexProbe
+	}
+	return blockcache.IndexFull
+}
+
+// checkIndex checks --index.
+func (d *datasetFlags) checkIndex() error {
+	if d.index != "" && d.index != blockcache.IndexFull && d.index != blockcache.IndexProbe {
+		return fmt.Errorf("--index %q: want full or probe", d.index)
+	}
+	return nil
 }
 
 // resolveFormat checks the format flags, if registered.
@@ -303,6 +328,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err := d.checkExchange(); err != nil {
 		return nil, nil, 0, err
 	}
+	if err := d.checkIndex(); err != nil {
+		return nil, nil, 0, err
+	}
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
 		return nil, nil, 0, err
@@ -314,7 +342,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	log.Info("index ready", "source", ix.Root, "files", len(ix.Files), "records", ix.Records,
+	log.Info("index ready", "source", ix.Root, "index", d.probeMode(), "files", len(ix.Files), "records", recordsText(ix),
 		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
@@ -413,4 +441,13 @@ func strategyHelp() string {
 		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Description(n))
 	}
 	return b.String()
+}
+
+// recordsText is the record count of ix for people: a number, or that it
+// is not known yet (a probed index learns it as blocks load).
+func recordsText(ix *blockcache.Index) string {
+	if ix.CountsUnknown {
+		return "not known yet (probed index: learned as blocks load)"
+	}
+	return strconv.FormatInt(ix.Records, 10)
 }
