@@ -130,6 +130,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 				}
 				if ix.Probed && o.Probe {
 					// Only what changed is probed again.
+					o.Logger.Info("rebuilding index: probing the changed files alone", "source", root, "reason", why)
 					nix, err := ix.reprobe(ctx, o)
 					if err == nil {
 						ix = nix

@@ -112,12 +112,15 @@ type datasetFlags struct {
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
 	index       string // --index: full, probe, or "" for the source's default (probeMode)
-	directIO    bool
-	strategy    string
-	buffer      bufferFlag
-	seed        string
-	maxMemory   sizeFlag
-	equalParts  bool
+	// listsRecords is set by order, which lists every record of a part:
+	// its default index is full.
+	listsRecords bool
+	directIO     bool
+	strategy     string
+	buffer       bufferFlag
+	seed         string
+	maxMemory    sizeFlag
+	equalParts   bool
 	// --partition and --exchange, of local and pls, and whether each
 	// was given (they mean nothing to the other strategies).
 	partition                     partitionFlag
@@ -148,7 +151,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
 	d.s3.register(fs)
-	fs.StringVar(&d.index, "index", "", "how SRC is indexed: `full` reads every byte; probe reads a small window at each\nmultiple of --block-size to find the record boundary there (a mount of any size in\nseconds; record counts are learned as blocks load, so --strategy full, window, once\nand --equal-parts need full; CSV is always read whole). Default: probe for s3://\nsources, full for local ones")
+	fs.StringVar(&d.index, "index", "", "how SRC is indexed: `full` reads every byte; probe reads a small window at each\nmultiple of --block-size to find the record boundary there (a mount of any size in\nseconds; record counts are learned as blocks load, so --strategy full, window, once\nand --equal-parts need full; CSV is always read whole). Default: probe for s3://\nsources (unless --strategy or --equal-parts needs full), full for local ones")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
@@ -185,13 +188,14 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 
 // probeMode is the index mode: --index, else probe for a remote source
 // (reading every byte of a bucket to mount it is what probing avoids) and
-// full for a local one, or with --skip-corrupt, which only a full scan
-// can honour.
+// full for a local one; full too when something asked for needs every
+// record indexed (--skip-corrupt, a strategy that reads single records,
+// --equal-parts, the listing of order), which --index probe refuses.
 func (d *datasetFlags) probeMode() string {
 	switch {
 	case d.index != "":
 		return d.index
-	case d.source != nil && !d.skipCorrupt:
+	case d.source != nil && !d.skipCorrupt && !shuffler.ReadsRecords(d.strategy) && !d.equalParts && !d.listsRecords:
 		return blockcache.IndexProbe
 	}
 	return blockcache.IndexFull

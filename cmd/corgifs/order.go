@@ -24,6 +24,7 @@ readers.tfrecord (index_path) instead, TFRecord only: one 'offset size' line
 per record, the offset of its frame within the served part file and the
 frame's size.`, stderr)
 	var d datasetFlags
+	d.listsRecords = true
 	d.register(fset, true)
 	d.registerFormat(fset)
 	fset.Lookup("seed").Usage = "`seed` of the order (required: the same seed as the mount's gives its order)"
