@@ -66,6 +66,7 @@ type options struct {
 	profile     bool
 	sizeSet     bool // --size was given (the formats section has its own default)
 	formats     bool // run the formats section (issue 13)
+	probe       bool // run the probe index section (issue 14)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
@@ -115,6 +116,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
+	fs.BoolVar(&o.probe, "probe", false, "time the index of a TFRecord dataset in a versitygw S3 server on 127.0.0.1 by probing\n"+
+		"against reading every byte, with bytes and GETs, and extrapolate to 10 TB (issue 14;\n"+
+		"alone it skips --warm unless given; try --size 2GiB --record-sizes 100KiB --runs 1) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
@@ -142,7 +146,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if o.formats && !given["warm"] {
+	if (o.formats || o.probe) && !given["warm"] {
 		o.warm = false
 	}
 	if fs.NArg() > 0 {
@@ -348,6 +352,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("formats: %w", err)
 		}
 		if err := write(formatsHeading, h.formatsMarkdown(res, time.Since(start))); err != nil {
+			return err
+		}
+	}
+	if o.probe {
+		start := time.Now()
+		res, err := runProbe(ctx, o, work, os.Stdout)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if err := write(probeHeading, probeMarkdown(o, res, time.Since(start), h.machine)); err != nil {
 			return err
 		}
 	}
