@@ -61,7 +61,10 @@ func (TFRecord) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 	if off >= h.End {
 		return h.End, nil
 	}
-	s := newScanner(r, off, h.End, probeWindow)
+	// A larger window than the text probes': it holds the frame found,
+	// whose data CRC is checked, and the next header, in one read (one
+	// GET) for records up to about 200 KiB; longer ones take more reads.
+	s := newScanner(r, off, h.End, 4*probeWindow)
 	return s.nextConfirmed(off)
 }
 
