@@ -112,8 +112,9 @@ type datasetFlags struct {
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
 	index       string // --index: full, probe, or "" for the source's default (probeMode)
-	// listsRecords is set by order, which lists every record of a part:
-	// its default index is full.
+	// listsRecords is set by order, which lists every record of a part,
+	// and validate, which trains with every strategy: their default index
+	// is full.
 	listsRecords bool
 	directIO     bool
 	strategy     string

@@ -86,6 +86,7 @@ and prints per epoch and strategy: training loss, training accuracy, test
 accuracy on --test, and seconds. It shows whether an order trains like a full
 shuffle. The dataset flags mean what they mean for mount.`, stderr)
 	var d datasetFlags
+	d.listsRecords = true // it trains with every strategy, full and once too
 	d.register(fset, true)
 	var v validateFlags
 	v.register(fset)
