@@ -236,8 +236,8 @@ func probeMarkdown(o options, results []*probeResult, took time.Duration, m mach
 	} else {
 		b.WriteString("; not root, so the page cache was not dropped.\n\n")
 	}
-	b.WriteString("| dataset | full index | probe index | faster | bytes read, full | bytes read, probe | GETs, full | GETs, probe | blocks | 10 TB by probing |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| dataset | full index | probe index | faster | bytes read, full | bytes read, probe | GETs, full | GETs, probe | probe GETs/s | blocks | 10 TB, probe | 10 TB, full |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		fs := median(r.full, func(p probeRun) float64 { return p.secs })
 		ps := median(r.probe, func(p probeRun) float64 { return p.secs })
@@ -245,12 +245,13 @@ func probeMarkdown(o options, results []*probeResult, took time.Duration, m mach
 		pb := median(r.probe, func(p probeRun) float64 { return float64(p.bytes) })
 		fr := median(r.full, func(p probeRun) float64 { return float64(p.reads) })
 		pr := median(r.probe, func(p probeRun) float64 { return float64(p.reads) })
-		ten := ps * tenTB / float64(r.ds.Bytes)
-		fmt.Fprintf(&b, "| %s, %s | %.2f s | %.3f s | %.0f× | %s | %s (%.4f%%) | %.0f | %.0f | %d | %s |\n",
+		scale := tenTB / float64(r.ds.Bytes)
+		fmt.Fprintf(&b, "| %s, %s | %.2f s | %.3f s | %.1f× | %s | %s (%.1f%%) | %.0f | %.0f | %.0f | %d | %s | %s |\n",
 			r.ds.label(), humanize.IBytes(uint64(r.ds.Bytes)), fs, ps, fs/ps, humanize.IBytes(uint64(fb)), humanize.IBytes(uint64(pb)), 100*pb/fb,
-			fr, pr, r.probe[0].blocks, (time.Duration(ten) * time.Second).Round(time.Second))
+			fr, pr, pr/ps, r.probe[0].blocks, (time.Duration(ps*scale) * time.Second).Round(time.Second), (time.Duration(fs*scale) * time.Second).Round(time.Second))
 	}
-	b.WriteString("\nThe probed and the full index cut the same blocks (checked). \"10 TB by probing\" scales the probe's time by the bytes, at this server's latency and the probe's 32 requests in flight; the full index would read all 10 TB.\n")
+	fmt.Fprintf(&b, "\nThe probed and the full index cut the same blocks (checked). The 10 TB columns scale each time by the bytes (%.0f probes of one GET for 10 TB of %s blocks), at this server's latency and throughput; the load average was %s. A probe is one small GET, so its time is the server's cost per request (and the network's latency), while the full index streams every byte: the ratio depends on how the two compare, which on a loopback server sharing two busy cores is far from an object store across a network.\n",
+		tenTB/probeBlock, humanize.IBytes(probeBlock), loadAverage())
 	fmt.Fprintf(&b, "\nThe section took %s.\n", took.Round(time.Second))
 	return b.String()
 }
