@@ -105,9 +105,9 @@ func probeLine(r io.ReaderAt, h Head, off int64) (int64, error) {
 const maxTarBack = 256 << 20
 
 // Probe finds the first sample start at or after off: it looks back from
-// off for a member header (a 512-aligned block with a valid checksum, of a
-// regular file with a key, whose name no extended header could have
-// replaced) from which the chain of headers leads past off, and walks the
+// off for a member header (a 512-aligned block with the ustar magic and a
+// valid checksum, of a regular file with a key, whose name no extended
+// header could have replaced) from which the chain of headers leads past off, and walks the
 // members from there as the scanner does, so that a member starts a new
 // sample when its key differs from the one before. Without such a header
 // it walks from the start of the shard. Past the last sample, the end of
@@ -149,10 +149,13 @@ func tarAnchor(src *readerAtSrc, h Head, off int64) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("probe at offset %d: %w", q, err)
 		}
-		if isZero(b) || tarChecksum(b) != nil {
+		// Cheap tests first: most blocks passed over are member data.
+		// A header without the ustar magic (a V7 archive) is never an
+		// anchor: the walk then starts further back, or at the start.
+		if flag := b[156]; flag != '0' && flag != 0 && flag != '7' || string(b[257:262]) != "ustar" {
 			continue
 		}
-		if flag := b[156]; flag != '0' && flag != 0 && flag != '7' {
+		if tarChecksum(b) != nil {
 			continue
 		}
 		if cBytes(b[:100]) == nil || len(cBytes(b[:100])) == 100 || cBytes(b[345:500]) != nil || !isASCII(cBytes(b[:100])) {
