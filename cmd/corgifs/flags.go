@@ -147,7 +147,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.include = listFlag(blockcache.DefaultInclude())
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
-	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
+	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
 	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
