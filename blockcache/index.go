@@ -560,6 +560,11 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 	if o.Progress != nil {
 		o.Progress(total, total)
 	}
+	if sz, ok := f.(formats.Sizer); ok && ix.Probed && ix.Records > 0 {
+		// Records of one length: a probe knows their size too.
+		ix.RecordMin = sz.RecordLen(ix.Head)
+		ix.RecordMedian, ix.RecordMax = ix.RecordMin, ix.RecordMin
+	}
 	if len(ix.Frames) > 0 {
 		sizes := slices.Clone(ix.Frames)
 		slices.Sort(sizes)

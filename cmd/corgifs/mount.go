@@ -66,8 +66,9 @@ type datasetInfo struct {
 	RecordSize map[string]int64 `json:"record_size"`
 	Skipped    skippedInfo      `json:"skipped_corrupt"`
 	// Index is how the index was built: full or probe. A probed index
-	// lists in Unknown the figures it does not know yet: "records" and
-	// "record_size" (learned as blocks load, never known to the planner).
+	// lists in Unknown the figures it does not know (null above):
+	// "records" (learned as blocks load, never known to the planner) and
+	// "record_size", but for formats of fixed-size records.
 	Index   string   `json:"index"`
 	Unknown []string `json:"unknown,omitempty"`
 }
@@ -93,10 +94,13 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 	}
 	if ix.Probed {
 		in.Dataset.Index = blockcache.IndexProbe
-		in.Dataset.Unknown = []string{"record_size"}
 		if ix.CountsUnknown {
 			in.Dataset.Records = nil
-			in.Dataset.Unknown = []string{"records", "record_size"}
+			in.Dataset.Unknown = append(in.Dataset.Unknown, "records")
+		}
+		if ix.RecordMax == 0 {
+			in.Dataset.RecordSize = nil
+			in.Dataset.Unknown = append(in.Dataset.Unknown, "record_size")
 		}
 	}
 	if shuffler.Partitioned(p.Strategy) {
