@@ -456,3 +456,11 @@ func recordsText(ix *blockcache.Index) string {
 	}
 	return strconv.FormatInt(ix.Records, 10)
 }
+
+// recordsPhrase is "N records", or that they are not known yet.
+func recordsPhrase(ix *blockcache.Index) string {
+	if ix.CountsUnknown {
+		return "records not known yet (probed index)"
+	}
+	return strconv.FormatInt(ix.Records, 10) + " records"
+}

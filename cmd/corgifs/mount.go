@@ -230,7 +230,7 @@ parts of an epoch hold every record once.`, stderr)
 	log.Info("mounted", "mountpoint", mnt, "strategy", d.strategy, "seed", seed, "parts", *parts,
 		"buffer", d.buffer.v.String(), "block_size", humanize.IBytes(uint64(d.blockSize)),
 		"max_memory", humanize.IBytes(uint64(d.maxMemory)))
-	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (records %s, %d parts, seed %d)", src, mnt, recordsText(ix), *parts, seed))
+	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%s, %d parts, seed %d)", src, mnt, recordsPhrase(ix), *parts, seed))
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
