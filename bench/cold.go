@@ -47,7 +47,7 @@ func (c *coldResults) get(short string) *coldTarget {
 }
 
 // runCold times one epoch with the page cache dropped before each run: cat
-// of the source files, the loopback, corgifs corgipile, none and full (K=1),
+// of the source files, the loopback, corgifs corgipile, none, full and mrs (K=1),
 // and randread (a pread per record, uniformly random order) on the source.
 func (e *runEnv) runCold(ctx context.Context) error {
 	order := filepath.Join(e.work, "order-none.txt")
@@ -87,15 +87,18 @@ func (e *runEnv) runCold(ctx context.Context) error {
 			}
 			return p
 		})})
-	for _, s := range []string{"corgipile", "none", "full"} {
+	for _, s := range []string{"corgipile", "none", "full", "mrs"} {
 		d, err := e.mountCorgifs(ctx, "cold-"+s, "", "--strategy", s)
 		if err != nil {
 			return err
 		}
 		daemons = append(daemons, d)
 		name := fmt.Sprintf("corgifs `--strategy %s`, K=1", s)
-		if s == "full" {
+		switch s {
+		case "full":
 			name += " (a pread per record, in the daemon)"
+		case "mrs":
+			name += " (Bismarck's reservoir; a pread per record, in the daemon)"
 		}
 		// Run r reads epoch 2r: reading epoch e prefetches the first buffer
 		// of e+1, which no run reads.

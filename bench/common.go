@@ -47,6 +47,8 @@ type runEnv struct {
 	lat  *latResults
 	fio  *fioResults
 	mem  *memResults
+
+	prefetch *prefetchResults
 }
 
 func (e *runEnv) logf(format string, a ...any) { fmt.Fprintf(e.stderr, format+"\n", a...) }

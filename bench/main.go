@@ -70,6 +70,9 @@ type options struct {
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
+	prefetch                              bool // double buffering against --prefetch (issue 15)
+	simulate                              bool // pls at scale on a synthetic index (issue 15)
+	sim                                   simOptions
 	fioRuntime                            time.Duration
 }
 
@@ -91,7 +94,8 @@ func main() {
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{size: 4 << 30, recordSizes: []int64{1 << 10, 100 << 10}, runs: 3, parts: []int{1, 4},
-		out: "BENCHMARKS.md", warm: true, fioRuntime: 5 * time.Second}
+		out: "BENCHMARKS.md", warm: true, fioRuntime: 5 * time.Second,
+		sim: simOptions{size: 10e12, block: 8 << 20, parts: []int{64, 1024}, exchanges: []float64{0, 0.1, 0.3, 1}, epochs: 4}}
 	var all bool
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -116,11 +120,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.formats, "formats", false, "run a warm corgipile epoch and the index of the same records in every format against\n"+
 		"TFRecord (issue 13; alone it skips --warm unless given, and --size defaults to 256MiB\n"+
 		"of TFRecord per record size; a few minutes) (default false)")
+	fs.BoolVar(&o.prefetch, "prefetch", false, "run cold epochs through mounts with --prefetch 0, 1, 2 and 4, read by a reader that\n"+
+		"works on every MiB for as long as its cold read takes (waiting, or spinning a CPU), and\n"+
+		"without work (issue 15; drops the page cache; 12 epochs per run, 2 minutes with --size\n"+
+		"1GiB and --runs 5) (default false)")
+	fs.BoolVar(&o.simulate, "simulate", false, "simulate --strategy pls on a synthetic index of --sim-size (no data, no root, no mount):\n"+
+		"per node and epoch the bytes and GETs fetched through a disk cache of (1+Q)·N/K evicting by\n"+
+		"Belady's rule, its peak size, and one node's plan time and memory (issue 15) (default false)")
+	fs.Var((*sizeValue)(&o.sim.size), "sim-size", "`size` of the simulated dataset")
+	fs.Var((*sizeValue)(&o.sim.block), "sim-block", "block `size` of the simulated dataset")
+	fs.Var((*partsValue)(&o.sim.parts), "sim-parts", "comma separated node `counts` K to simulate")
+	fs.Var((*fractionsValue)(&o.sim.exchanges), "sim-exchange", "comma separated exchange `fractions` Q to simulate")
+	fs.IntVar(&o.sim.epochs, "sim-epochs", o.sim.epochs, "epochs to simulate")
 	fs.BoolVar(&o.probe, "probe", false, "time the index of a TFRecord dataset in a versitygw S3 server on 127.0.0.1 by probing\n"+
 		"against reading every byte, with bytes and GETs, and extrapolate to 10 TB (issue 14;\n"+
 		"alone it skips --warm unless given; try --size 2GiB --record-sizes 100KiB --runs 1) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
-	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --formats, and the issue 4 targets (default false)")
+	fs.BoolVar(&all, "all", false, "run every section: --warm --cold --e2e --fio --latency --memory --prefetch --simulate --formats, and the issue 4 targets (default false)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]
 
@@ -146,8 +162,12 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.probe) && !given["warm"] {
+	if (o.formats || o.simulate || o.probe) && !given["warm"] {
 		o.warm = false
+	}
+	if o.sim.epochs < 1 || o.sim.block < 1 || o.sim.size < o.sim.block {
+		fmt.Fprintf(stderr, "bench: --sim-epochs must be positive and --sim-size at least --sim-block\n")
+		return o, errors.New("usage")
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
@@ -175,6 +195,7 @@ Flags:
 	}
 	if all {
 		o.warm, o.cold, o.e2e, o.fio, o.latency, o.memory = true, true, true, true, true, true
+		o.prefetch, o.simulate = true, true
 		o.formats = true
 	}
 	if o.fioRuntime < time.Second {
@@ -222,6 +243,24 @@ func (s *sizesValue) Set(v string) error {
 	return nil
 }
 
+// fractionsValue is a comma separated list of fractions in [0, 1].
+type fractionsValue []float64
+
+func (f *fractionsValue) String() string { return joinFloats(*f) }
+
+func (f *fractionsValue) Set(v string) error {
+	var qs []float64
+	for s := range strings.SplitSeq(v, ",") {
+		q, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || !(q >= 0 && q <= 1) {
+			return fmt.Errorf("want fractions from 0 to 1 such as 0,0.1,0.3,1")
+		}
+		qs = append(qs, q)
+	}
+	*f = qs
+	return nil
+}
+
 // partsValue is a comma separated list of part counts.
 type partsValue []int
 
@@ -249,6 +288,21 @@ func (p *partsValue) Set(v string) error {
 // run does the whole benchmark.
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	began := time.Now()
+	if o.simulate {
+		// Needs no binaries, data or root: first, and alone if it is all.
+		res, err := runSimulate(o.sim)
+		if err != nil {
+			return fmt.Errorf("simulate: %w", err)
+		}
+		section := (&harness{o: o}).simulateMarkdown(res)
+		if err := writeSection(o.out, simulateHeading, section); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\nwrote a section of %s\n\n", section, o.out)
+		if !(o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch || o.formats) {
+			return nil
+		}
+	}
 	work := o.work
 	if work == "" {
 		dir, err := os.MkdirTemp("", "corgifs-bench-")
@@ -278,7 +332,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
 	// Only the formats section needs no dataset of datagen's and no loopback.
-	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch
 	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
 	if needsDatasets {
 		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
@@ -330,6 +384,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.fio, fioHeading, (*runEnv).runFio, (*harness).fioMarkdown},
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
 		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
+		{o.prefetch, prefetchHeading, (*runEnv).runPrefetch, (*harness).prefetchMarkdown},
 	} {
 		if !s.on {
 			continue

@@ -46,3 +46,11 @@ func (d *cacheDir) write(name string, _ func(io.Writer) error) error {
 func (d *cacheDir) remove(name string) error {
 	return fmt.Errorf("remove %s: %w", filepath.Join(d.path, name), errNoCacheDir)
 }
+
+func (d *cacheDir) createTemp(name string) (*os.File, string, error) {
+	return nil, "", fmt.Errorf("create %s: %w", filepath.Join(d.path, name), errNoCacheDir)
+}
+
+func (d *cacheDir) rename(from, to string) error {
+	return fmt.Errorf("rename %s: %w", filepath.Join(d.path, from), errNoCacheDir)
+}

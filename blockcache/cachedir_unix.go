@@ -111,39 +111,50 @@ func (d *cacheDir) exists(name string) bool {
 // see the old file or the whole new one, and a link planted at name is
 // replaced rather than followed.
 func (d *cacheDir) write(name string, fill func(io.Writer) error) error {
-	dfd := int(d.f.Fd())
-	var tmp string
-	var fd int
-	for range 100 {
-		var r [8]byte
-		rand.Read(r[:])
-		tmp = "." + strings.TrimPrefix(name, ".") + "-" + hex.EncodeToString(r[:]) + ".tmp"
-		var err error
-		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EEXIST) {
-			return &os.PathError{Op: "create", Path: filepath.Join(d.path, tmp), Err: err}
-		}
-		fd = -1
+	f, tmp, err := d.createTemp(name)
+	if err != nil {
+		return err
 	}
-	if fd < 0 {
-		return fmt.Errorf("create a temporary file in %s: %w", d.path, fs.ErrExist)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(d.path, tmp))
-	err := fill(f)
+	err = fill(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		if err = unix.Renameat(dfd, tmp, dfd, name); err != nil {
-			err = &os.LinkError{Op: "rename", Old: filepath.Join(d.path, tmp), New: filepath.Join(d.path, name), Err: err}
-		}
+		err = d.rename(tmp, name)
 	}
 	if err != nil {
-		unix.Unlinkat(dfd, tmp, 0)
+		d.remove(tmp)
 		return err
+	}
+	return nil
+}
+
+// createTemp creates a new file for name, to be renamed over it: opened
+// for reading and writing, with O_EXCL, mode 0600 and never through a
+// link. It returns the file and its name in the directory.
+func (d *cacheDir) createTemp(name string) (*os.File, string, error) {
+	dfd := int(d.f.Fd())
+	for range 100 {
+		var r [8]byte
+		rand.Read(r[:])
+		tmp := "." + strings.TrimPrefix(name, ".") + "-" + hex.EncodeToString(r[:]) + ".tmp"
+		fd, err := unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			return os.NewFile(uintptr(fd), filepath.Join(d.path, tmp)), tmp, nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return nil, "", &os.PathError{Op: "create", Path: filepath.Join(d.path, tmp), Err: err}
+		}
+	}
+	return nil, "", fmt.Errorf("create a temporary file in %s: %w", d.path, fs.ErrExist)
+}
+
+// rename renames the entry from over to (replacing a link at to, never
+// following it).
+func (d *cacheDir) rename(from, to string) error {
+	dfd := int(d.f.Fd())
+	if err := unix.Renameat(dfd, from, dfd, to); err != nil {
+		return &os.LinkError{Op: "rename", Old: filepath.Join(d.path, from), New: filepath.Join(d.path, to), Err: err}
 	}
 	return nil
 }

@@ -23,6 +23,10 @@ import (
 type Unit struct {
 	Blocks  []int32
 	Records []int32
+	// Epoch is the epoch the unit is read for: the bytes it brings are
+	// counted under it (Stats.Epochs). It is no part of the unit's
+	// identity: epochs share loaded units.
+	Epoch int
 }
 
 func (u Unit) ids() []int32 {
@@ -37,7 +41,7 @@ func (u Unit) equal(v Unit) bool {
 }
 
 func (u Unit) clone() Unit {
-	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records)}
+	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records), Epoch: u.Epoch}
 }
 
 // extent is one pread: a byte range of a file holding whole records, and
@@ -204,6 +208,17 @@ type Stats struct {
 	// the system must fault in and zero: far above MemoryPeak, it says
 	// slabs are not recycled.
 	MemoryMapped int64 `json:"memory_mapped"`
+	// SourceRequests counts the reads of extents from the source: one
+	// ranged GET each from a remote source (retries inside the client
+	// aside), one or more preads from a local one.
+	SourceRequests int64 `json:"source_requests"`
+	// Totals is the sum of Epochs: the bytes loaded from the source,
+	// from the disk cache and found in memory.
+	Totals EpochStats `json:"totals"`
+	// Epochs splits the bytes loaded by the epoch of the unit they were
+	// loaded for (see EpochStats).
+	Epochs    map[int]EpochStats `json:"epochs"`
+	DiskCache *DiskCacheStats    `json:"disk_cache,omitempty"`
 }
 
 // LoaderOptions configure a Loader.
@@ -211,6 +226,9 @@ type LoaderOptions struct {
 	MaxMemory int64 // budget for all slabs, shared by every stream
 	InFlight  int   // block reads in flight at once (default 32); a load of blocks that can only be read through the page cache uses 4
 	Logger    *slog.Logger
+	// DiskCache, if set, keeps the blocks read from the source on local
+	// disk and serves them from there (see OpenDiskCache).
+	DiskCache *DiskCache
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.
@@ -223,6 +241,35 @@ type LoaderOptions struct {
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
+	// Prefetch is how many buffers a stream loads ahead of the one it
+	// serves: 0 means DefaultPrefetch, NoPrefetch none. Prefetches never
+	// wait for memory, so a deep one only uses what is free.
+	Prefetch int
+}
+
+// DefaultPrefetch is the buffers a stream loads ahead by default. With
+// one, a reader that is served about as fast as the disk loads waits
+// whenever a load runs a little slow; with two, the loader keeps working
+// while the reader catches up.
+const DefaultPrefetch = 2
+
+// NoPrefetch as LoaderOptions.Prefetch turns prefetching off: a buffer
+// is loaded when a reader reaches it.
+const NoPrefetch = -1
+
+// PrefetchDepth returns how many buffers a stream loads ahead of the one
+// it serves (LoaderOptions.Prefetch), 0 for none.
+func (l *Loader) PrefetchDepth() int { return l.prefetch }
+
+// prefetchDepth is the depth LoaderOptions.Prefetch o asks for.
+func prefetchDepth(o int) int {
+	switch {
+	case o == 0:
+		return DefaultPrefetch
+	case o < 0:
+		return 0
+	}
+	return o
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -238,9 +285,11 @@ type Loader struct {
 	seed   maphash.Seed
 
 	onDamage   func(string)
+	prefetch   int // buffers a stream loads ahead (PrefetchDepth)
 	damageOnce sync.Once
 	sem        chan struct{}
 	files      *filePool
+	tier       diskTier // the disk cache, and the bytes counted per epoch (loader_disk.go)
 
 	start time.Time // of Loader.clock
 
@@ -290,8 +339,9 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),
 		start:  time.Now(),
-		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}),
+		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}), prefetch: prefetchDepth(o.Prefetch),
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
+		tier: diskTier{disk: o.DiskCache},
 	}
 }
 
@@ -310,13 +360,15 @@ func (l *Loader) Stats() Stats {
 	l.mu.Lock()
 	used, peak, mapped := l.used, l.peak, l.mapped
 	l.mu.Unlock()
-	return Stats{
+	s := Stats{
 		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), DirectBytesRead: l.directBytes.Load(), BuffersLoaded: l.buffersLoaded.Load(),
 		PrefetchIssued: l.prefetchIssued.Load(), PrefetchHits: l.prefetchHits.Load(), PrefetchSkipped: l.prefetchSkip.Load(),
 		CacheHits: l.cacheHits.Load(), Stalls: l.stalls.Load(), StallSeconds: time.Duration(l.stallNanos.Load()).Seconds(),
 		MemoryWaits: l.memoryWaits.Load(), Evictions: l.evictions.Load(), LoadErrors: l.loadErrors.Load(),
 		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget, MemoryMapped: mapped,
 	}
+	l.diskStats(&s)
+	return s
 }
 
 // size returns the slab size u needs.
@@ -366,7 +418,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 	l.mu.Lock()
 	for {
 		if b := l.lookup(h, u); b != nil {
-			l.acquire(b)
+			l.acquire(b, u.Epoch)
 			l.mu.Unlock()
 			return l.wait(ctx, b)
 		}
@@ -403,7 +455,7 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 }
 
 // acquire takes a reference to a Buf found in the table. l.mu must be held.
-func (l *Loader) acquire(b *Buf) {
+func (l *Loader) acquire(b *Buf, epoch int) {
 	l.idle.remove(b)
 	b.refs++
 	b.used = l.clock()
@@ -412,6 +464,7 @@ func (l *Loader) acquire(b *Buf) {
 		l.prefetchHits.Add(1)
 	} else {
 		l.cacheHits.Add(1)
+		l.fromMemory(epoch, b.unit)
 	}
 }
 
@@ -886,8 +939,10 @@ func (l *Loader) read(b *Buf) error {
 				l.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
-				var err error
-				if l.ix.src != nil {
+				cached, err := l.readCachedExtent(b, exts[i], sp.filled)
+				if cached {
+					// served from the disk cache, and checked
+				} else if l.ix.src != nil {
 					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else {
 					var f *poolFile
@@ -898,6 +953,9 @@ func (l *Loader) read(b *Buf) error {
 					}
 				}
 				<-l.sem
+				if !cached {
+					l.fetched(b, exts[i], err)
+				}
 				if err != nil {
 					errs[i] = err
 					failed.Store(true)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -35,7 +36,11 @@ type Config struct {
 	Info       any
 	AllowOther bool
 	Logger     *slog.Logger
-	Debug      bool
+	// Feedback, when set, makes the mount take feedback files (see
+	// feedback.go): set it for feedback strategies only. The mount is
+	// then read-write, and every other change EROFS (readOnly).
+	Feedback *feedback.Store
+	Debug    bool
 
 	// PanicOnLookup is a test hook, never set in normal use: when it is not
 	// empty, a lookup of exactly this name in the root panics, so that the
@@ -119,8 +124,8 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 			// 'corgifs unmount' checks before it detaches anything.
 			Name: mountName,
 			// The kernel enforces read-only for every mutating call (EROFS)
-			// before it reaches us.
-			Options: []string{"ro"},
+			// before it reaches us, unless feedback files are taken.
+			Options: roOption(cfg.Feedback),
 			// 1 MiB requests: fewer round trips through /dev/fuse per byte.
 			MaxWrite:     maxRequest,
 			MaxReadAhead: maxRequest,
@@ -164,6 +169,15 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 		s.Unmount()
 	}()
 	return s, nil
+}
+
+// roOption is the mount option that makes the kernel refuse every change,
+// unless the mount takes feedback.
+func roOption(fb *feedback.Store) []string {
+	if fb != nil {
+		return nil
+	}
+	return []string{"ro"}
 }
 
 // RaiseReadahead asks the kernel to read ahead 4 MiB on the FUSE mount at

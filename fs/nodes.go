@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -22,6 +23,7 @@ import (
 
 type rootNode struct {
 	gofs.Inode
+	readOnly
 	cfg   *Config
 	info  []byte
 	mtime time.Time
@@ -105,6 +107,7 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 
 type epochNode struct {
 	gofs.Inode
+	readOnly
 	counted
 	root  *rootNode
 	epoch int
@@ -155,6 +158,7 @@ func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // per record).
 type partNode struct {
 	gofs.Inode
+	readOnly
 	counted
 	root               *rootNode
 	epoch, part, parts int
@@ -170,6 +174,9 @@ var (
 
 func (p *partNode) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
+	// One link: with none, link(2) on a read-write (feedback) mount fails
+	// ENOENT in the kernel before readOnly can answer EROFS.
+	a.Nlink = 1
 	a.Size = uint64(p.size)
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = 1 << 20
@@ -312,6 +319,7 @@ func (h *partHandle) Release(ctx context.Context) syscall.Errno {
 // ctlNode is the .corgifs directory.
 type ctlNode struct {
 	gofs.Inode
+	readOnly
 	counted
 	root *rootNode
 }
@@ -322,15 +330,27 @@ var (
 )
 
 func (c *ctlNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream([]fuse.DirEntry{
+	entries := []fuse.DirEntry{
 		{Name: "config.json", Mode: syscall.S_IFREG},
 		{Name: "stats.json", Mode: syscall.S_IFREG},
-	}), 0
+	}
+	if c.root.cfg.Feedback != nil {
+		entries = append(entries, fuse.DirEntry{Name: feedbackDir, Mode: syscall.S_IFDIR})
+	}
+	return gofs.NewListDirStream(entries), 0
 }
 
 func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	var content func() []byte
 	switch name {
+	case feedbackDir:
+		if c.root.cfg.Feedback == nil {
+			return nil, syscall.ENOENT
+		}
+		out.Mode = syscall.S_IFDIR | 0o555
+		setTimes(&out.Attr, c.root.mtime)
+		c.root.cacheName(&c.Inode, name, out, true)
+		return c.NewInode(ctx, &fbDirNode{counted: counted{&c.root.inodes}, root: c.root}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	case "config.json":
 		content = func() []byte { return c.root.info }
 	case "stats.json":
@@ -358,11 +378,17 @@ type processStats struct {
 	Inodes int64 `json:"inodes"`
 	// Plans is the planner's work and memory, outside MemoryBudget.
 	Plans shuffler.PlanStats `json:"plans"`
+	// Feedback is the feedback store's, with a feedback strategy.
+	Feedback *feedback.Stats `json:"feedback,omitempty"`
 }
 
 func (r *rootNode) stats() []byte {
 	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1,
 		Inodes: r.inodes.Load(), Plans: r.cfg.Planner.Stats()}
+	if fb := r.cfg.Feedback; fb != nil {
+		st := fb.Stats()
+		s.Feedback = &st
+	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.OpenFDs = len(fds) - 1 // less the descriptor that reads the directory
 	}
@@ -373,6 +399,7 @@ func (r *rootNode) stats() []byte {
 // ctlFile is a small file whose content is taken when it is opened.
 type ctlFile struct {
 	gofs.Inode
+	readOnly
 	counted
 	content func() []byte
 	mtime   time.Time
@@ -386,6 +413,7 @@ var (
 
 func (f *ctlFile) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
 	a.Size = uint64(len(f.content()))
 	setTimes(a, f.mtime)
 }

@@ -24,6 +24,8 @@ import (
 // Local and pls also keep up to maxAssignments assignments of blocks to
 // parts (pls.go), 4 bytes a block each; a sequence of theirs shares an
 // assignment's memory, and SequenceBytes counts it once for each holder.
+// A feedback strategy's sequence also holds its epoch's orders (grab.go),
+// 4 bytes a record.
 // It is outside --max-memory, which counts loaded blocks; Stats reports it.
 
 // idleSequences is how many sequences no open plan uses are kept: the
@@ -58,6 +60,11 @@ type sequence struct {
 
 	mu   sync.Mutex
 	most map[int]int64 // records in the largest part, by K (EqualParts)
+
+	// The orders feedback gave the parts of a feedback strategy's epoch
+	// (grab.go): computed once, by the first Acquire.
+	fbOnce sync.Once
+	fb     atomic.Pointer[fbOrders]
 }
 
 // at returns the unit at position i of the sequence.
@@ -132,6 +139,8 @@ func (pl *Planner) Stats() PlanStats {
 // Acquire returns the plan of part of parts in epoch, shared with every
 // other holder of the same part, until Release. It is computed when no one
 // holds it, from the epoch's sequence, itself computed once.
+// For a feedback strategy it may first wait for the previous epoch's
+// feedback (grab.go): callers that look ahead check Ready.
 func (pl *Planner) Acquire(epoch, part, parts int) (*Plan, error) {
 	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
 		return nil, fmt.Errorf("no part %d of %d in epoch %d", part, parts, epoch)
@@ -148,6 +157,9 @@ func (pl *Planner) Acquire(epoch, part, parts int) (*Plan, error) {
 	c.mu.Unlock()
 	sh.once.Do(func() {
 		sh.seq = pl.sequence(epoch, parts)
+		if IsFeedback(pl.p.Strategy) {
+			pl.feedbackOrders(sh.seq, epoch, parts) // may wait for feedback
+		}
 		sh.plan = pl.build(sh.seq, epoch, part, parts)
 	})
 	return sh.plan, nil
@@ -186,9 +198,23 @@ func (pl *Planner) Size(epoch, part, parts int) (int64, error) {
 	if ok {
 		return n, nil
 	}
-	p, err := pl.Plan(epoch, part, parts)
-	if err != nil {
-		return 0, err
+	var p *Plan
+	if IsFeedback(pl.p.Strategy) {
+		// A part's size does not depend on the order feedback gives its
+		// records: no waiting for it (grab.go).
+		if epoch < 0 || parts < 1 || part < 0 || part >= parts {
+			return 0, fmt.Errorf("no part %d of %d in epoch %d", part, parts, epoch)
+		}
+		seq := pl.sequence(epoch, parts)
+		p = pl.build(seq, epoch, part, parts)
+		c.mu.Lock()
+		c.releaseLocked(seq)
+		c.mu.Unlock()
+	} else {
+		var err error
+		if p, err = pl.Plan(epoch, part, parts); err != nil {
+			return 0, err
+		}
 	}
 	c.mu.Lock()
 	if len(c.sizes) >= maxSizes {
@@ -206,8 +232,8 @@ func (pl *Planner) sequence(epoch, parts int) *sequence {
 	c := &pl.cache
 	key := seqKey{epoch: epoch}
 	switch {
-	case Partitioned(pl.p.Strategy):
-		key.parts = parts
+	case Partitioned(pl.p.Strategy), IsFeedback(pl.p.Strategy):
+		key.parts = parts // feedback comes per K
 	case pl.p.Strategy == "once", pl.p.Strategy == "none", pl.p.Strategy == "window":
 		key.epoch = -1 // the same every epoch
 	}
@@ -236,7 +262,7 @@ func (pl *Planner) sequence(epoch, parts int) *sequence {
 		}
 		var seed uint64
 		switch pl.p.Strategy {
-		case "corgipile", "block":
+		case "corgipile", "block", "corgipile-balance":
 			seed = Derive(pl.p.Seed, purposeBlocks, uint64(epoch))
 		case "full":
 			seed = Derive(pl.p.Seed, purposeFull, uint64(epoch))
@@ -265,5 +291,8 @@ func (c *planCache) releaseLocked(s *sequence) {
 		c.idle = slices.Delete(c.idle, 0, 1)
 		delete(c.seqs, old.key)
 		c.seqBytes.Add(-int64(4*len(old.perm) + 8*len(old.prefix) + 8*len(old.off)))
+		if fb := old.fb.Load(); fb != nil {
+			c.seqBytes.Add(-fb.bytes())
+		}
 	}
 }

@@ -46,7 +46,7 @@ func (pl *Planner) pad(p *Plan, seq *sequence, o order) {
 		}
 	}
 	own, records := o.Blocks, false
-	if o.Records != nil {
+	if o.Records != nil && o.Blocks == nil { // grab's blocks hold its records (grab.go)
 		own, records = o.Records, true
 	}
 	for _, u := range own {

@@ -44,15 +44,25 @@
 // multiple of 16 below it; the assignments of multiples of 16 passed and of
 // the last epochs computed are kept, at most 8, so any epoch is derived
 // without keeping every earlier one.
+//
+// Feedback strategies (grab, cdgrab, corgipile-balance: grab.go) order
+// epoch e+1 from the vectors the trainer wrote back for epoch e, by
+// herding (package grab); their orders are pure functions of the saved
+// orders and the feedback, and are saved so that a remount serves the same
+// bytes.
 package shuffler
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/grab"
 	"github.com/dustin/go-humanize"
 )
 
@@ -101,6 +111,18 @@ type Params struct {
 	// Exchange is pls's Q, the fraction of its blocks a part sends to
 	// the other parts before each epoch, in [0, 1].
 	Exchange float64
+
+	// Feedback is the store the feedback strategies (grab, cdgrab,
+	// corgipile-balance; grab.go) read; nil serves every epoch of theirs
+	// as a random reshuffle.
+	Feedback Feedback
+	// FeedbackTimeout is how long the plan of epoch e+1 waits for epoch
+	// e's feedback (0: DefaultFeedbackTimeout).
+	FeedbackTimeout time.Duration
+	// BalanceRule is the sign rule of the feedback strategies.
+	BalanceRule grab.Rule
+	// Logger gets the feedback strategies' fallbacks (nil: slog.Default).
+	Logger *slog.Logger
 }
 
 // Buffer is a group of blocks, or of single records, served together.
@@ -108,15 +130,20 @@ type Buffer struct {
 	Blocks  []int32 // whole blocks; or
 	Records []int32 // single records, in served order (Index.Record ids)
 	Start   int64   // offset of the buffer's first byte in the part
+	Epoch   int     // of the plan: the loader counts the buffer's bytes under it
 	Size    int64
 	Count   int    // records in the buffer; -1 until loaded, for blocks of unknown counts (probe.go)
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
+	// Perm, when set, is the permutation of the records (positions in the
+	// loaded buffer, in served order), instead of Shuffle's: feedback
+	// strategies' orders (grab.go).
+	Perm []int32
 }
 
 // Unit is what the loader reads for the buffer.
 func (b *Buffer) Unit() blockcache.Unit {
-	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records}
+	return blockcache.Unit{Blocks: b.Blocks, Records: b.Records, Epoch: b.Epoch}
 }
 
 // Plan is the order of one part of one epoch. A served part is the
@@ -141,7 +168,13 @@ type Plan struct {
 type order struct {
 	Blocks  []int32
 	Shuffle bool
-	Records []int32
+	Records []int32 // served instead of Blocks when set
+	// Gather, with Blocks, makes one buffer of all the blocks whose
+	// records are served in this order (record ids): grab, cdgrab.
+	Gather []int32
+	// Perms are the permutations of the buffers cut from Blocks, one after
+	// the other (corgipile-balance).
+	Perms []int32
 }
 
 // A strategy gives part of parts its order, from the epoch's sequence.
@@ -160,14 +193,18 @@ type strategyInfo struct {
 // strategies is the one table of strategies: a new strategy is added here
 // and nowhere else.
 var strategies = map[string]strategyInfo{
-	"corgipile": {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
-	"block":     {blockOnly, false, "random blocks, records in source order inside each block"},
-	"none":      {none, false, "source order"},
-	"window":    {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
-	"full":      {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
-	"once":      {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
-	"local":     {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
-	"pls":       {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
+	"corgipile":         {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
+	"corgipile-balance": {corgipileBalance, false, "corgipile's blocks and buffers; each buffer's records in PairBalance order of their latest feedback vectors"},
+	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback: reads records one by one like full, unless the part fits in half of --max-memory (then its blocks are read once per epoch)"},
+	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback)"},
+	"block":             {blockOnly, false, "random blocks, records in source order inside each block"},
+	"none":              {none, false, "source order"},
+	"window":            {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
+	"full":              {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
+	"once":              {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
+	"local":             {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
+	"pls":               {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
+	"mrs":               {mrs, true, "multiplexed reservoir sampling (Bismarck): a scan in source order serves the records that fall out of a reservoir of --buffer, mixed with the previous epoch's reservoir, so a record comes 0, 1 or 2 times in an epoch (once in it or the next); reads records one by one"},
 }
 
 // Description says in one line what strategy does, for --help; "" for an
@@ -195,9 +232,17 @@ func Strategies() []string {
 type Planner struct {
 	ix       *blockcache.Index
 	p        Params
+	uses     uses // of the parts readers opened, for NextUse
 	strategy strategy
 	cache    planCache
+	// ctx ends with Close: plans waiting for feedback stop waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
+
+// Close ends the waits for feedback (grab.go): their epochs are served as
+// random reshuffles. Plans already made stay valid.
+func (pl *Planner) Close() { pl.cancel() }
 
 // NewPlanner checks the parameters against the index.
 func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
@@ -220,7 +265,11 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least --max-memory %d",
 			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), m)
 	}
+	if IsFeedback(p.Strategy) && p.FeedbackTimeout <= 0 {
+		p.FeedbackTimeout = DefaultFeedbackTimeout
+	}
 	pl := &Planner{ix: ix, p: p, strategy: s.plan}
+	pl.ctx, pl.cancel = context.WithCancel(context.Background())
 	pl.cache.init()
 	return pl, nil
 }
@@ -257,6 +306,10 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	}
 	p := &Plan{Epoch: epoch, Part: part, Parts: parts, Size: size}
 	p.Target, p.Capped = pl.target(size)
+	if o.Gather != nil {
+		// One buffer: any record may be served first.
+		p.Target, p.Capped = max(size, 1), false
+	}
 	// Buffers are balanced: as many as the target asks for, each closed
 	// where the bytes cross its share, so no buffer is a small leftover
 	// (a leftover of one block would serve that block unmixed).
@@ -295,6 +348,20 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	if start < len(ids) {
 		add(len(ids))
 	}
+	if o.Gather != nil && len(p.Buffers) == 1 {
+		p.Buffers[0].Perm = pl.gatherPerm(p.Buffers[0].Blocks, o.Gather)
+	}
+	if o.Perms != nil {
+		at := 0
+		for g := range p.Buffers {
+			b := &p.Buffers[g]
+			if at+b.Count > len(o.Perms) {
+				break // cannot be: feedbackOrders checked the counts
+			}
+			b.Perm = o.Perms[at : at+b.Count : at+b.Count]
+			at += b.Count
+		}
+	}
 	unknownCounts(p, o, pl.ix)
 	if pl.p.EqualParts && parts > 1 {
 		pl.pad(p, seq, o)
@@ -305,6 +372,7 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	p.Epilogue = f.AppendEpilogue(nil, pl.ix.Head)
 	for i := range p.Buffers {
 		p.Buffers[i].Start += int64(len(p.Prologue))
+		p.Buffers[i].Epoch = epoch
 	}
 	p.Size += int64(len(p.Prologue) + len(p.Epilogue))
 	return p
@@ -330,11 +398,7 @@ func (pl *Planner) target(partBytes int64) (int64, bool) {
 	if t <= 0 {
 		t = int64(float64(partBytes) * pl.p.Buffer.Percent / 100)
 	}
-	// Slabs of blocks read directly round every block out to whole pages:
-	// 1/128 of the memory is left for that (blockcache.MinDirectBlock).
-	lim := pl.p.MaxMemory / 2
-	lim -= lim / 128
-	if t > lim {
+	if lim := pl.gatherLimit(); t > lim {
 		return lim, true
 	}
 	return max(t, 1), false

@@ -38,6 +38,9 @@ func newPlanner(t *testing.T, strategy string, buf BufferSize) *Planner {
 
 func TestPlanPartsHoldEveryRecordOnce(t *testing.T) {
 	for _, strategy := range Strategies() {
+		if !ExactlyOnce(strategy) {
+			continue // mrs: see TestMRSServesEachScannedRecordOnceInThatEpochOrTheNext
+		}
 		for _, k := range []int{1, 3, 8, 25} {
 			pl := newPlanner(t, strategy, BufferSize{Percent: 30})
 			ix := pl.Index()
@@ -277,7 +280,8 @@ func TestEqualPartsPadsShorterPartsWithTheirOwnRecords(t *testing.T) {
 				for _, c := range seen {
 					total += c
 				}
-				if int64(total) != p.Records || total-len(seen) > p.Padding {
+				// mrs serves some records twice (mrs.go).
+				if int64(total) != p.Records || (total-len(seen) > p.Padding && ExactlyOnce(strategy)) {
 					t.Fatalf("%s part %d/%d: %d records, %d distinct, padding %d", strategy, i, k, total, len(seen), p.Padding)
 				}
 			}

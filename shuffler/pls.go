@@ -31,8 +31,11 @@ type assignment struct {
 }
 
 // Partitioned reports whether the parts of strategy keep their blocks
-// across epochs (local, pls), so that Params.Partition applies.
-func Partitioned(strategy string) bool { return strategy == "local" || strategy == "pls" }
+// across epochs (local, pls, and grab and cdgrab: grab.go), so that
+// Params.Partition applies.
+func Partitioned(strategy string) bool {
+	return strategy == "local" || strategy == "pls" || recordSets(strategy)
+}
 
 // exchange is the fraction of its blocks a part sends away before each
 // epoch: 0 for local.

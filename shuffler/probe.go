@@ -14,8 +14,9 @@ import (
 // count n, which the stream takes from the loaded buffer. So a buffer
 // whose count is unknown at planning (Count -1) is served exactly as the
 // same buffer of a fully indexed mount, whose count is the same n.
-// Strategies that read single records, and --equal-parts, which pads
-// parts to a record count, need every record of the index.
+// Strategies that read single records, feedback strategies, which order
+// records by id, and --equal-parts, which pads parts to a record count,
+// need every record of the index.
 
 // checkProbed refuses what a probed index cannot plan.
 func checkProbed(ix *blockcache.Index, p Params, s strategyInfo) error {
@@ -23,6 +24,8 @@ func checkProbed(ix *blockcache.Index, p Params, s strategyInfo) error {
 	case !ix.Probed:
 	case s.records:
 		return fmt.Errorf("strategy %s reads records one at a time, which needs every record indexed: use --index full (this index was probed)", p.Strategy)
+	case IsFeedback(p.Strategy):
+		return fmt.Errorf("strategy %s orders records by their feedback, which needs every record indexed: use --index full (this index was probed)", p.Strategy)
 	case p.EqualParts:
 		return fmt.Errorf("--equal-parts pads parts to the same record count, which needs every record indexed: use --index full (this index was probed)")
 	}

@@ -78,7 +78,7 @@ func TestProbedIndexRefusesRecordStrategiesAndEqualParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Params{{Strategy: "full"}, {Strategy: "window"}, {Strategy: "once"}, {Strategy: "corgipile", EqualParts: true}} {
+	for _, p := range []Params{{Strategy: "full"}, {Strategy: "window"}, {Strategy: "once"}, {Strategy: "mrs"}, {Strategy: "grab"}, {Strategy: "cdgrab"}, {Strategy: "corgipile-balance"}, {Strategy: "corgipile", EqualParts: true}} {
 		p.Seed, p.Buffer, p.MaxMemory = 1, BufferSize{Percent: 10}, streamMemory
 		if _, err := NewPlanner(probed, p); err == nil || !strings.Contains(err.Error(), "--index full") {
 			t.Fatalf("%+v on a probed index: %v, want an error naming --index full", p, err)

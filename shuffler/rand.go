@@ -28,6 +28,7 @@ const (
 	purposePick       = 8  // the blocks a part sends (pls)
 	purposeLocalOrder = 9  // the block order of a part in an epoch (local, pls)
 	purposeRing       = 10 // the cycle of a round of exchanges (pls)
+	purposeReservoir  = 11 // the draws of a part's reservoir in an epoch (mrs)
 )
 
 // Derive mixes a seed with a list of integers: h = sm(seed), then

@@ -78,6 +78,7 @@ func OpenStream(pl *Planner, ld *blockcache.Loader, epoch, part, parts int) (*St
 	if err != nil {
 		return nil, err
 	}
+	pl.uses.serve(part, parts)
 	s := NewStream(pl, ld, plan)
 	s.owned = true
 	return s, nil
@@ -109,7 +110,7 @@ func (s *Stream) Close() {
 	s.pl.Release(s.next)
 	if s.cur != nil {
 		var units []blockcache.Unit
-		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+prefetchDepth)] {
+		for _, b := range s.plan.Buffers[s.cur.g+1 : min(len(s.plan.Buffers), s.cur.g+1+s.ld.PrefetchDepth())] {
 			units = append(units, b.Unit())
 		}
 		s.ld.Forget(units...)
@@ -319,7 +320,11 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	v.src = slices.Grow(v.src[:0], n)[:n]
 	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
-	if b.Shuffle {
+	if b.Perm != nil {
+		for i, k := range b.Perm {
+			s.perm[i] = uint32(k)
+		}
+	} else if b.Shuffle {
 		permute(s.perm, b.Seed)
 	} else {
 		for i := range s.perm {
@@ -365,25 +370,25 @@ func (s *Stream) release(v *view, buf bool) {
 	}
 }
 
-// prefetchDepth is how many buffers a stream loads ahead of the one it
-// serves. With one, a reader that is served about as fast as the disk
-// loads waits whenever a load runs a little slow; with two, the loader
-// keeps working while the reader catches up.
-const prefetchDepth = 2
-
 // prefetch starts loading what a sequential reader needs after buffer g:
-// the next buffers, and past the last one, the first ones of the same part
-// of the next epoch.
+// the next ld.PrefetchDepth() buffers, and past the last one, the first
+// ones of the same part of the next epoch.
 func (s *Stream) prefetch(g int) {
-	units := make([]blockcache.Unit, 0, prefetchDepth)
-	for i := g + 1; i < len(s.plan.Buffers) && len(units) < prefetchDepth; i++ {
+	depth := s.ld.PrefetchDepth()
+	if depth == 0 {
+		return
+	}
+	units := make([]blockcache.Unit, 0, min(depth, 8))
+	for i := g + 1; i < len(s.plan.Buffers) && len(units) < depth; i++ {
 		units = append(units, s.plan.Buffers[i].Unit())
 	}
-	if len(units) < prefetchDepth {
-		if s.next == nil && !s.closed {
+	if len(units) < depth {
+		// A feedback strategy's next epoch is planned once its feedback is
+		// complete: asking earlier would wait, under s.mu (grab.go).
+		if s.next == nil && !s.closed && s.pl.Ready(s.plan.Epoch+1, s.plan.Parts) {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
-		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < prefetchDepth; i++ {
+		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < depth; i++ {
 			units = append(units, s.next.Buffers[i].Unit())
 		}
 	}
@@ -394,6 +399,7 @@ func (s *Stream) prefetch(g int) {
 // length, Stored the length of its bytes in the file, which is shorter for
 // the last record of a text file without a line end (see formats.Head.Tail).
 type RecordRef struct {
+	ID     int32 // the record's id in the index (Index.Record)
 	File   int32
 	Offset int64
 	Len    int64
@@ -431,7 +437,11 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 			}
 		}
 		perm = slices.Grow(perm[:0], len(ids))[:len(ids)]
-		if b.Shuffle {
+		if b.Perm != nil {
+			for i, k := range b.Perm {
+				perm[i] = uint32(k)
+			}
+		} else if b.Shuffle {
 			permute(perm, b.Seed)
 		} else {
 			for i := range perm {
@@ -444,7 +454,7 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 			if h := &ix.Files[f].Head; len(h.Tail) > 0 && off+n > h.End {
 				stored -= int64(len(h.Tail))
 			}
-			if err := fn(RecordRef{File: f, Offset: off, Len: n, Stored: stored}); err != nil {
+			if err := fn(RecordRef{ID: ids[k], File: f, Offset: off, Len: n, Stored: stored}); err != nil {
 				return err
 			}
 		}

@@ -107,8 +107,9 @@ func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef)
 			t.Fatalf("buffer %d starts at %d, the buffers before it hold %d bytes", g, b.Start, len(out))
 		}
 		var recs []srcRecord
+		var ids []int32 // the index's record order is f.records's
 		for _, id := range b.Records {
-			recs = append(recs, f.records[id])
+			recs, ids = append(recs, f.records[id]), append(ids, id)
 		}
 		for _, id := range b.Blocks {
 			blk := f.ix.Blocks[id]
@@ -117,6 +118,9 @@ func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef)
 				t.Fatalf("block %d does not start at a record", id)
 			}
 			recs = append(recs, f.records[i:i+int(blk.Records)]...)
+			for k := range int(blk.Records) {
+				ids = append(ids, int32(i+k))
+			}
 		}
 		perm := make([]uint32, len(recs))
 		for i := range perm {
@@ -125,10 +129,13 @@ func (f *streamFixture) expected(t testing.TB, plan *Plan) ([]byte, []RecordRef)
 		if b.Shuffle {
 			permute(perm, b.Seed)
 		}
+		for i, k := range b.Perm {
+			perm[i] = uint32(k)
+		}
 		for _, k := range perm {
 			r := recs[k]
 			out = append(out, f.frame(r)...)
-			refs = append(refs, RecordRef{r.file, r.off, r.len, r.len})
+			refs = append(refs, RecordRef{ids[k], r.file, r.off, r.len, r.len})
 		}
 	}
 	if int64(len(out)) != plan.Size {
@@ -370,6 +377,9 @@ func TestStreamPartsServeEverySourceRecordOnce(t *testing.T) {
 		sourceOrder = append(sourceOrder, d...)
 	}
 	for _, strategy := range Strategies() {
+		if !ExactlyOnce(strategy) {
+			continue // mrs: see TestMRSServesEachScannedRecordOnceInThatEpochOrTheNext
+		}
 		for _, k := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%s/K=%d", strategy, k), func(t *testing.T) {
 				pl := f.planner(t, strategy, streamBuffer)
@@ -418,6 +428,9 @@ func TestStreamPartsServeEverySourceRecordOnce(t *testing.T) {
 func TestStreamWalkPointsAtTheServedRecords(t *testing.T) {
 	f := newStreamFixture(t)
 	for _, strategy := range Strategies() {
+		if !ExactlyOnce(strategy) {
+			continue // mrs: see TestMRSServesEachScannedRecordOnceInThatEpochOrTheNext
+		}
 		t.Run(strategy, func(t *testing.T) {
 			pl := f.planner(t, strategy, streamBuffer)
 			ld := f.loader()
@@ -449,8 +462,8 @@ func TestStreamWalkPointsAtTheServedRecords(t *testing.T) {
 					t.Fatalf("part %d: refs cover %d bytes, stream has %d", plan.Part, at, plan.Size)
 				}
 			}
-			for _, r := range f.records {
-				if n := seen[RecordRef{r.file, r.off, r.len, r.len}]; n != 1 {
+			for i, r := range f.records {
+				if n := seen[RecordRef{int32(i), r.file, r.off, r.len, r.len}]; n != 1 {
 					t.Fatalf("source record %+v walked %d times over all parts", r, n)
 				}
 			}

@@ -110,7 +110,7 @@ func TestExchangeFlagsGiveClearErrors(t *testing.T) {
 		{[]string{"--strategy", "local", "--partition", "striped"}, "want random or contiguous"},
 		{[]string{"--strategy", "local", "--exchange", "0.2"}, "--exchange applies to --strategy pls only"},
 		{[]string{"--exchange", "0.2"}, "--exchange applies to --strategy pls only"},
-		{[]string{"--partition", "contiguous"}, "--partition applies to --strategy local and pls only"},
+		{[]string{"--partition", "contiguous"}, "--partition applies to --strategy local, pls, grab and cdgrab only"},
 	}
 	for _, c := range cases {
 		args := append([]string{"order", src, "--seed", "1", "--cache-dir", t.TempDir()}, c.args...)

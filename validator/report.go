@@ -32,6 +32,11 @@ type Report struct {
 type Run struct {
 	Strategy string  `json:"strategy"`
 	Epochs   []Epoch `json:"epochs"`
+	// Workers is the number of parts read in lock-step per epoch, when
+	// more than one; SyncEvery is then 0 for synchronous SGD or the local
+	// steps between model averages (Trainer.SyncEvery).
+	Workers   int `json:"workers,omitempty"`
+	SyncEvery int `json:"sync_every,omitempty"`
 }
 
 // An Epoch holds the measurements of one epoch of a Run.
@@ -41,6 +46,17 @@ type Epoch struct {
 	TrainAcc  float64 `json:"train_acc"`  // training accuracy over the epoch (EpochStats)
 	TestAcc   float64 `json:"test_acc"`   // test accuracy after the epoch
 	Seconds   float64 `json:"seconds"`    // time of the training pass
+
+	// The model at the end of the epoch on the full training set (a full
+	// pass, Trainer.TrainSet), and its mean loss on the test set.
+	FullTrainLoss float64 `json:"full_train_loss,omitempty"`
+	FullTrainAcc  float64 `json:"full_train_acc,omitempty"`
+	TestLoss      float64 `json:"test_loss,omitempty"`
+	// Records trained on, updates, and records dropped by parts of
+	// unequal length (EpochStats).
+	Records int64 `json:"records,omitempty"`
+	Steps   int64 `json:"steps,omitempty"`
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // epochs returns the epoch numbers that occur in any run, in order.
@@ -55,22 +71,51 @@ func (r Report) epochs() []int {
 	return slices.Compact(es)
 }
 
+// fullTrain reports whether any epoch was evaluated on the full training set.
+func (r Report) fullTrain() bool {
+	for _, run := range r.Runs {
+		for _, e := range run.Epochs {
+			if e.FullTrainLoss != 0 || e.FullTrainAcc != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type measure struct {
+	title  string
+	format string
+	value  func(Epoch) float64
+}
+
 // WriteTable writes the report as plain-text tables, one per measure (test
-// accuracy, training loss, training accuracy, seconds), each with a row per
-// epoch and a column per strategy, so that strategies compare along a row.
+// accuracy, training loss, training accuracy, seconds, and when measured
+// the final model's loss and accuracy on the full training set), each with
+// a row per epoch and a column per strategy, so that strategies compare
+// along a row.
 func WriteTable(w io.Writer, r Report) error {
-	measures := []struct {
-		title  string
-		format string
-		value  func(Epoch) float64
-	}{
+	measures := []measure{
 		{"test accuracy (%)", "%.2f", func(e Epoch) float64 { return 100 * e.TestAcc }},
 		{"training loss (mean over the epoch)", "%.4f", func(e Epoch) float64 { return e.TrainLoss }},
 		{"training accuracy (%, over the epoch)", "%.2f", func(e Epoch) float64 { return 100 * e.TrainAcc }},
 		{"seconds per epoch (training pass)", "%.2f", func(e Epoch) float64 { return e.Seconds }},
 	}
+	if r.fullTrain() {
+		measures = append(measures,
+			measure{"training loss (model at the end of the epoch, full training set)", "%.4f", func(e Epoch) float64 { return e.FullTrainLoss }},
+			measure{"training accuracy (%, model at the end of the epoch, full training set)", "%.2f", func(e Epoch) float64 { return 100 * e.FullTrainAcc }})
+	}
 	epochs := r.epochs()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(r.Runs) > 0 && r.Runs[0].Workers > 1 {
+		// Every run of one validate has the same workers.
+		how := "synchronous SGD (gradients averaged every step)"
+		if h := r.Runs[0].SyncEvery; h > 0 {
+			how = fmt.Sprintf("local SGD (models averaged every %d steps and at the end of every epoch)", h)
+		}
+		fmt.Fprintf(tw, "%d workers reading their parts in lock-step, %s\n\n", r.Runs[0].Workers, how)
+	}
 	for i, m := range measures {
 		if i > 0 {
 			fmt.Fprintln(tw)
@@ -109,7 +154,9 @@ const (
 
 // Plot draws the report into the image file path, SVG or PNG by its
 // extension (.svg or .png): test accuracy per epoch on the left and
-// training loss per epoch on the right, one line per strategy.
+// training loss per epoch on the right (of the model at the end of the
+// epoch on the full training set when measured, else the mean over the
+// epoch), one line per strategy.
 func Plot(r Report, path string) (err error) {
 	if len(r.Runs) == 0 {
 		return errors.New("validator: plot: the report has no runs")
@@ -124,10 +171,25 @@ func Plot(r Report, path string) (err error) {
 		return fmt.Errorf("validator: plot: %s: unsupported extension %q, want .svg or .png", path, ext)
 	}
 
-	acc := newPanel("Test accuracy after each epoch", "test accuracy")
+	title := "Test accuracy after each epoch"
+	if k := r.Runs[0].Workers; k > 1 {
+		if h := r.Runs[0].SyncEvery; h > 0 {
+			title = fmt.Sprintf("Test accuracy, %d workers, models averaged every %d steps", k, h)
+		} else {
+			title = fmt.Sprintf("Test accuracy, %d workers, synchronous SGD", k)
+		}
+	}
+	acc := newPanel(title, "test accuracy")
 	acc.Y.Min, acc.Y.Max = 0, 1
 	acc.Y.Tick.Marker = accuracyTicks{}
 	loss := newPanel("Training loss per epoch", "training loss (mean over the epoch)")
+	lossOf := func(e Epoch) float64 { return e.TrainLoss }
+	if r.fullTrain() {
+		// The final model's loss on the whole training set is the measure
+		// of the paper's tables; the running mean flatters skewed orders.
+		loss = newPanel("Training loss after each epoch", "training loss (full training set)")
+		lossOf = func(e Epoch) float64 { return e.FullTrainLoss }
+	}
 	loss.Y.Min = 0
 	// One legend for both panels, in a column on the right, where it cannot
 	// hide a line.
@@ -140,7 +202,7 @@ func Plot(r Report, path string) (err error) {
 		lossPts := make(plotter.XYs, len(run.Epochs))
 		for j, e := range run.Epochs {
 			accPts[j] = plotter.XY{X: float64(e.Epoch), Y: e.TestAcc}
-			lossPts[j] = plotter.XY{X: float64(e.Epoch), Y: e.TrainLoss}
+			lossPts[j] = plotter.XY{X: float64(e.Epoch), Y: lossOf(e)}
 		}
 		for j, p := range []struct {
 			plot *plot.Plot

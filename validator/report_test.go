@@ -182,3 +182,31 @@ func TestPlotHandlesOneEpochAndManyEpochs(t *testing.T) {
 		t.Errorf("100 epochs get %d ticks, %d labelled; want 100, at most 10 labelled", len(ticks), labelled)
 	}
 }
+
+func TestReportShowsTheFinalModelOnTheFullTrainingSetAndTheWorkers(t *testing.T) {
+	r := Report{Runs: []Run{{Strategy: "pls:0.3", Workers: 8, SyncEvery: 100, Epochs: []Epoch{{Epoch: 0, TrainLoss: 0.61, TrainAcc: 0.78,
+		TestAcc: 0.77, Seconds: 1.9, FullTrainLoss: 0.55, FullTrainAcc: 0.812, TestLoss: 0.6, Records: 60000, Steps: 938}}}}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"runs":[{"strategy":"pls:0.3","epochs":[{"epoch":0,"train_loss":0.61,"train_acc":0.78,"test_acc":0.77,"seconds":1.9,` +
+		`"full_train_loss":0.55,"full_train_acc":0.812,"test_loss":0.6,"records":60000,"steps":938}],"workers":8,"sync_every":100}]}`
+	if string(b) != want {
+		t.Errorf("JSON\n%s\nwant\n%s", b, want)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"8 workers reading their parts in lock-step, local SGD (models averaged every 100 steps",
+		"training loss (model at the end of the epoch, full training set)", "training accuracy (%, model at the end of the epoch, full training set)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexpLine(out, "0", "81.20") || !regexpLine(out, "0", "0.5500") {
+		t.Errorf("table lacks the full-training-set row of epoch 0:\n%s", out)
+	}
+}

@@ -2,6 +2,7 @@ package validator
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,13 +25,27 @@ const (
 )
 
 // A Trainer trains a Model by stochastic gradient descent, one pass over a
-// stream of records per epoch.
+// stream of records per epoch, or over the K parts of an epoch read in
+// lock-step as K data-parallel workers (DDP ranks) would.
 //
 // With Batch 1 it is plain SGD: every record updates the model. With a
 // larger Batch it is mini-batch SGD: each update uses the mean gradient of
-// Batch consecutive records (the last batch of an epoch may be smaller).
-// The learning rate of epoch e is LR·Decay^e. With L2 > 0 every update also
-// adds L2·w to the gradient of each weight w (not of the biases).
+// Batch records (the last batch of an epoch may be smaller). The learning
+// rate of epoch e is LR·Decay^e. With L2 > 0 every update also adds L2·w to
+// the gradient of each weight w (not of the biases).
+//
+// With K parts (TrainEpochParts) every step takes Batch/K records from each
+// part, so Batch must be a multiple of K. SyncEvery 0 is synchronous SGD:
+// the step's K·(Batch/K) gradients are averaged into one update of Model,
+// exactly the update of one batch of those records. SyncEvery H ≥ 1 is local
+// SGD (periodic model averaging): every worker keeps its own copy of the
+// model and updates it with the mean gradient of its own Batch/K records,
+// and every H steps, and at the end of every epoch, the K copies are
+// averaged into Model. An epoch ends at the last step every part can fill:
+// a last step of fewer than Batch/K records is taken only if every part has
+// the same number left (as parts of an --equal-parts mount do, and one part
+// always does); otherwise the records read for it are dropped
+// (EpochStats.Dropped) and the longer parts' remaining records are not read.
 //
 // The fields are read at every epoch; a Trainer keeps reused buffers
 // between epochs and must not be used by several goroutines at once.
@@ -40,14 +55,25 @@ type Trainer struct {
 	LR      float64 // learning rate of epoch 0, > 0
 	Decay   float64 // learning-rate factor per epoch, in (0, 1]; 0 means DefaultDecay
 	L2      float64 // L2 regularisation strength, ≥ 0
-	Batch   int     // records per update; 0 means 1
+	Batch   int     // records per update, over all parts; 0 means 1
+
+	// SyncEvery is 0 for synchronous SGD over the parts of an epoch, or H
+	// ≥ 1 for local SGD averaging the workers' models every H steps. It
+	// changes nothing with one part.
+	SyncEvery int
+
+	// TrainSet, if not nil, opens the full training set (such as a
+	// Sequence of the source files); after every epoch Train evaluates the
+	// model on all of it, as the CorgiPile paper's tables report, and not
+	// only the running mean over the epoch (EpochStats).
+	TrainSet func() (io.ReadCloser, error)
 
 	// Logger, if not nil, gets one Info line per epoch from Train.
 	Logger *slog.Logger
 
-	br    *bufio.Reader
-	x     []float32
-	gradW []float64 // gradient sums of the current mini-batch
+	parts []*part // the readers of the parts of an epoch, reused
+	eval  part    // the reader of TrainSet
+	gradW []float64
 	gradB []float64
 }
 
@@ -55,9 +81,13 @@ type Trainer struct {
 // record are measured before the update that uses it, so they track
 // training as it happens, at no extra cost.
 type EpochStats struct {
-	Records   int64   // records read
+	Records   int64   // records trained on, over all parts
 	TrainLoss float64 // mean loss of the records (without the L2 term)
 	TrainAcc  float64 // share of the records the model predicted right
+	Steps     int64   // updates (lock-step steps over all parts)
+	// Dropped counts the records read for a last step that some part
+	// could not fill (parts of unequal length), not trained on.
+	Dropped int64
 }
 
 // LearningRate returns the learning rate of the given epoch.
@@ -83,6 +113,8 @@ func (t *Trainer) check() error {
 		return fmt.Errorf("L2 must be a non-negative number, got %v", t.L2)
 	case t.Batch < 0:
 		return fmt.Errorf("validator: Batch must not be negative, got %d", t.Batch)
+	case t.SyncEvery < 0:
+		return fmt.Errorf("validator: SyncEvery must not be negative, got %d", t.SyncEvery)
 	}
 	return nil
 }
@@ -94,26 +126,52 @@ func (t *Trainer) check() error {
 // record (for TFRecord, .npy and fixed-size records; text and tar
 // decoders allocate a little).
 func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (EpochStats, error) {
+	return t.TrainEpochParts(ctx, epoch, []io.Reader{r})
+}
+
+// TrainEpochParts trains the model for one epoch on the K parts of the
+// epoch read in lock-step, each step taking Batch/K records of every part
+// (see Trainer). The parts share the Decoder: being parts of one dataset,
+// their prologues (CSV header, .npy dtype) set it up alike.
+func (t *Trainer) TrainEpochParts(ctx context.Context, epoch int, parts []io.Reader) (EpochStats, error) {
 	if err := t.check(); err != nil {
 		return EpochStats{}, err
 	}
+	k := len(parts)
+	batch := max(t.Batch, 1)
+	switch {
+	case k == 0:
+		return EpochStats{}, errors.New("validator: an epoch needs at least one part")
+	case batch%k != 0:
+		return EpochStats{}, fmt.Errorf("validator: Batch %d is not a multiple of the %d parts: every step takes Batch/K records of each part", batch, k)
+	}
 	m := t.Model
-	ep := epochState{lr: t.LearningRate(epoch), batch: max(t.Batch, 1), epoch: epoch}
-	if ep.batch > 1 && len(t.gradW) != len(m.W) {
+	ep := epochState{lr: t.LearningRate(epoch), batch: batch, perPart: batch / k, epoch: epoch, local: t.SyncEvery > 0 && k > 1}
+	t.setParts(parts, ep.local)
+	defer t.closeParts()
+	if !ep.local && ep.batch > 1 && len(t.gradW) != len(m.W) {
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
-	if seq, ok := r.(*Sequence); ok {
-		for _, path := range seq.Paths {
-			if err := t.trainFile(ctx, &ep, path); err != nil {
-				return EpochStats{}, err
-			}
+	for {
+		n, err := t.fillParts(ctx, &ep)
+		if err != nil {
+			return EpochStats{}, err
 		}
-	} else if err := t.trainStream(ctx, &ep, r); err != nil {
-		return EpochStats{}, err
+		if n == 0 {
+			break
+		}
+		if ep.local {
+			t.localStep(&ep, n)
+		} else {
+			t.syncStep(&ep, n)
+		}
+		if n < ep.perPart {
+			break // the equal short step that ends the parts
+		}
 	}
-	if ep.inBatch > 0 {
-		t.applyBatch(ep.lr, ep.inBatch)
+	if ep.local && ep.sinceSync > 0 {
+		t.average()
 	}
 	st := ep.st
 	if st.Records > 0 {
@@ -123,75 +181,146 @@ func (t *Trainer) TrainEpoch(ctx context.Context, epoch int, r io.Reader) (Epoch
 	return st, nil
 }
 
-// epochState is the progress of an epoch, which may span several streams.
+// epochState is the progress of an epoch.
 type epochState struct {
-	epoch   int
-	lr      float64
-	batch   int
-	st      EpochStats
-	lossSum float64
-	right   int64
-	inBatch int // records in the current mini-batch
+	epoch     int
+	lr        float64
+	batch     int  // records per step over all parts
+	perPart   int  // records per step of each part
+	local     bool // local SGD: each part's worker has its own model
+	sinceSync int  // local steps since the models were last averaged
+	read      int64
+	st        EpochStats
+	lossSum   float64
+	right     int64
 }
 
-func (t *Trainer) trainFile(ctx context.Context, ep *epochState, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+// setParts prepares a reader per part, and with local SGD a copy of the
+// model per worker.
+func (t *Trainer) setParts(rs []io.Reader, local bool) {
+	for len(t.parts) < len(rs) {
+		t.parts = append(t.parts, &part{})
 	}
-	defer f.Close()
-	if err := t.trainStream(ctx, ep, f); err != nil {
-		return fmt.Errorf("%w (in %s)", err, path)
+	t.parts = t.parts[:len(rs)]
+	for i, r := range rs {
+		p := t.parts[i]
+		p.reset(t, r, i, len(rs))
+		if local {
+			p.copyModel(t.Model)
+		}
 	}
-	return nil
 }
 
-// trainStream trains on the records of one stream.
-func (t *Trainer) trainStream(ctx context.Context, ep *epochState, r io.Reader) error {
+func (t *Trainer) closeParts() {
+	for _, p := range t.parts {
+		p.close()
+	}
+}
+
+// fillParts reads the records of the next step from every part and returns
+// how many each part gives it, 0 when the epoch is over.
+func (t *Trainer) fillParts(ctx context.Context, ep *epochState) (int, error) {
+	least, most := ep.perPart, 0
+	for _, p := range t.parts {
+		if err := p.fill(ctx, t, ep, ep.perPart); err != nil {
+			return 0, err
+		}
+		least, most = min(least, len(p.labels)), max(most, len(p.labels))
+	}
+	if least < ep.perPart && least != most {
+		// Parts of unequal length: the epoch ends at the shortest one's
+		// last full step, as data-parallel ranks that must step together.
+		for _, p := range t.parts {
+			ep.st.Dropped += int64(len(p.labels))
+		}
+		return 0, nil
+	}
+	return least, nil
+}
+
+// syncStep applies one update of Model with the mean gradient of the n
+// records read from each part.
+func (t *Trainer) syncStep(ep *epochState, n int) {
 	m := t.Model
-	rr := records(&t.br, t.Decoder.Format(), r)
-	for n := int64(0); ; n++ {
-		if ep.st.Records%checkEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
+	for _, p := range t.parts {
+		for i, label := range p.labels[:n] {
+			x := p.row(i, m.dim)
+			t.example(ep, m, x, label)
+			if ep.batch == 1 {
+				t.step(m, ep.lr, x)
+				continue
 			}
+			accumulate(m, t.gradW, t.gradB, x)
 		}
-		rec, err := rr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, rr.wrap(err))
-		}
-		if n == 0 {
-			if err := t.Decoder.Begin(rr.Prologue()); err != nil {
-				return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+	}
+	if ep.batch > 1 {
+		t.applyBatch(m, ep.lr, n*len(t.parts), t.gradW, t.gradB)
+	}
+	ep.st.Steps++
+}
+
+// localStep updates every worker's model with the mean gradient of its own
+// n records, and averages the models every SyncEvery steps.
+func (t *Trainer) localStep(ep *epochState, n int) {
+	for _, p := range t.parts {
+		m := p.model
+		for i, label := range p.labels[:n] {
+			x := p.row(i, m.dim)
+			t.example(ep, m, x, label)
+			if ep.perPart == 1 {
+				t.step(m, ep.lr, x)
+				continue
 			}
+			accumulate(m, p.gradW, p.gradB, x)
 		}
-		var label int
-		label, t.x, err = t.Decoder.Decode(rec, n, t.x[:0])
-		if err != nil {
-			return fmt.Errorf("validator: epoch %d: %w", ep.epoch, err)
+		if ep.perPart > 1 {
+			t.applyBatch(m, ep.lr, n, p.gradW, p.gradB)
 		}
-		if err := m.checkExample(t.x, label); err != nil {
-			return fmt.Errorf("validator: epoch %d: record %d: %w", ep.epoch, n, err)
+	}
+	ep.st.Steps++
+	if ep.sinceSync++; ep.sinceSync == t.SyncEvery {
+		t.average()
+		ep.sinceSync = 0
+	}
+}
+
+// example computes the loss of one record and its gradient with respect
+// to the scores (in m.grad), and counts it in the epoch's running
+// measures. The gradient with respect to the weights is m.grad ⊗ x, which
+// the caller applies or accumulates: a per-example gradient hook (for
+// gradient-balanced orders) belongs right after this call.
+func (t *Trainer) example(ep *epochState, m *Model, x []float32, label int) {
+	ep.st.Records++
+	m.forward(x)
+	loss, ok := m.lossGrad(label)
+	ep.lossSum += loss
+	if ok {
+		ep.right++
+	}
+}
+
+// average sets Model, and every worker's copy, to the mean of the
+// workers' models.
+func (t *Trainer) average() {
+	m := t.Model
+	inv := 1 / float64(len(t.parts))
+	for i := range m.W {
+		var s float64
+		for _, p := range t.parts {
+			s += p.model.W[i]
 		}
-		ep.st.Records++
-		m.forward(t.x)
-		loss, ok := m.lossGrad(label)
-		ep.lossSum += loss
-		if ok {
-			ep.right++
+		m.W[i] = s * inv
+	}
+	for i := range m.B {
+		var s float64
+		for _, p := range t.parts {
+			s += p.model.B[i]
 		}
-		if ep.batch == 1 {
-			t.step(ep.lr, t.x)
-			continue
-		}
-		t.accumulate(t.x)
-		if ep.inBatch++; ep.inBatch == ep.batch {
-			t.applyBatch(ep.lr, ep.inBatch)
-			ep.inBatch = 0
-		}
+		m.B[i] = s * inv
+	}
+	for _, p := range t.parts {
+		copy(p.model.W, m.W)
+		copy(p.model.B, m.B)
 	}
 }
 
@@ -210,10 +339,9 @@ func (s *Sequence) Read([]byte) (int, error) {
 
 func (s *Sequence) Close() error { return nil }
 
-// step applies the gradient of one record, whose features are x and whose
-// loss gradient is in m.grad, with learning rate lr.
-func (t *Trainer) step(lr float64, x []float32) {
-	m := t.Model
+// step applies the gradient of one record to m, whose features are x and
+// whose loss gradient is in m.grad, with learning rate lr.
+func (t *Trainer) step(m *Model, lr float64, x []float32) {
 	if t.L2 > 0 {
 		scale(m.W, 1-lr*t.L2)
 	}
@@ -231,38 +359,37 @@ func (t *Trainer) step(lr float64, x []float32) {
 	}
 }
 
-// accumulate adds the gradient of one record to the mini-batch sums.
-func (t *Trainer) accumulate(x []float32) {
-	m := t.Model
+// accumulate adds the gradient of one record (m.grad ⊗ x) to the
+// mini-batch sums gradW and gradB.
+func accumulate(m *Model, gradW, gradB []float64, x []float32) {
 	for k, g := range m.grad {
 		if g == 0 {
 			continue
 		}
-		row := t.gradW[k*m.dim : (k+1)*m.dim]
+		row := gradW[k*m.dim : (k+1)*m.dim]
 		row = row[:len(x)]
 		for j, v := range x {
 			row[j] += g * float64(v)
 		}
-		t.gradB[k] += g
+		gradB[k] += g
 	}
 }
 
-// applyBatch applies the mean gradient of the n records summed so far, with
-// learning rate lr, and clears the sums.
-func (t *Trainer) applyBatch(lr float64, n int) {
-	m := t.Model
+// applyBatch applies to m the mean gradient of the n records summed in
+// gradW and gradB, with learning rate lr, and clears the sums.
+func (t *Trainer) applyBatch(m *Model, lr float64, n int, gradW, gradB []float64) {
 	if t.L2 > 0 {
 		scale(m.W, 1-lr*t.L2)
 	}
 	c := lr / float64(n)
-	for i, g := range t.gradW {
+	for i, g := range gradW {
 		m.W[i] -= c * g
 	}
-	for k, g := range t.gradB {
+	for k, g := range gradB {
 		m.B[k] -= c * g
 	}
-	clear(t.gradW)
-	clear(t.gradB)
+	clear(gradW)
+	clear(gradB)
 }
 
 func scale(v []float64, f float64) {
@@ -272,19 +399,40 @@ func scale(v []float64, f float64) {
 }
 
 // Train runs epochs epochs: for each, it trains on the stream that open
-// returns for it (closing it after) and then evaluates the model on test.
-// An Epoch's Seconds is the time of its training pass, reading included,
-// not of the evaluation. The result is labelled with strategy.
+// returns for it (closing it after) and then evaluates the model on test
+// (and on TrainSet). An Epoch's Seconds is the time of its training pass,
+// reading included, not of the evaluation. The result is labelled with
+// strategy.
 func (t *Trainer) Train(ctx context.Context, strategy string, epochs int, open func(epoch int) (io.ReadCloser, error), test *TestSet) (Run, error) {
+	return t.TrainParts(ctx, strategy, epochs, func(e int) ([]io.ReadCloser, error) {
+		r, err := open(e)
+		if err != nil {
+			return nil, err
+		}
+		return []io.ReadCloser{r}, nil
+	}, test)
+}
+
+// TrainParts is Train over the K parts of every epoch, read in lock-step
+// (TrainEpochParts): open returns the parts of an epoch, which it closes
+// after the epoch.
+func (t *Trainer) TrainParts(ctx context.Context, strategy string, epochs int, open func(epoch int) ([]io.ReadCloser, error), test *TestSet) (Run, error) {
 	run := Run{Strategy: strategy, Epochs: []Epoch{}}
 	for e := range epochs {
 		start := time.Now()
-		r, err := open(e)
+		rs, err := open(e)
 		if err != nil {
 			return run, fmt.Errorf("validator: %s: opening epoch %d: %w", strategy, e, err)
 		}
-		st, err := t.TrainEpoch(ctx, e, r)
-		cerr := r.Close()
+		readers := make([]io.Reader, len(rs))
+		for i, r := range rs {
+			readers[i] = r
+		}
+		st, err := t.TrainEpochParts(ctx, e, readers)
+		var cerr error
+		for _, r := range rs {
+			cerr = cmp.Or(cerr, r.Close())
+		}
 		if err != nil {
 			return run, fmt.Errorf("validator: %s: %w", strategy, err)
 		}
@@ -292,19 +440,71 @@ func (t *Trainer) Train(ctx context.Context, strategy string, epochs int, open f
 			return run, fmt.Errorf("validator: %s: closing epoch %d: %w", strategy, e, cerr)
 		}
 		secs := time.Since(start).Seconds()
-		_, acc, err := t.Model.Evaluate(test)
+		if len(rs) > 1 {
+			run.Workers = len(rs)
+			run.SyncEvery = t.SyncEvery
+		}
+		testLoss, acc, err := t.Model.Evaluate(test)
 		if err != nil {
 			return run, fmt.Errorf("validator: %s: epoch %d: %w", strategy, e, err)
 		}
-		ep := Epoch{Epoch: e, TrainLoss: st.TrainLoss, TrainAcc: st.TrainAcc, TestAcc: acc, Seconds: secs}
+		ep := Epoch{Epoch: e, TrainLoss: st.TrainLoss, TrainAcc: st.TrainAcc, TestAcc: acc, Seconds: secs,
+			TestLoss: testLoss, Records: st.Records, Steps: st.Steps, Dropped: st.Dropped}
+		if t.TrainSet != nil {
+			ep.FullTrainLoss, ep.FullTrainAcc, err = t.evaluateTrainSet(ctx, e)
+			if err != nil {
+				return run, fmt.Errorf("validator: %s: %w", strategy, err)
+			}
+		}
 		run.Epochs = append(run.Epochs, ep)
 		if t.Logger != nil {
 			t.Logger.Info("epoch done", "strategy", strategy, "epoch", e, "records", st.Records,
-				"train_loss", ep.TrainLoss, "train_acc", ep.TrainAcc, "test_acc", ep.TestAcc, "seconds", ep.Seconds)
+				"train_loss", ep.TrainLoss, "train_acc", ep.TrainAcc, "full_train_loss", ep.FullTrainLoss,
+				"full_train_acc", ep.FullTrainAcc, "test_acc", ep.TestAcc, "seconds", ep.Seconds)
 		}
 	}
 	return run, nil
 }
+
+// evaluateTrainSet returns the mean loss and the accuracy of the model on
+// every record of TrainSet: a full pass with the weights fixed.
+func (t *Trainer) evaluateTrainSet(ctx context.Context, epoch int) (loss, acc float64, err error) {
+	r, err := t.TrainSet()
+	if err != nil {
+		return 0, 0, fmt.Errorf("epoch %d: opening the training set: %w", epoch, err)
+	}
+	defer r.Close()
+	m := t.Model
+	p := &t.eval
+	p.reset(t, r, 0, 1)
+	defer p.close()
+	ep := epochState{epoch: epoch}
+	var n, right int64
+	for {
+		if err := p.fill(ctx, t, &ep, evalChunk); err != nil {
+			return 0, 0, fmt.Errorf("evaluating the training set: %w", err)
+		}
+		for i, label := range p.labels {
+			m.forward(p.row(i, m.dim))
+			l, ok := m.lossGrad(label)
+			loss += l
+			if ok {
+				right++
+			}
+		}
+		n += int64(len(p.labels))
+		if len(p.labels) < evalChunk {
+			break
+		}
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("epoch %d: the training set has no records", epoch)
+	}
+	return loss / float64(n), float64(right) / float64(n), nil
+}
+
+// evalChunk is how many records evaluateTrainSet decodes at a time.
+const evalChunk = 256
 
 // A TestSet is a set of decoded records held in memory as a dense matrix.
 type TestSet struct {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
@@ -131,6 +132,10 @@ type datasetFlags struct {
 	s3                            s3Flags
 	source                        *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
 
+	// prefetch is --prefetch as LoaderOptions.Prefetch: 0 the default,
+	// NoPrefetch none.
+	prefetch int
+
 	// What open made of --max-memory: the budget of the loader's slabs
 	// and the soft limit of the Go heap (see memorySplit).
 	slabBudget, heapLimit int64
@@ -140,6 +145,13 @@ type datasetFlags struct {
 	// is the size it lowered, if it did.
 	blockSizeGiven bool
 	blockSizeFrom  int64
+
+	// feedbackDim is --feedback-dim; feedback the store open made for a
+	// feedback strategy (feedback.go), nil for the others.
+	feedbackDim int
+	feedback    *feedback.Store
+	// balance are --balance-rule and --feedback-timeout (balance.go).
+	balance balanceFlags
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
@@ -164,8 +176,10 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
 	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
-	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local and pls assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
+	fs.Var(givenFlag{&d.partition, &d.partitionGiven}, "partition", "`how` --strategy local, pls, grab and cdgrab assign blocks to parts in epoch 0 (each part then\nkeeps its set): random (a seeded assignment, balanced by bytes) or contiguous\n(part i gets a contiguous run of the source: the worst case on clustered data)")
 	fs.Var(givenFlag{&d.exchange, &d.exchangeGiven}, "exchange", "fraction `Q` (0 ≤ Q ≤ 1) of its blocks each part of --strategy pls sends to the\nother parts before every epoch, receiving as many; 0 is local, 1 moves every block")
+	d.registerFeedback(fs)
+	d.balance.register(fs)
 	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
 }
 
@@ -190,13 +204,14 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 // probeMode is the index mode: --index, else probe for a remote source
 // (reading every byte of a bucket to mount it is what probing avoids) and
 // full for a local one; full too when something asked for needs every
-// record indexed (--skip-corrupt, a strategy that reads single records,
-// --equal-parts, the listing of order), which --index probe refuses.
+// record indexed (--skip-corrupt, a strategy that reads single records or
+// orders them by feedback, --equal-parts, the listing of order), which
+// --index probe refuses.
 func (d *datasetFlags) probeMode() string {
 	switch {
 	case d.index != "":
 		return d.index
-	case d.source != nil && !d.skipCorrupt && !shuffler.ReadsRecords(d.strategy) && !d.equalParts && !d.listsRecords:
+	case d.source != nil && !d.skipCorrupt && !shuffler.ReadsRecords(d.strategy) && !shuffler.IsFeedback(d.strategy) && !d.equalParts && !d.listsRecords:
 		return blockcache.IndexProbe
 	}
 	return blockcache.IndexFull
@@ -225,9 +240,37 @@ func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
 	d.format.register(fs)
 }
 
+// registerPrefetch adds --prefetch, of the commands that read parts.
+func (d *datasetFlags) registerPrefetch(fs *flag.FlagSet) {
+	fs.Func("prefetch", fmt.Sprintf("`buffers` each part loads ahead of the one being read, across the end of an epoch\n"+
+		"(0: none, a buffer is loaded when the reader reaches it; prefetches only use memory\n"+
+		"that is free within --max-memory) (default %d)", blockcache.DefaultPrefetch), func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf("want a number of buffers from 0 to 1000")
+		}
+		d.prefetch = n
+		if n == 0 {
+			d.prefetch = blockcache.NoPrefetch
+		}
+		return nil
+	})
+}
+
+// prefetchFlag returns the --prefetch value that gives the same depth.
+func (d *datasetFlags) prefetchFlag() string {
+	switch {
+	case d.prefetch == 0:
+		return fmt.Sprint(blockcache.DefaultPrefetch)
+	case d.prefetch < 0:
+		return "0"
+	}
+	return fmt.Sprint(d.prefetch)
+}
+
 // loaderOptions are the options of a loader for the dataset opened by open.
 func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO}
+	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO, Prefetch: d.prefetch}
 	if d.source != nil {
 		// Every GET waits for the network: as many in flight as
 		// --s3-concurrency allows.
@@ -297,7 +340,7 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 // do not apply to, rather than ignoring them.
 func (d *datasetFlags) checkExchange() error {
 	if d.partitionGiven && !shuffler.Partitioned(d.strategy) {
-		return fmt.Errorf("--partition applies to --strategy local and pls only (the set each part keeps); --strategy %s has no partition", d.strategy)
+		return fmt.Errorf("--partition applies to --strategy local, pls, grab and cdgrab only (the set each part keeps); --strategy %s has no partition", d.strategy)
 	}
 	if d.exchangeGiven && d.strategy != "pls" {
 		return fmt.Errorf("--exchange applies to --strategy pls only (local is pls with --exchange 0); --strategy %s exchanges nothing", d.strategy)
@@ -328,6 +371,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		return nil, nil, 0, err
 	}
 	if err := d.resolveFormat(); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := d.balance.check(d.strategy); err != nil {
 		return nil, nil, 0, err
 	}
 	if err := d.checkExchange(); err != nil {
@@ -365,10 +411,14 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
 			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
 	}
+	if err := d.openFeedback(ix, seed, need, log); err != nil {
+		return nil, nil, 0, err
+	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
 		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
 		Partition: d.partitionOf(), Exchange: d.exchangeQ(),
+		Feedback: d.feedbackSource(), FeedbackTimeout: d.balance.timeout.d, BalanceRule: d.balance.rule.r, Logger: log,
 	})
 	if err != nil {
 		return nil, nil, 0, err
@@ -442,8 +492,12 @@ func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 
 func strategyHelp() string {
 	var b strings.Builder
+	w := 0
 	for _, n := range shuffler.Strategies() {
-		fmt.Fprintf(&b, "\n  %-9s %s", n, shuffler.Description(n))
+		w = max(w, len(n))
+	}
+	for _, n := range shuffler.Strategies() {
+		fmt.Fprintf(&b, "\n  %-*s %s", w, n, shuffler.Description(n))
 	}
 	return b.String()
 }

@@ -28,6 +28,7 @@ func commands() []command {
 		{"gen", "KIND OUT", "write a dataset: synthetic, or fashion-mnist from its idx files", runGen},
 		{"validate", "", "train models on several orders side by side (SGD validator)", runValidate},
 		{"demo", "", "make a dataset, mount it, read epochs and show the orders", runDemo},
+		{"herding", "", "simulate the parallel herding bound of D-RR, ID-GraB and CD-GraB orders", runHerding},
 		{"tune", "SRC", "measure SRC's storage and data; print the block and buffer sizes they need", runTune},
 		{"stats", "MNT", "show the live counters of a mount, every second", runStats},
 		{"install-helper", "", "link mount.fuse.corgifs into /sbin so that mount -t fuse.corgifs and fstab work", runInstallHelper},

@@ -38,9 +38,13 @@ type info struct {
 	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
 	Padded int `json:"equal_parts_padding_epoch0"`
 	// --partition and --exchange, for local and pls only.
-	Partition string      `json:"partition,omitempty"`
-	Exchange  *float64    `json:"exchange,omitempty"`
-	Dataset   datasetInfo `json:"dataset"`
+	Partition string   `json:"partition,omitempty"`
+	Exchange  *float64 `json:"exchange,omitempty"`
+	// BalanceRule and FeedbackTimeout are the feedback strategies'
+	// (grab, cdgrab, corgipile-balance).
+	BalanceRule     string      `json:"balance_rule,omitempty"`
+	FeedbackTimeout float64     `json:"feedback_timeout_seconds,omitempty"`
+	Dataset         datasetInfo `json:"dataset"`
 	// The records' format and what a reader of the served parts needs:
 	// the parts' extension, whether they start with a CSV header row,
 	// the size of fixed records. Parts of fixed records have no file
@@ -55,6 +59,8 @@ type info struct {
 	// The default block size, when it was lowered for this dataset
 	// (blocksize.go); block_size is the one used.
 	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
+	// Prefetch is --prefetch: the buffers each part loads ahead.
+	Prefetch int `json:"prefetch"`
 }
 
 type datasetInfo struct {
@@ -103,6 +109,9 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 			in.Dataset.Unknown = append(in.Dataset.Unknown, "record_size")
 		}
 	}
+	if shuffler.IsFeedback(p.Strategy) {
+		in.BalanceRule, in.FeedbackTimeout = p.BalanceRule.String(), p.FeedbackTimeout.Seconds()
+	}
 	if shuffler.Partitioned(p.Strategy) {
 		in.Partition, in.Exchange = p.Partition, &p.Exchange
 		if in.Partition == "" {
@@ -140,15 +149,19 @@ read-only at MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP
 (--background: in a daemon, returning once the mount serves).
 MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
 the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
-parts of an epoch hold every record once.`, stderr)
+parts of an epoch hold every record once (mrs: once in the epoch it scans it or
+the next).`, stderr)
 	var d datasetFlags
 	d.register(fset, true)
 	d.registerFormat(fset)
+	d.registerPrefetch(fset)
 	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
 	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	var dc diskCacheFlags
+	dc.register(fset)
 	var sys sysFlags
 	sys.register(fset)
 	pos, err := parse(fset, args, 2)
@@ -163,6 +176,9 @@ parts of an epoch hold every record once.`, stderr)
 		return err
 	}
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
+		return err
+	}
+	if err := dc.check(mnt); err != nil {
 		return err
 	}
 	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
@@ -204,6 +220,10 @@ parts of an epoch hold every record once.`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
+	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
+		return err
+	}
+	defer lo.DiskCache.Close()
 	ld := blockcache.NewLoader(ix, lo)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -218,9 +238,10 @@ parts of an epoch hold every record once.`, stderr)
 	}
 	in := newInfo(ix, pl, *epochs, *parts)
 	in.BlockSizeFrom = d.blockSizeFrom
+	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: in, AllowOther: *allowOther, Logger: log,
+		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 	})
@@ -240,6 +261,7 @@ parts of an epoch hold every record once.`, stderr)
 	case <-ctx.Done():
 	}
 	rd.stopping()
+	pl.Close() // an open waiting for feedback gives up now, not at --feedback-timeout
 	log.Info("signal received, unmounting", "signal", signalOf(ctx), "mountpoint", mnt)
 	return shutdown(srv, mnt, done, again, log)
 }

@@ -26,6 +26,7 @@ frame's size.`, stderr)
 	var d datasetFlags
 	d.listsRecords = true
 	d.register(fset, true)
+	d.balance.printOnly = true // feedback strategies: the orders a mount saved (balance.go)
 	d.registerFormat(fset)
 	fset.Lookup("seed").Usage = "`seed` of the order (required: the same seed as the mount's gives its order)"
 	epoch := fset.Int("epoch", 0, "epoch")

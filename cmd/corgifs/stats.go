@@ -33,6 +33,12 @@ type counters struct {
 	MemoryInUse    int64   `json:"memory_in_use"`
 	MemoryPeak     int64   `json:"memory_peak"`
 	MemoryBudget   int64   `json:"memory_budget"`
+	DiskCache      *struct {
+		HitBytes  int64  `json:"hit_bytes"`
+		BytesHeld int64  `json:"bytes_held"`
+		MaxBytes  int64  `json:"max_bytes"`
+		Disabled  string `json:"disabled"`
+	} `json:"disk_cache"`
 }
 
 type statsSample struct {
@@ -48,6 +54,8 @@ type statsLine struct {
 	// Throughput over the interval: to readers, and from the source.
 	ServedMBps float64 `json:"served_mb_s"`
 	SourceMBps float64 `json:"source_mb_s"`
+	// Read from the --disk-cache, when the mount has one.
+	DiskCacheMBps float64 `json:"disk_cache_mb_s,omitempty"`
 	// Since the mount started: buffers a reader found loaded (by
 	// prefetch or still cached) among all it asked for, and prefetched
 	// buffers that were used.
@@ -133,6 +141,9 @@ func between(a, b statsSample) statsLine {
 		l.ServedMBps = float64(b.c.BytesServed-a.c.BytesServed) / dt / 1e6
 		l.SourceMBps = float64(b.c.BytesRead-a.c.BytesRead) / dt / 1e6
 		l.StallsPerSecond = float64(b.c.Stalls-a.c.Stalls) / dt
+		if a.c.DiskCache != nil && b.c.DiskCache != nil {
+			l.DiskCacheMBps = float64(b.c.DiskCache.HitBytes-a.c.DiskCache.HitBytes) / dt / 1e6
+		}
 	}
 	// Buffers loaded on demand are those not loaded by a prefetch.
 	hits := b.c.PrefetchHits + b.c.CacheHits
@@ -155,6 +166,13 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	}
 	row("served to readers", l.ServedMBps, "MB/s", mb(c.BytesServed)+" in all")
 	row("read from source", l.SourceMBps, "MB/s", mb(c.BytesRead)+" in all")
+	if d := c.DiskCache; d != nil {
+		rest := fmt.Sprintf("%s in all; holds %s of %s", mb(d.HitBytes), mb(d.BytesHeld), mb(d.MaxBytes))
+		if d.Disabled != "" {
+			rest += "; not caching: " + d.Disabled
+		}
+		row("read from disk cache", l.DiskCacheMBps, "MB/s", rest)
+	}
 	row("buffers found loaded", 100*l.HitRate, "%", fmt.Sprintf("prefetched buffers used: %.1f %%", 100*l.PrefetchUseRate))
 	row("stalls", l.StallsPerSecond, "/s", fmt.Sprintf("%d in all, %.1f s waited; %d waits for memory", c.Stalls, c.StallSeconds, c.MemoryWaits))
 	fmt.Fprintf(w, "  %-21s %s in use, %s peak, %s budget\n", "memory", mb(c.MemoryInUse), mb(c.MemoryPeak), mb(c.MemoryBudget))

@@ -35,6 +35,8 @@ type validateFlags struct {
 	label, features string
 	via             string
 	jsonOut, plot   string
+	workers         int // parts read in lock-step per epoch (data-parallel workers)
+	syncEvery       int // 0: synchronous SGD; H: local SGD, models averaged every H steps
 
 	// The format of --data and --test, and where its records keep the
 	// label and the features. "" means the format's default.
@@ -48,11 +50,13 @@ type validateFlags struct {
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
-	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full"}
+	v.strategies = listFlag{"none", "window", "block", "corgipile", "once", "full", "mrs"}
 	fs.StringVar(&v.data, "data", "", "`dir`ectory of training TFRecord files (required)")
 	fs.StringVar(&v.test, "test", "", "`dir`ectory of test TFRecord files (required)")
 	fs.StringVar(&v.model, "model", "softmax", "`model`: "+strings.Join(validator.ModelNames(), ", "))
-	fs.Var(&v.strategies, "strategies", "comma separated order `strategies` to train with, side by side")
+	fs.Var(&v.strategies, "strategies", "comma separated order `strategies` to train with, side by side; pls:Q is pls with\n--exchange Q (such as pls:0.1,pls:0.3 to compare exchange fractions)")
+	fs.IntVar(&v.workers, "workers", 1, "read the `K` parts of every epoch in lock-step, as K data-parallel workers (DDP ranks):\nevery step takes --batch/K records of each part; an epoch ends at the shortest part's\nlast full step (see --equal-parts)")
+	fs.IntVar(&v.syncEvery, "sync-every", 0, "with --workers K > 1: 0 averages the K gradients of every step into one update\n(synchronous SGD); `H` ≥ 1 gives each worker its own model, updated by its own\nmini-batches, and averages the K models every H steps and at the end of every\nepoch (local SGD)")
 	fs.IntVar(&v.epochs, "epochs", 10, "training epochs per strategy")
 	fs.IntVar(&v.batch, "batch", 64, "mini-batch size (1: plain SGD, one record per update)")
 	fs.Float64Var(&v.lr, "lr", 0.05, "learning rate of epoch 0")
@@ -81,13 +85,17 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("validate", "", `Trains one model per order strategy, from the same initial weights, on the
-records of --data in that strategy's order (epoch e reads epoch-e's single part),
-and prints per epoch and strategy: training loss, training accuracy, test
-accuracy on --test, and seconds. It shows whether an order trains like a full
-shuffle. The dataset flags mean what they mean for mount.`, stderr)
+records of --data in that strategy's order (epoch e reads epoch-e's single part,
+or its --workers K parts in lock-step), and prints per epoch and strategy:
+training loss and accuracy over the epoch, the loss and accuracy of the model at
+the end of the epoch on the full training set, test accuracy on --test, and
+seconds. It shows whether an order trains like a full shuffle. The dataset flags
+mean what they mean for mount; --partition applies to local and pls, --exchange
+to pls, --equal-parts to every strategy.`, stderr)
 	var d datasetFlags
 	d.listsRecords = true // it trains with every strategy, full and once too
 	d.register(fset, true)
+	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
 	if _, err := parse(fset, args, 0); err != nil {
@@ -144,13 +152,18 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	if v.via != "mount" && v.via != "direct" && v.via != "files" {
 		return report, fmt.Errorf("--via %q: want mount, direct or files", v.via)
 	}
-	for _, s := range v.strategies {
-		if !shuffler.IsStrategy(s) {
-			return report, fmt.Errorf("unknown strategy %q in --strategies (choose from %s)", s, strings.Join(shuffler.Strategies(), ", "))
-		}
+	runs, err := v.runs(d)
+	if err != nil {
+		return report, err
+	}
+	if err := v.checkWorkers(); err != nil {
+		return report, err
 	}
 	if v.via == "files" && !slices.Equal(v.strategies, []string{"none"}) {
 		return report, fmt.Errorf("--via files reads the source files in their order: pass --strategies none (got %s)", v.strategies.String())
+	}
+	if v.via == "files" && v.workers > 1 {
+		return report, fmt.Errorf("--via files reads the source files as one stream: --workers %d needs --via mount or direct, which serve K parts", v.workers)
 	}
 	f, dataFiles, err := v.dataFormat(d)
 	if err != nil {
@@ -188,24 +201,32 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	if err != nil {
 		return report, err
 	}
+	// The final model of every epoch is also measured on the whole
+	// training set: the records of the index (so --skip-corrupt leaves out
+	// what it left out), in source order, which does not matter here.
+	trainSet, err := sourceOrder(ctx, d, ix, seed)
+	if err != nil {
+		return report, err
+	}
 	log.Info("training", "records", ix.Records, "bytes", humanize.IBytes(uint64(ix.Bytes)), "test_records", test.Len(),
-		"features", test.Dim, "classes", classes, "model", v.model, "via", v.via)
+		"features", test.Dim, "classes", classes, "model", v.model, "via", v.via, "workers", v.workers, "sync_every", v.syncEvery)
 	work, err := os.MkdirTemp("", "corgifs-validate-")
 	if err != nil {
 		return report, err
 	}
 	defer os.RemoveAll(work)
-	for _, strategy := range v.strategies {
+	for _, r := range runs {
 		model, err := validator.NewModel(v.model, test.Dim, classes)
 		if err != nil {
 			return report, err
 		}
-		tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch, Logger: log}
-		open, done, err := epochOpener(ctx, d, v, ix, strategy, seed, work)
+		tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch,
+			SyncEvery: v.syncEvery, TrainSet: trainSet, Logger: log}
+		open, done, err := epochOpener(ctx, d, v, ix, r, seed, work)
 		if err != nil {
 			return report, err
 		}
-		run, err := tr.Train(ctx, strategy, v.epochs, open, test)
+		run, err := tr.TrainParts(ctx, r.label, v.epochs, open, test)
 		if derr := done(); err == nil {
 			err = derr
 		}
@@ -217,15 +238,95 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	return report, nil
 }
 
-// epochOpener returns how to open one epoch of a strategy, and how to clean up.
-func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blockcache.Index, strategy string, seed uint64, work string) (func(int) (io.ReadCloser, error), func() error, error) {
+// A strategyRun is one entry of --strategies: a strategy and, for pls,
+// its exchange fraction, and the label of its results.
+type strategyRun struct {
+	label    string
+	strategy string
+	exchange float64 // pls's Q
+}
+
+// runs parses --strategies (pls:Q gives pls its own Q; a plain pls takes
+// --exchange) and refuses --partition and --exchange where no strategy
+// uses them.
+func (v *validateFlags) runs(d *datasetFlags) ([]strategyRun, error) {
+	var runs []strategyRun
+	var partitioned, plainPLS bool
+	for _, s := range v.strategies {
+		name, q, hasQ := strings.Cut(s, ":")
+		if !shuffler.IsStrategy(name) {
+			return nil, fmt.Errorf("unknown strategy %q in --strategies (choose from %s)", name, strings.Join(shuffler.Strategies(), ", "))
+		}
+		r := strategyRun{label: name, strategy: name}
+		switch {
+		case hasQ && name != "pls":
+			return nil, fmt.Errorf("%q in --strategies: only pls takes an exchange fraction (pls:Q)", s)
+		case hasQ:
+			var f fractionFlag
+			if err := f.Set(q); err != nil {
+				return nil, fmt.Errorf("%q in --strategies: %w", s, err)
+			}
+			r.exchange = float64(f)
+		case name == "pls":
+			r.exchange = float64(d.exchange)
+			plainPLS = true
+		}
+		if name == "pls" {
+			// The label says the Q, so that runs of several Q compare.
+			r.label = "pls:" + strconv.FormatFloat(r.exchange, 'g', -1, 64)
+		}
+		partitioned = partitioned || shuffler.Partitioned(name)
+		runs = append(runs, r)
+	}
+	if d.partitionGiven && !partitioned {
+		return nil, fmt.Errorf("--partition applies to the strategies local and pls (the set each part keeps); --strategies %s has neither", v.strategies.String())
+	}
+	if d.exchangeGiven && !plainPLS {
+		return nil, fmt.Errorf("--exchange is the Q of pls in --strategies (local is pls with Q 0); --strategies %s has no pls without its own pls:Q", v.strategies.String())
+	}
+	return runs, nil
+}
+
+// checkWorkers checks --workers and --sync-every against --batch.
+func (v *validateFlags) checkWorkers() error {
+	v.workers = max(v.workers, 1) // demo leaves it 0
+	switch {
+	case v.syncEvery < 0:
+		return fmt.Errorf("--sync-every %d: want 0 (synchronous SGD) or a number of steps ≥ 1", v.syncEvery)
+	case v.syncEvery > 0 && v.workers == 1:
+		return fmt.Errorf("--sync-every averages the models of several workers: pass --workers K with K > 1")
+	case max(v.batch, 1)%v.workers != 0:
+		return fmt.Errorf("--batch %d is not a multiple of --workers %d: every step takes --batch/K records of each part (try --batch %d)",
+			v.batch, v.workers, v.workers*max(1, v.batch/v.workers))
+	}
+	return nil
+}
+
+// epochOpener returns how to open the --workers parts of one epoch of a
+// strategy, and how to clean up.
+func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blockcache.Index, r strategyRun, seed uint64, work string) (func(int) ([]io.ReadCloser, error), func() error, error) {
+	k := v.workers
+	partition := ""
+	if shuffler.Partitioned(r.strategy) {
+		partition = string(d.partition)
+	}
 	if v.via == "mount" {
-		flags := []string{"--strategy", strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
+		flags := []string{"--strategy", r.strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
 			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", d.cacheDir,
-			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs)}
+			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--parts", fmt.Sprint(k)}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
+		if d.equalParts {
+			flags = append(flags, "--equal-parts")
+		}
+		if partition != "" {
+			flags = append(flags, "--partition", partition)
+		}
+		if r.strategy == "pls" {
+			flags = append(flags, "--exchange", strconv.FormatFloat(r.exchange, 'g', -1, 64))
+		}
+		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
 			// Reached once the mount serves other formats (see the
 			// --via files guard in validate), when mount has these flags.
@@ -238,27 +339,68 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if err != nil {
 			return nil, nil, err
 		}
-		open := func(e int) (io.ReadCloser, error) { return os.Open(m.part(e, 0, 1)) }
+		open := func(e int) ([]io.ReadCloser, error) {
+			return openParts(k, func(i int) (io.ReadCloser, error) { return os.Open(m.part(e, i, k)) })
+		}
 		return open, m.stop, nil
 	}
 	// The budget a mount of this strategy would use, so that the orders
 	// are the mount's.
-	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(strategy))
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
+	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs,
+		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange})
 	if err != nil {
 		return nil, nil, err
 	}
 	lo := d.loaderOptions(nil)
 	lo.MaxMemory = slabs
 	ld := blockcache.NewLoader(ix, lo)
-	open := func(e int) (io.ReadCloser, error) {
-		plan, err := pl.Plan(e, 0, 1)
+	open := func(e int) ([]io.ReadCloser, error) {
+		return openParts(k, func(i int) (io.ReadCloser, error) {
+			plan, err := pl.Plan(e, i, k)
+			if err != nil {
+				return nil, err
+			}
+			return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
+		})
+	}
+	return open, func() error { return nil }, nil
+}
+
+// sourceOrder returns how to open the records of the index in source
+// order, in-process.
+func sourceOrder(ctx context.Context, d *datasetFlags, ix *blockcache.Index, seed uint64) (func() (io.ReadCloser, error), error) {
+	slabs, _ := memorySplit(ix, int64(d.maxMemory), false)
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
+	if err != nil {
+		return nil, fmt.Errorf("the training set in source order: %w", err)
+	}
+	lo := d.loaderOptions(nil)
+	lo.MaxMemory = slabs
+	ld := blockcache.NewLoader(ix, lo)
+	return func() (io.ReadCloser, error) {
+		plan, err := pl.Plan(0, 0, 1)
 		if err != nil {
 			return nil, err
 		}
 		return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
+	}, nil
+}
+
+// openParts opens parts 0 to k-1 of an epoch, or none.
+func openParts(k int, open func(i int) (io.ReadCloser, error)) ([]io.ReadCloser, error) {
+	rs := make([]io.ReadCloser, 0, k)
+	for i := range k {
+		r, err := open(i)
+		if err != nil {
+			for _, r := range rs {
+				r.Close()
+			}
+			return nil, err
+		}
+		rs = append(rs, r)
 	}
-	return open, func() error { return nil }, nil
+	return rs, nil
 }
 
 // streamReader reads a Stream from start to end, as a reader of the mount would.
@@ -289,10 +431,9 @@ func validateFiles(ctx context.Context, v *validateFlags, dec validator.Decoder,
 	if err != nil {
 		return report, err
 	}
-	tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch, Logger: log}
-	run, err := tr.Train(ctx, "none", v.epochs, func(int) (io.ReadCloser, error) {
-		return &validator.Sequence{Paths: files}, nil
-	}, test)
+	seq := func() (io.ReadCloser, error) { return &validator.Sequence{Paths: files}, nil }
+	tr := &validator.Trainer{Model: model, Decoder: dec, LR: v.lr, Decay: v.decay, L2: v.l2, Batch: v.batch, TrainSet: seq, Logger: log}
+	run, err := tr.Train(ctx, "none", v.epochs, func(int) (io.ReadCloser, error) { return seq() }, test)
 	if err != nil {
 		return report, err
 	}

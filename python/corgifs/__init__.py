@@ -7,11 +7,15 @@
         ds.set_epoch(epoch)
         for batch in loader: ...
 
+Trainers of feedback strategies write per-example vectors back with
+FeedbackWriter (and, optionally, a seeded Projection to sketch them).
+
 The readers (read_records, read_tfrecords, decode_example, reader) need
 only numpy; Dataset and DataLoader import torch when first used.
 """
 
 from .crc import HAVE_FAST_CRC, crc32c, masked_crc32c
+from .feedback import FeedbackRefused, FeedbackWriter, Projection, feedback_path, feedback_status
 from .formats import EXTENSIONS, FORMATS, Reader, read_records, reader
 from .mount import config, order, part_name, part_path, reader_of
 from .tfrecord import CorruptRecord, decode_example, frame, parse_example, read_tfrecords
@@ -22,6 +26,7 @@ __all__ = [
     "Dataset", "DataLoader", "config", "order", "part_name", "part_path", "reader", "reader_of",
     "read_records", "read_tfrecords", "decode_example", "parse_example", "frame", "CorruptRecord",
     "crc32c", "masked_crc32c", "HAVE_FAST_CRC", "FORMATS", "EXTENSIONS", "Reader",
+    "FeedbackWriter", "FeedbackRefused", "Projection", "feedback_path", "feedback_status",
 ]
 
 

@@ -1,0 +1,585 @@
+package blockcache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+// The disk cache keeps blocks read from a slow or remote source on local
+// disk, one file per block, so that later epochs and later mounts read
+// them from there. An entry is named by a hash of its key: the source's
+// identity, the file's path and version (an ETag, or size and
+// modification time) and the block's byte range, so a changed file never
+// meets an entry of its old bytes. The key is also stored in the entry
+// and compared, so that neither a hash collision nor a file renamed into
+// the directory is served as another block.
+//
+// An entry is
+//
+//	magic   8 bytes "corgidc1"
+//	crc     4 bytes, CRC32C of the data (little endian)
+//	keylen  4 bytes
+//	datalen 8 bytes
+//	key     keylen bytes
+//	data    datalen bytes
+//
+// and is written as a new file renamed into place (cacheDir.write). A torn,
+// truncated or rotten entry fails its length or CRC check when read; it is
+// then removed, logged and the block read from the source again.
+//
+// Entries are written by a few goroutines from copies of the loaded bytes,
+// so a reader never waits for the cache's disk; the copies waiting are
+// bounded (DiskCacheOptions.MaxQueued) and a block that finds the queue
+// full is not cached. A write that fails (a full file system, a
+// directory that cannot be written) stops all further writes with one
+// log line: the entries already kept are still served.
+
+const (
+	diskMagic     = "corgidc1"
+	diskHeader    = 24
+	diskEntryName = "b" // + 32 hex digits
+	// DefaultDiskQueue bounds the memory of the block copies waiting to
+	// be written to the disk cache.
+	DefaultDiskQueue = 64 << 20
+	// diskWriters write entries at once: one alone falls behind a source
+	// that serves hundreds of MB/s, and the blocks that find the queue
+	// full are not cached.
+	diskWriters = 4
+)
+
+// DiskCacheOptions configure a DiskCache.
+type DiskCacheOptions struct {
+	Dir string
+	// MaxBytes bounds the bytes of the entries (headers included). If 0,
+	// Percent of the space free in Dir's file system when the cache is
+	// opened, counting the space of the entries it holds as free.
+	MaxBytes int64
+	Percent  float64
+	// NextUse says when each block is read next, for eviction by
+	// Belady's rule; nil evicts the least recently used entry.
+	NextUse NextUse
+	// MaxQueued bounds the bytes of block copies waiting to be written
+	// (DefaultDiskQueue if 0); a block larger than that is still taken
+	// when nothing waits.
+	MaxQueued int64
+	Logger    *slog.Logger
+}
+
+// DiskCacheStats are the disk cache's counters, in stats.json.
+type DiskCacheStats struct {
+	Dir          string `json:"dir"`
+	Hits         int64  `json:"hits"`
+	HitBytes     int64  `json:"hit_bytes"`
+	Misses       int64  `json:"misses"`
+	Written      int64  `json:"written"`
+	WriteSkipped int64  `json:"write_skipped"` // the write queue was full
+	NotAdmitted  int64  `json:"not_admitted"`  // read again later than every entry kept
+	Evictions    int64  `json:"evictions"`
+	Damaged      int64  `json:"damaged"` // entries dropped for a bad length or checksum
+	Entries      int    `json:"entries"`
+	BytesHeld    int64  `json:"bytes_held"`
+	PeakHeld     int64  `json:"peak_bytes_held"`
+	MaxBytes     int64  `json:"max_bytes"`
+	// Disabled says why the cache stopped writing, if it did.
+	Disabled string `json:"disabled,omitempty"`
+}
+
+// DiskCache is the disk tier between a Loader and its source. Its
+// methods are safe for concurrent use; Close stops its writer.
+type DiskCache struct {
+	ix   *Index
+	dir  *cacheDir // nil: disabled from the start
+	path string
+	max  int64
+	nu   NextUse
+	log  *slog.Logger
+	src  string // the source's identity, the first field of every key
+
+	// evict serializes reservations of room (reserve), which rank the
+	// entries without holding mu.
+	evict   sync.Mutex
+	mu      sync.Mutex
+	entries map[diskName]*diskEntry
+	// pending are the copies queued and not yet written: a block read
+	// again meanwhile (the next epoch's first buffers are prefetched
+	// while the last ones of this epoch are written) is copied from there.
+	pending map[diskName]*pendingCopy
+	tick    int64 // of diskEntry.used
+	held    int64
+	peak    int64
+	offWhy  string // writes stopped, and why
+	queued  int64
+	closed  bool
+	queue   chan diskJob
+	done    chan struct{}
+	maxWait int64
+
+	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged atomic.Int64
+}
+
+type diskName [16]byte
+
+func (n diskName) String() string { return diskEntryName + hex.EncodeToString(n[:]) }
+
+// pendingCopy is a queued copy that readers may copy from; the last of
+// the writer and its readers to let go unmaps it.
+type pendingCopy struct {
+	data    []byte
+	readers int
+	written bool
+}
+
+type diskEntry struct {
+	block int32 // in the index, -1 if none
+	size  int64 // of the file
+	used  int64 // DiskCache.tick when last read or written
+}
+
+// diskJob is a block waiting to be written: a copy of its bytes outside
+// the Go heap, released after the write.
+type diskJob struct {
+	name  diskName
+	key   []byte
+	block int32
+	epoch int
+	data  []byte
+	copy  *pendingCopy
+}
+
+// OpenDiskCache opens (creating it with mode 0700) the disk cache in
+// o.Dir for the blocks of ix, and takes stock of the entries there. A
+// directory that another user owns or that others may write is refused
+// with an error wrapping ErrUnsafeCacheDir; any other failure to open it
+// gives a cache that caches nothing, with one log line.
+func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultDiskQueue
+	}
+	c := &DiskCache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
+		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, done: make(chan struct{})}
+	root := ""
+	if ix.src == nil {
+		root = ix.Root
+	}
+	path, err := resolveCacheDir(o.Dir, root)
+	if err != nil {
+		// Inside the source: corgifs never writes there.
+		return nil, fmt.Errorf("--disk-cache %s: %w", o.Dir, err)
+	}
+	c.path = path
+	c.dir, err = openCacheDir(path)
+	if errors.Is(err, ErrUnsafeCacheDir) {
+		return nil, fmt.Errorf("--disk-cache: %w", err)
+	}
+	if err != nil {
+		c.dir = nil
+		c.offWhy = err.Error()
+		c.log.Warn("disk cache disabled: its directory cannot be used; blocks are read from the source every time", "dir", o.Dir, "err", err)
+		close(c.done)
+		return c, nil
+	}
+	c.scan()
+	c.max = o.MaxBytes
+	if c.max <= 0 {
+		free, err := freeSpace(c.path)
+		if err != nil {
+			c.dir.Close()
+			return nil, fmt.Errorf("--disk-cache-size %g%%: the free space of %s: %w (give a size such as 20GiB)", o.Percent, c.path, err)
+		}
+		c.max = int64(float64(free+c.held) * o.Percent / 100)
+	}
+	c.reserve(-1, 0, 0)
+	c.mu.Lock()
+	c.peak = c.held
+	c.mu.Unlock()
+	c.queue = make(chan diskJob, 64)
+	var wg sync.WaitGroup
+	for range diskWriters {
+		wg.Go(c.writer)
+	}
+	go func() { wg.Wait(); close(c.done) }()
+	c.log.Info("disk cache", "dir", c.path, "entries", len(c.entries), "bytes_held", c.held, "max_bytes", c.max)
+	return c, nil
+}
+
+// sourceIdentity names the source of ix in the keys: its ID for a remote
+// source, the absolute root for a local one (whose files' versions are
+// their sizes and modification times).
+func sourceIdentity(ix *Index) string {
+	if ix.src != nil {
+		return "remote:" + ix.src.ID()
+	}
+	return "local:" + ix.Root
+}
+
+// key returns the key of the stored bytes of extent e.
+func (c *DiskCache) key(e extent) []byte {
+	f := &c.ix.Files[e.file]
+	k := make([]byte, 0, 64+len(c.src)+len(f.Path)+len(f.Version))
+	k = append(k, c.src...)
+	k = append(k, 0)
+	k = append(k, f.Path...)
+	k = append(k, 0)
+	k = append(k, f.Version...)
+	for _, v := range []int64{f.Size, f.Mtime, e.off, e.n} {
+		k = append(k, 0)
+		k = strconv.AppendInt(k, v, 10)
+	}
+	return k
+}
+
+func nameOf(key []byte) diskName {
+	h := fnv.New128a()
+	h.Write(key)
+	var n diskName
+	h.Sum(n[:0])
+	return n
+}
+
+// scan takes stock of the entries in the directory, removes the temporary
+// files of writes that never finished, and finds the blocks of the index
+// the entries hold.
+func (c *DiskCache) scan() {
+	des, err := os.ReadDir(c.path)
+	if err != nil {
+		c.log.Warn("disk cache: cannot list its directory; starting empty", "dir", c.path, "err", err)
+		return
+	}
+	for _, de := range des {
+		name := de.Name()
+		if strings.HasPrefix(name, "."+diskEntryName) && strings.HasSuffix(name, ".tmp") {
+			c.dir.remove(name)
+			continue
+		}
+		var n diskName
+		if len(name) != len(diskEntryName)+32 || !strings.HasPrefix(name, diskEntryName) {
+			continue
+		}
+		if _, err := hex.Decode(n[:], []byte(name[len(diskEntryName):])); err != nil {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		// Older entries first for LRU: their modification times say when
+		// they were written.
+		c.entries[n] = &diskEntry{block: -1, size: fi.Size(), used: fi.ModTime().UnixNano()}
+		c.held += fi.Size()
+	}
+	// Renumber the times in order, so that new uses rank after them.
+	var ents []*diskEntry
+	for _, e := range c.entries {
+		ents = append(ents, e)
+	}
+	sortByUsed(ents)
+	for i, e := range ents {
+		e.used = int64(i)
+	}
+	c.tick = int64(len(ents))
+	if len(c.entries) == 0 {
+		return
+	}
+	for id, blk := range c.ix.Blocks {
+		if e := c.entries[nameOf(c.key(extent{file: blk.File, off: blk.Offset, n: blk.Len}))]; e != nil {
+			e.block = int32(id)
+		}
+	}
+}
+
+// read fills dst with the bytes of extent e from the cache and reports
+// whether it did: false if there is no entry, or if the entry was damaged
+// (it is then removed, with a log line).
+func (c *DiskCache) read(e extent, dst []byte) bool {
+	if c == nil || c.dir == nil {
+		return false
+	}
+	key := c.key(e)
+	name := nameOf(key)
+	c.mu.Lock()
+	if c.closed {
+		// Loads may outlive the mount by a moment; the directory's
+		// descriptor is closed.
+		c.mu.Unlock()
+		return false
+	}
+	if p := c.pending[name]; p != nil && len(p.data) == len(dst) {
+		p.readers++
+		c.mu.Unlock()
+		copy(dst, p.data)
+		c.mu.Lock()
+		p.readers--
+		c.unmapDoneLocked(p)
+		c.mu.Unlock()
+		c.hits.Add(1)
+		c.hitBytes.Add(e.n)
+		return true
+	}
+	ent := c.entries[name]
+	if ent != nil {
+		c.tick++
+		ent.used = c.tick
+	}
+	c.mu.Unlock()
+	if ent == nil {
+		c.misses.Add(1)
+		return false
+	}
+	if why := c.readEntry(name, key, dst); why != "" {
+		c.misses.Add(1)
+		if why == entryGone {
+			// Removed by someone else, such as another mount sharing
+			// the directory: not damage.
+			c.forget(name, ent)
+			return false
+		}
+		c.damaged.Add(1)
+		c.log.Warn("disk cache entry damaged: dropped, and the block read from the source again",
+			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
+		c.drop(name, ent)
+		return false
+	}
+	c.hits.Add(1)
+	c.hitBytes.Add(e.n)
+	return true
+}
+
+// readEntry reads entry name into dst and checks it against key; it
+// returns why the entry cannot be used, or "".
+func (c *DiskCache) readEntry(name diskName, key, dst []byte) string {
+	f, err := c.dir.open(name.String())
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return entryGone
+		}
+		return err.Error()
+	}
+	defer f.Close()
+	hdr := make([]byte, diskHeader+len(key))
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return fmt.Sprintf("header: %v", err)
+	}
+	if string(hdr[:8]) != diskMagic {
+		return "not an entry (bad magic)"
+	}
+	crc := binary.LittleEndian.Uint32(hdr[8:])
+	klen := binary.LittleEndian.Uint32(hdr[12:])
+	dlen := binary.LittleEndian.Uint64(hdr[16:])
+	if int(klen) != len(key) || !bytes.Equal(hdr[diskHeader:], key) {
+		return "holds another block (key differs)"
+	}
+	if dlen != uint64(len(dst)) {
+		return fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
+	}
+	n, err := f.ReadAt(dst, int64(len(hdr)))
+	if n < len(dst) {
+		return fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(hdr)+len(dst)) {
+		return "its length does not match its header"
+	}
+	if got := formats.UpdateChecksum(0, dst); got != crc {
+		return fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", got, crc)
+	}
+	return ""
+}
+
+// entryGone is readEntry's answer for an entry whose file is not there.
+const entryGone = "gone"
+
+// forget removes ent, the entry name, from the table, unless it went
+// already (evicted, and maybe written again since).
+func (c *DiskCache) forget(name diskName, ent *diskEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[name] == ent {
+		delete(c.entries, name)
+		c.held -= ent.size
+	}
+}
+
+// drop removes ent, the entry name, and its file. While ent is in the
+// table no new entry of that name is written (offer), so the file removed
+// is ent's.
+func (c *DiskCache) drop(name diskName, ent *diskEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[name] != ent {
+		return
+	}
+	delete(c.entries, name)
+	c.held -= ent.size
+	if err := c.dir.remove(name.String()); err != nil {
+		c.log.Debug("disk cache: remove", "err", err)
+	}
+}
+
+// offer queues the bytes of extent e, read from the source and checked,
+// for writing, unless the cache holds them, writes stopped, or the queue
+// is full. It copies them: the slab goes on being used. It never waits.
+func (c *DiskCache) offer(e extent, epoch int, data []byte) {
+	if c == nil || c.dir == nil || e.block < 0 {
+		return
+	}
+	key := c.key(e)
+	name := nameOf(key)
+	c.mu.Lock()
+	if c.closed || c.offWhy != "" || c.entries[name] != nil || c.pending[name] != nil {
+		c.mu.Unlock()
+		return
+	}
+	n := int64(len(data))
+	if c.queued > 0 && c.queued+n > c.maxWait {
+		c.mu.Unlock()
+		c.skipped.Add(1)
+		return
+	}
+	c.queued += n
+	c.mu.Unlock()
+	buf, err := mapSlab(n)
+	if err == nil {
+		copy(buf, data)
+		c.mu.Lock()
+		sent := false
+		if !c.closed && c.pending[name] == nil { // Close closes the queue under c.mu
+			p := &pendingCopy{data: buf[:n]}
+			select {
+			case c.queue <- diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n], copy: p}:
+				sent = true
+				c.pending[name] = p
+			default:
+			}
+		}
+		c.mu.Unlock()
+		if sent {
+			return
+		}
+		unmapSlab(buf)
+	}
+	c.mu.Lock()
+	c.queued -= n
+	c.mu.Unlock()
+	c.skipped.Add(1)
+}
+
+// writer writes the queued blocks until Close.
+func (c *DiskCache) writer() {
+	for j := range c.queue {
+		c.store(j)
+		c.mu.Lock()
+		c.queued -= int64(len(j.data))
+		delete(c.pending, j.name)
+		j.copy.written = true
+		c.unmapDoneLocked(j.copy)
+		c.mu.Unlock()
+	}
+}
+
+// unmapDoneLocked unmaps p once it is written and no reader copies from
+// it. c.mu must be held.
+func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
+	if p.readers == 0 && p.written && p.data != nil {
+		unmapSlab(p.data)
+		p.data = nil
+	}
+}
+
+// store writes job j as an entry, evicting others to make room.
+func (c *DiskCache) store(j diskJob) {
+	size := int64(diskHeader + len(j.key) + len(j.data))
+	c.mu.Lock()
+	if c.closed || c.offWhy != "" || c.entries[j.name] != nil {
+		// Closed: the mount is going away, and must go in seconds.
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if size > c.max || !c.reserve(j.block, j.epoch, size) {
+		c.notAdmitted.Add(1)
+		return
+	}
+	err := c.dir.write(j.name.String(), func(w io.Writer) error {
+		var hdr [diskHeader]byte
+		copy(hdr[:], diskMagic)
+		binary.LittleEndian.PutUint32(hdr[8:], formats.UpdateChecksum(0, j.data))
+		binary.LittleEndian.PutUint32(hdr[12:], uint32(len(j.key)))
+		binary.LittleEndian.PutUint64(hdr[16:], uint64(len(j.data)))
+		if _, err := w.Write(append(hdr[:], j.key...)); err != nil {
+			return err
+		}
+		_, err := w.Write(j.data)
+		return err
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.held -= size
+		c.stopLocked(err)
+		return
+	}
+	c.tick++
+	c.entries[j.name] = &diskEntry{block: j.block, size: size, used: c.tick}
+	c.peak = max(c.peak, c.held)
+	c.written.Add(1)
+}
+
+// stopLocked stops all further writes after a failed one, with one log
+// line. c.mu must be held.
+func (c *DiskCache) stopLocked(err error) {
+	if c.offWhy != "" {
+		return
+	}
+	what := "the disk cache's directory cannot be written"
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		what = "the disk cache's file system is full"
+	}
+	c.offWhy = what + ": " + err.Error()
+	c.log.Warn(what+"; no more blocks are cached (those cached are still served), reads go on from the source", "dir", c.path, "err", err)
+}
+
+// Close stops the writer; blocks still queued are not written, so that
+// an unmount never waits for the cache's disk.
+func (c *DiskCache) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed || c.dir == nil {
+		c.closed = true
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.queue)
+	c.mu.Unlock()
+	<-c.done
+	return c.dir.Close()
+}
+
+// Stats returns a snapshot of the counters.
+func (c *DiskCache) Stats() DiskCacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return DiskCacheStats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
+		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
+		Damaged: c.damaged.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
+}

@@ -1,0 +1,102 @@
+package blockcache
+
+// The loader's side of the disk cache, and the bytes it counts per epoch.
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// EpochStats are the bytes loaded for one epoch's units, by where they
+// came from: read from the source, read from the disk cache, or found in
+// memory by a Get (a buffer loaded for another reader or read again; a
+// prefetched buffer's bytes count where its load took them from).
+type EpochStats struct {
+	SourceBytes    int64 `json:"source_bytes"`
+	DiskCacheBytes int64 `json:"disk_cache_bytes"`
+	MemoryBytes    int64 `json:"memory_bytes"`
+}
+
+// diskTier is the loader's state for the disk cache and the counts per
+// epoch.
+type diskTier struct {
+	disk           *DiskCache
+	sourceRequests atomic.Int64
+	epochMu        sync.Mutex
+	epochs         map[int]*EpochStats
+}
+
+// readCachedExtent serves extent e of b from the disk cache if it holds
+// it, and reports whether it did; err is then the check of its bytes.
+func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
+	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.read(e, b.Data[e.at:e.at+e.n]) {
+		return false, nil
+	}
+	if err := check(e.n); err != nil {
+		return true, err
+	}
+	l.addEpoch(b.unit.Epoch, EpochStats{DiskCacheBytes: e.n})
+	return true, nil
+}
+
+// fetched counts a read of extent e of b from the source that ended with
+// err, and offers the bytes to the disk cache when they were read whole
+// and checked.
+func (l *Loader) fetched(b *Buf, e extent, err error) {
+	l.tier.sourceRequests.Add(1)
+	if err != nil {
+		return
+	}
+	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n})
+	l.tier.disk.offer(e, b.unit.Epoch, b.Data[e.at:e.at+e.n])
+}
+
+// fromMemory counts the bytes of u, which a Get for epoch found loaded.
+func (l *Loader) fromMemory(epoch int, u Unit) {
+	var n int64
+	if u.Records != nil {
+		for _, r := range u.Records {
+			n += int64(l.ix.Frames[r])
+		}
+	} else {
+		for _, id := range u.Blocks {
+			n += l.ix.Blocks[id].Len
+		}
+	}
+	l.addEpoch(epoch, EpochStats{MemoryBytes: n})
+}
+
+// addEpoch adds d to the counters of epoch e.
+func (l *Loader) addEpoch(e int, d EpochStats) {
+	l.tier.epochMu.Lock()
+	defer l.tier.epochMu.Unlock()
+	if l.tier.epochs == nil {
+		l.tier.epochs = map[int]*EpochStats{}
+	}
+	s := l.tier.epochs[e]
+	if s == nil {
+		s = &EpochStats{}
+		l.tier.epochs[e] = s
+	}
+	s.SourceBytes += d.SourceBytes
+	s.DiskCacheBytes += d.DiskCacheBytes
+	s.MemoryBytes += d.MemoryBytes
+}
+
+// diskStats fills in the counters of the disk cache and of the epochs.
+func (l *Loader) diskStats(s *Stats) {
+	s.SourceRequests = l.tier.sourceRequests.Load()
+	l.tier.epochMu.Lock()
+	s.Epochs = make(map[int]EpochStats, len(l.tier.epochs))
+	for e, v := range l.tier.epochs {
+		s.Epochs[e] = *v
+		s.Totals.SourceBytes += v.SourceBytes
+		s.Totals.DiskCacheBytes += v.DiskCacheBytes
+		s.Totals.MemoryBytes += v.MemoryBytes
+	}
+	l.tier.epochMu.Unlock()
+	if l.tier.disk != nil {
+		d := l.tier.disk.Stats()
+		s.DiskCache = &d
+	}
+}

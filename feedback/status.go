@@ -1,0 +1,64 @@
+package feedback
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// PartStatus is what status.json says of one part of one epoch.
+type PartStatus struct {
+	Epoch   int    `json:"epoch"`
+	Part    int    `json:"part"`
+	Parts   int    `json:"parts"`
+	State   string `json:"state"` // receiving, accepted or refused
+	Records int    `json:"records"`
+	Dim     int    `json:"dim,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	// Kept says that the vectors are still kept for the strategies.
+	Kept   bool      `json:"kept"`
+	Reason string    `json:"reason,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// Status is status.json: the parts of the newest epochs, and the latest
+// refusals with their reasons.
+type Status struct {
+	Stats
+	Parts    []PartStatus `json:"parts"`
+	Refusals []Refusal    `json:"refusals"`
+}
+
+// Status returns the store's status.
+func (s *Store) Status() Status {
+	st := Status{Stats: s.Stats()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.Parts = make([]PartStatus, 0, len(s.parts))
+	for k, p := range s.parts {
+		st.Parts = append(st.Parts, PartStatus{Epoch: k.epoch, Part: k.part, Parts: k.parts, State: p.state,
+			Records: p.records, Dim: p.dim, Bytes: p.bytes, Kept: p.file != "", Reason: p.reason, Time: p.at.UTC()})
+	}
+	slices.SortFunc(st.Parts, func(a, b PartStatus) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Parts, b.Parts), cmp.Compare(a.Part, b.Part))
+	})
+	st.Refusals = slices.Clone(s.refusals)
+	if st.Refusals == nil {
+		st.Refusals = []Refusal{}
+	}
+	return st
+}
+
+// StatusJSON returns Status as indented JSON, for status.json.
+func (s *Store) StatusJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // reasons say "I < K"
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s.Status()); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,287 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// getCounter is an HTTP proxy in front of an S3 server that counts the
+// GETs of objects (not listings): the requests a disk cache saves.
+type getCounter struct {
+	srv  *httptest.Server
+	gets atomic.Int64
+}
+
+func startGETCounter(t *testing.T, target string) *getCounter {
+	t.Helper()
+	u, err := url.Parse("http://" + target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &getCounter{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Path style: /bucket/key. A listing is /bucket?list-type=2.
+		if r.Method == http.MethodGet && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
+			g.gets.Add(1)
+		}
+		rp.ServeHTTP(w, r) // the Host header stays the proxy's, which the request was signed for
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+// cacheStats is the part of .corgifs/stats.json about where bytes came from.
+type cacheStats struct {
+	SourceRequests int64 `json:"source_requests"`
+	Epochs         map[string]struct {
+		Source int64 `json:"source_bytes"`
+		Disk   int64 `json:"disk_cache_bytes"`
+		Memory int64 `json:"memory_bytes"`
+	} `json:"epochs"`
+	DiskCache *struct {
+		Hits         int64  `json:"hits"`
+		Misses       int64  `json:"misses"`
+		Written      int64  `json:"written"`
+		WriteSkipped int64  `json:"write_skipped"`
+		NotAdmitted  int64  `json:"not_admitted"`
+		Evictions    int64  `json:"evictions"`
+		Damaged      int64  `json:"damaged"`
+		Entries      int    `json:"entries"`
+		BytesHeld    int64  `json:"bytes_held"`
+		PeakHeld     int64  `json:"peak_bytes_held"`
+		MaxBytes     int64  `json:"max_bytes"`
+		Disabled     string `json:"disabled"`
+	} `json:"disk_cache"`
+}
+
+func (m *mount) cacheStats() cacheStats {
+	m.t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	if err != nil {
+		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
+	}
+	var s cacheStats
+	if err := json.Unmarshal(b, &s); err != nil {
+		m.t.Fatalf("stats.json: %v\n%s", err, b)
+	}
+	if s.DiskCache == nil {
+		m.t.Fatalf("stats.json has no disk_cache:\n%s", b)
+	}
+	return s
+}
+
+// settled waits until every block read from the source went to the disk
+// cache's writer and was written or turned away.
+func (m *mount) settled() cacheStats {
+	m.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s := m.cacheStats()
+		d := s.DiskCache
+		if d.Written+d.WriteSkipped+d.NotAdmitted >= s.SourceRequests || d.Disabled != "" {
+			return s
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("the disk cache did not write what was read: %+v, %d source requests", *d, s.SourceRequests)
+		}
+	}
+}
+
+// sameEpoch fails unless m serves epoch's part 0 of 1 as want does.
+func sameEpoch(t *testing.T, m, want *mount, epoch int) {
+	t.Helper()
+	if got, w := m.read(epoch, 0, 1), want.read(epoch, 0, 1); !bytes.Equal(got, w) {
+		t.Fatalf("epoch %d: %d bytes served through the disk cache differ from the %d of a mount of the local directory", epoch, len(got), len(w))
+	}
+}
+
+func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEntries(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 3000, 16, 4, 4, "clustered")
+	s.upload("data", "cached", src)
+	p := startGETCounter(t, s.addr)
+	flags := []string{"--seed", "11", "--block-size", "16KiB"}
+	local := startMount(t, src, flags...)
+	dc := filepath.Join(t.TempDir(), "disk-cache")
+	remote := append(slices.Clone(flags), "--s3-endpoint", p.srv.URL)
+
+	m := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", dc)...)
+	sameEpoch(t, m, local, 0)
+	st := m.settled()
+	if st.DiskCache.Written == 0 || st.DiskCache.Written != st.SourceRequests {
+		t.Fatalf("epoch 0 fetched %d blocks and cached %d, want all", st.SourceRequests, st.DiskCache.Written)
+	}
+	before := p.gets.Load()
+	sameEpoch(t, m, local, 1)
+	if n := p.gets.Load() - before; n != 0 {
+		t.Fatalf("epoch 1 made %d GETs, want none: every block is in the disk cache", n)
+	}
+	st = m.cacheStats()
+	if e := st.Epochs["1"]; e.Source != 0 || e.Disk == 0 {
+		t.Fatalf("stats.json epoch 1: %+v, want no source bytes and bytes from the disk cache", e)
+	}
+	m.stop()
+
+	// Damage two entries: a flipped byte, a cut-off end.
+	entries, _ := filepath.Glob(filepath.Join(dc, "b*"))
+	slices.Sort(entries)
+	if len(entries) < 2 {
+		t.Fatalf("%d entries in the disk cache", len(entries))
+	}
+	b, err := os.ReadFile(entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-100] ^= 1
+	if err := os.WriteFile(entries[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(entries[1], 40); err != nil {
+		t.Fatal(err)
+	}
+
+	// A remount with the same directory fetches only the damaged blocks.
+	m2 := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", dc)...)
+	before = p.gets.Load()
+	sameEpoch(t, m2, local, 2)
+	if n := p.gets.Load() - before; n != 2 {
+		t.Fatalf("epoch 2 after a remount made %d GETs, want 2 (the damaged entries' blocks)\n%s", n, m2.log)
+	}
+	if n := strings.Count(m2.log.String(), "disk cache entry damaged"); n != 2 {
+		t.Fatalf("%d log lines about damaged entries, want 2:\n%s", n, m2.log)
+	}
+	if d := m2.settled().DiskCache; d.Damaged != 2 {
+		t.Fatalf("stats.json: %d damaged entries, want 2", d.Damaged)
+	}
+	m2.stop()
+
+	// A cache that holds about a third of the dataset serves correct
+	// epochs, and some of their bytes.
+	var total int64
+	files, _ := filepath.Glob(filepath.Join(src, "*"))
+	for _, f := range files {
+		fi, _ := os.Stat(f)
+		total += fi.Size()
+	}
+	small := filepath.Join(t.TempDir(), "small")
+	m3 := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", small, "--disk-cache-size", fmt.Sprint(total/3))...)
+	want := sortedHashes(sourceRecords(t, src))
+	for e := range 3 {
+		sameEpoch(t, m3, local, e)
+		if got := sortedHashes(hashes(frames(t, m3.read(e, 0, 1)))); !slices.Equal(got, want) {
+			t.Fatalf("small cache, epoch %d: %d records served, not every source record exactly once (%d)", e, len(got), len(want))
+		}
+		m3.settled()
+	}
+	st = m3.cacheStats()
+	d := st.DiskCache
+	if d.PeakHeld > d.MaxBytes || d.Evictions+d.NotAdmitted == 0 {
+		t.Fatalf("small cache: %+v, want a peak within max_bytes and blocks turned away", *d)
+	}
+	if e := st.Epochs["2"]; e.Disk == 0 || e.Source == 0 {
+		t.Fatalf("small cache, epoch 2: %+v, want bytes from both the source and the disk cache", e)
+	}
+}
+
+func TestLocalSourceDiskCacheServesTheSecondEpochFromDisk(t *testing.T) {
+	src := genSynthetic(t, 3000, 16, 4, 4, "clustered")
+	flags := []string{"--seed", "4", "--block-size", "16KiB"}
+	plain := startMount(t, src, flags...)
+	m := startMount(t, src, append(slices.Clone(flags), "--disk-cache", filepath.Join(t.TempDir(), "dc"))...)
+	sameEpoch(t, m, plain, 0)
+	st := m.settled()
+	sameEpoch(t, m, plain, 1)
+	st2 := m.cacheStats()
+	if n := st2.SourceRequests - st.SourceRequests; n != 0 {
+		t.Fatalf("epoch 1 read the source %d times, want none", n)
+	}
+	if e0, e1 := st2.Epochs["0"], st2.Epochs["1"]; e1.Source != 0 || e1.Disk != e0.Source {
+		t.Fatalf("stats.json epochs: 0 %+v, 1 %+v: want epoch 1's bytes all from the disk cache, as many as epoch 0 read from the source", e0, e1)
+	}
+}
+
+// tmpfs mounts a tmpfs of size bytes at dir with options opts, or skips
+// the test where it cannot; it is unmounted at the end of the test, after
+// the corgifs mounts started later.
+func tmpfs(t *testing.T, dir, opts string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+}
+
+func TestDiskCacheThatIsFullReadOnlyOrNotADirectoryDegradesToNoCachingWithOneLogLine(t *testing.T) {
+	src := genSynthetic(t, 3000, 16, 4, 4, "clustered")
+	flags := []string{"--seed", "8", "--block-size", "16KiB"}
+	plain := startMount(t, src, flags...)
+	for _, c := range []struct{ name, opts, line string }{
+		{"full", "size=64k,mode=0700", "file system is full"},
+		{"read-only", "ro,size=1m,mode=0700", "cannot be written"},
+		{"not a directory", "", "disk cache disabled"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "dc")
+			if c.opts != "" {
+				tmpfs(t, dir, c.opts)
+			} else {
+				// Beneath a regular file: it cannot be created.
+				if err := os.WriteFile(dir, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				dir = filepath.Join(dir, "cache")
+			}
+			m := startMount(t, src, append(slices.Clone(flags), "--disk-cache", dir, "--disk-cache-size", "1GiB")...)
+			for e := range 2 {
+				sameEpoch(t, m, plain, e)
+			}
+			st := m.settled()
+			if st.DiskCache.Disabled == "" {
+				t.Fatalf("stats.json does not say the disk cache stopped: %+v", *st.DiskCache)
+			}
+			if n := strings.Count(m.log.String(), c.line); n != 1 {
+				t.Fatalf("%d log lines saying %q, want 1:\n%s", n, c.line, m.log)
+			}
+		})
+	}
+}
+
+func TestDiskCacheFlagsRefuseADirectoryInsideTheMountPointAndABadSize(t *testing.T) {
+	fuseOK(t)
+	src := genSynthetic(t, 200, 4, 2, 1, "clustered")
+	mnt := t.TempDir()
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--disk-cache", filepath.Join(mnt, "dc")}, "is inside the mount point"},
+		{[]string{"--disk-cache", filepath.Join(t.TempDir(), "dc"), "--disk-cache-size", "150%"}, "want a percentage"},
+		{[]string{"--disk-cache", filepath.Join(src, "dc")}, "inside the source"},
+	} {
+		cmd := exec.Command(bin, append([]string{"mount", src, mnt, "--cache-dir", t.TempDir()}, c.flags...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("mount %v: %v, want an error saying %q:\n%s", c.flags, err, c.want, out)
+		}
+		if mounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+			t.Fatalf("mount %v left a mount behind", c.flags)
+		}
+	}
+}
