@@ -26,7 +26,8 @@ const (
 // A probed index knows every block's byte range, so the bytes of an epoch
 // and of every part are exact; it does not know the records:
 //   - Frames and RecordCRCs are nil, so strategies that read records one
-//     at a time, and --equal-parts, need a full index (shuffler refuses);
+//     at a time or order them by feedback, and --equal-parts, need a full
+//     index (shuffler refuses);
 //   - a block's Records is 0 (unknown) unless the format's records all
 //     have one length (formats.Sizer: fixed, npy), and Index.CountsUnknown
 //     is set; the loader learns the counts as it loads blocks, and the
@@ -48,7 +49,8 @@ type probeJob struct {
 
 // buildProbed fills the files' scans of ix by probing. It reads each
 // file's head, then probes every multiple of the block size, many at once
-// (a probe of a remote file waits for one small GET).
+// (a probe of a remote file waits for one small GET). progress is called
+// with the bytes the probes done since its last call stand for.
 func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64)) ([]fileScan, error) {
 	files := ix.Files
 	scans := make([]fileScan, len(files))
@@ -126,8 +128,8 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 			return
 		}
 		cuts[jb.fi][jb.k] = c
-		if n := probed.Add(1); n%256 == 0 {
-			progress(n * ix.BlockSize)
+		if probed.Add(1)%256 == 0 {
+			progress(256 * ix.BlockSize) // what the probes stand for
 		}
 	})
 	if failed.Load() {
