@@ -68,6 +68,7 @@ type options struct {
 	formats     bool // run the formats section (issue 13)
 	s3          bool // run the object store section (issue 14)
 	compressed  bool // run the compressed section (issue 18)
+	probe       bool // run the probe index section (issue 14)
 
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
@@ -139,6 +140,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var((*fractionsValue)(&o.sim.exchanges), "sim-exchange", "comma separated exchange `fractions` Q to simulate")
 	fs.IntVar(&o.sim.epochs, "sim-epochs", o.sim.epochs, "epochs to simulate")
 	trafficFlags(fs, &o.traffic)
+	fs.BoolVar(&o.probe, "probe", false, "time the index of a TFRecord dataset in a versitygw S3 server on 127.0.0.1 by probing\n"+
+		"against reading every byte, with bytes and GETs, and extrapolate to 10 TB (issue 14;\n"+
+		"alone it skips --warm unless given; try --size 2GiB --record-sizes 100KiB --runs 1) (default false)")
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&o.compressed, "compressed", false, "run a cold and a warm corgipile epoch and the index of a GZIP TFRecord dataset against zcat\n"+
 		"and the uncompressed copy (issue 18; 1 GiB decompressed unless --size is given; drops the page cache) (default false)")
@@ -168,7 +172,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.s3 || o.simulate || o.compressed) && !given["warm"] {
+	if (o.formats || o.s3 || o.simulate || o.compressed || o.probe) && !given["warm"] {
 		o.warm = false
 	}
 	if o.traffic.run && !given["warm"] {
@@ -436,6 +440,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("compressed: %w", err)
 		}
 		if err := write(compressedHeading, h.compressedMarkdown(res, time.Since(start))); err != nil {
+			return err
+		}
+	}
+	if o.probe {
+		start := time.Now()
+		res, err := runProbe(ctx, o, work, os.Stdout)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if err := write(probeHeading, probeMarkdown(o, res, time.Since(start), h.machine)); err != nil {
 			return err
 		}
 	}

@@ -115,7 +115,14 @@ type Index struct {
 	recOff    []int64 // file offset of every record, from Frames
 	blockRec  []int64 // index of the first record of every block, and the total
 
-	Records int64 // intact records in all blocks
+	// Probed is set for an index built by probing (see probe.go): it has
+	// no Frames nor RecordCRCs, and its blocks no CRC.
+	Probed bool
+	// CountsUnknown is set when blocks of a probed index have Records 0:
+	// their counts are learned as they are loaded.
+	CountsUnknown bool
+
+	Records int64 // intact records in all blocks (those known, if CountsUnknown)
 	Bytes   int64 // bytes of all blocks: what one epoch serves
 	// Sizes of record payloads, in bytes.
 	RecordMin, RecordMedian, RecordMax int64
@@ -178,7 +185,7 @@ func (ix *Index) MaxBlock() int64 {
 
 // Options control how an index is built and where it is cached.
 type Options struct {
-	BlockSize int64    // target block length; a larger record is a block by itself
+	BlockSize int64    // blocks end at the first record boundary at or after each multiple of it (Cuts)
 	Include   []string // glob patterns matched against base names; default: the format's
 	// Format is the records' format; nil chooses it from the names of the
 	// files (formats.Detect), made with FormatOptions.
@@ -201,6 +208,9 @@ type Options struct {
 	Compression string
 	// Progress, if set, is called as bytes are scanned.
 	Progress func(done, total int64)
+	// Probe indexes by probing near every multiple of BlockSize instead
+	// of reading every byte (--index probe; see probe.go).
+	Probe bool
 }
 
 // DefaultInclude is the file patterns of TFRecord files.
@@ -444,11 +454,56 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	for _, f := range files {
 		total += f.Size
 	}
+	scans := make([]fileScan, len(files))
+	errs := make([]error, len(files))
+	var done atomic.Int64
+	if _, ok := f.(formats.Prober); o.Probe && !ok {
+		o.Logger.Info("probe index: the format has no probe (a CSV row may hold newlines inside quotes), so every file is scanned whole", "format", f.Name())
+		for i := range files {
+			o.Logger.Debug("probe index: scanning the whole file", "file", ix.Path(int32(i)))
+		}
+		o.Probe = false
+	}
+	if o.Probe && ix.CompressedByName(o) {
+		o.Logger.Info("probe index: compressed files are indexed in full (their access points need a decompressing pass)")
+		o.Probe = false
+	}
+	if o.Probe {
+		if o.SkipCorrupt {
+			return nil, errors.New("--skip-corrupt needs a full index, which finds the damage: use --index full")
+		}
+		ix.Probed = true
+		scans, err = ix.buildProbed(ctx, o, func(n int64) {
+			if o.Progress != nil {
+				o.Progress(min(done.Add(n), total), total)
+			}
+		})
+		if errors.Is(err, formats.ErrCompressed) && (o.Compression == "" || o.Compression == CompressionAuto) {
+			// A compressed file its name did not give away (TensorFlow's
+			// GZIP .tfrecord): only a decompressing pass finds its access
+			// points.
+			o.Logger.Info("probe index: a file is compressed; indexing in full (access points need a decompressing pass)", "err", err)
+			ix.Probed, o.Probe = false, false
+			scans, errs = make([]fileScan, len(files)), make([]error, len(files))
+			done.Store(0)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if o.Probe {
+		ix.CountsUnknown = !countsKnown(scans)
+	} else {
+		ix.scanAll(ctx, o, scans, errs, total)
+	}
+	return ix.assemble(f, scans, errs, total, o)
+}
+
+// scanAll scans every file into scans, a few at once.
+func (ix *Index) scanAll(ctx context.Context, o Options, scans []fileScan, errs []error, total int64) {
 	// A few files at once: the scan checks every CRC, which takes about
 	// as long as reading the bytes directly does, so one file at a time
 	// leaves either the disk or the CPU idle.
-	scans := make([]fileScan, len(files))
-	errs := make([]error, len(files))
+	files := ix.Files
 	var next, done atomic.Int64
 	var failed atomic.Bool
 	var progressMu sync.Mutex
@@ -484,6 +539,10 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		})
 	}
 	wg.Wait()
+}
+
+// assemble puts the scans of the files together into the index.
+func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, total int64, o Options) (*Index, error) {
 	head := -1 // the first file with a Key
 	for i, sc := range scans {
 		if errs[i] != nil {
@@ -511,7 +570,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	if head >= 0 {
 		ix.Head = ix.Files[head].Head
 	}
-	if _, ok := f.(formats.WDS); ok {
+	if _, ok := f.(formats.WDS); ok && !ix.Probed {
 		// A WebDataset key in two shards (a sample split across them)
 		// would be merged by a reader when the two samples meet in a
 		// part. In file order, so that the error names the same two shards
@@ -525,6 +584,11 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	}
 	if o.Progress != nil {
 		o.Progress(total, total)
+	}
+	if sz, ok := f.(formats.Sizer); ok && ix.Probed && ix.Records > 0 {
+		// Records of one length: a probe knows their size too.
+		ix.RecordMin = sz.RecordLen(ix.Head)
+		ix.RecordMedian, ix.RecordMax = ix.RecordMin, ix.RecordMin
 	}
 	if len(ix.Frames) > 0 {
 		sizes := slices.Clone(ix.Frames)
@@ -680,15 +744,17 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	first := true // nothing found yet: From is where the first record or damage starts
 	sc := format.Scan(rd, h, h.Start, h.End)
 	var last int64
+	prev := int64(-1) // the start of the record before, the boundary before rec
 	for {
 		for sc.Next() {
 			rec := sc.Record()
 			if first {
 				out.from, first = rec.Offset, false
 			}
-			if cur.Records > 0 && (cur.Len+rec.Len > ix.BlockSize || cur.Records == 1<<31-1) {
+			if cur.Records > 0 && (Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == 1<<31-1) {
 				flush()
 			}
+			prev = rec.Offset
 			if cur.Offset < 0 {
 				cur.Offset = rec.Offset
 			}
@@ -749,6 +815,19 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		out.keys = ks.Keys()
 	}
 	return out, nil
+}
+
+// Cuts reports whether a block ends at the record boundary at, the one
+// after the boundary prev: the rule that cuts blocks, in both index modes,
+// is that a block ends at the first record boundary at or after each
+// multiple of the block size, counted in bytes from the start of its file.
+// So at is a cut when a multiple lies in (prev, at]. A block is then at
+// least the block size (but the first and last of a file) and at most the
+// block size plus one record, and where its edges fall depends only on the
+// bytes of the file near multiples of the block size: a probe that reads a
+// little at each multiple finds the same cuts as a scan of every byte.
+func Cuts(blockSize, prev, at int64) bool {
+	return prev >= 0 && at/blockSize > prev/blockSize
 }
 
 // sumRecord returns the CRC32C of the stored bytes of rec and adds them to

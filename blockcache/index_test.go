@@ -20,7 +20,7 @@ import (
 
 // checkBlocks verifies everything an index of undamaged files promises:
 // files as written, blocks that start and end at record boundaries inside
-// one file, cover each file exactly, are cut greedily at BlockSize and hold
+// one file, cover each file exactly, are cut by the rule of Cuts and hold
 // only intact records.
 func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 	t.Helper()
@@ -66,14 +66,15 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 		if int(b.Records) != n {
 			t.Fatalf("block %d (%+v) says %d records, the range holds %d", j, b, b.Records, n)
 		}
-		if b.Len > ix.BlockSize && b.Records != 1 {
-			t.Fatalf("block %d (%+v) is longer than BlockSize %d but holds %d records", j, b, ix.BlockSize, b.Records)
-		}
-		// Greedy: a block is only closed when the next record does not fit.
-		if j+1 < len(ix.Blocks) && ix.Blocks[j+1].File == b.File {
-			if nl := f.frameLen(first + n); b.Len+nl <= ix.BlockSize {
-				t.Fatalf("block %d (%+v) closed early: the next record (%d bytes) fits in BlockSize %d", j, b, nl, ix.BlockSize)
+		// The cut rule: a block ends at the first record boundary at or
+		// after each multiple of BlockSize in its file, and nowhere else.
+		for k := first + 1; k < first+n; k++ {
+			if Cuts(ix.BlockSize, f.starts[k-1], f.starts[k]) {
+				t.Fatalf("block %d (%+v) holds the record at %d, the first boundary at or after a multiple of BlockSize %d: it must start a block", j, b, f.starts[k], ix.BlockSize)
 			}
+		}
+		if j+1 < len(ix.Blocks) && ix.Blocks[j+1].File == b.File && !Cuts(ix.BlockSize, f.starts[first+n-1], end) {
+			t.Fatalf("block %d (%+v) ends at %d, though no multiple of BlockSize %d lies since the record before", j, b, end, ix.BlockSize)
 		}
 		starts, err := formats.Split(blockBytes(files, b), b.Offset, nil)
 		if err != nil || len(starts) != int(b.Records) {
@@ -129,11 +130,14 @@ func TestBuildBlockLayoutOfKnownFiles(t *testing.T) {
 		want      []blk
 	}{
 		{"two frames fill a block exactly", []int{84, 84, 84}, 200, []blk{{0, 200, 2}, {200, 100, 1}}},
-		{"one byte short of two frames", []int{84, 84, 84}, 199, []blk{{0, 100, 1}, {100, 100, 1}, {200, 100, 1}}},
+		{"one byte short of two frames", []int{84, 84, 84}, 199, []blk{{0, 200, 2}, {200, 100, 1}}},
+		{"a boundary one byte past the multiple", []int{84, 84, 84}, 201, []blk{{0, 300, 3}}},
 		{"frames exactly BlockSize", []int{84, 84}, 100, []blk{{0, 100, 1}, {100, 100, 1}}},
 		{"frames larger than BlockSize stand alone", []int{84, 84}, 99, []blk{{0, 100, 1}, {100, 100, 1}}},
-		{"huge record between empty ones", []int{0, 4000, 0}, 1000, []blk{{0, 16, 1}, {16, 4016, 1}, {4032, 16, 1}}},
-		{"small records then a huge one", []int{10, 10, 4000, 10}, 1000, []blk{{0, 52, 2}, {52, 4016, 1}, {4068, 26, 1}}},
+		{"huge record between empty ones", []int{0, 4000, 0}, 1000, []blk{{0, 4032, 2}, {4032, 16, 1}}},
+		{"small records then a huge one", []int{10, 10, 4000, 10}, 1000, []blk{{0, 4068, 3}, {4068, 26, 1}}},
+		{"a huge record spans multiples", []int{10, 4000, 10, 1000}, 1000, []blk{{0, 4042, 2}, {4042, 1042, 2}}},
+		{"a cut at every multiple", []int{84, 84, 84, 84}, 100, []blk{{0, 100, 1}, {100, 100, 1}, {200, 100, 1}, {300, 100, 1}}},
 		{"whole file in one block", []int{1, 2, 3}, 1 << 20, []blk{{0, 54, 3}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

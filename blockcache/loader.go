@@ -50,7 +50,7 @@ func (u Unit) clone() Unit {
 type extent struct {
 	file    int32
 	block   int32 // its block, -1 for a single record
-	records int32
+	records int32 // 0: not known yet (a probed index, see probe.go)
 	off, n  int64 // the stored bytes read
 	at      int64
 	// tail is served after the stored bytes (Index.Tail): the slab
@@ -311,8 +311,12 @@ type Loader struct {
 	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
 	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
 	evictions, loadErrors, directBytes         atomic.Int64
-	direct                                     bool        // read blocks directly when not cached
-	noDirect                                   atomic.Bool // the file system refused a direct read
+	// learned holds the record count of every block of a probed index,
+	// once loaded (0 before), with the blocks and records learned so far.
+	learned                       []atomic.Int32
+	learnedBlocks, learnedRecords atomic.Int64
+	direct                        bool        // read blocks directly when not cached
+	noDirect                      atomic.Bool // the file system refused a direct read
 	// decoders holds *zaccess.Decoder for compressed files, kept from
 	// one extent to the next.
 	decoders sync.Pool
@@ -329,8 +333,12 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = poolSize()
 	}
+	var learned []atomic.Int32
+	if ix.CountsUnknown {
+		learned = make([]atomic.Int32, len(ix.Blocks))
+	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage,
+		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),
@@ -339,6 +347,16 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 		tier: diskTier{disk: o.DiskCache},
 	}
+}
+
+// Learned returns how many blocks of a probed index have been loaded, so
+// that their record counts are known, and the records they hold. For an
+// index that knows every count, all of them.
+func (l *Loader) Learned() (blocks int, records int64) {
+	if l.learned == nil {
+		return len(l.ix.Blocks), l.ix.Records
+	}
+	return int(l.learnedBlocks.Load()), l.learnedRecords.Load()
 }
 
 // Stats returns a snapshot of the counters.
@@ -884,13 +902,21 @@ func (l *Loader) read(b *Buf) error {
 	files := l.newFileSet(b.unit.Records == nil && l.direct)
 	defer files.close()
 	// Every extent's records have their place in Starts, from the index's
-	// counts, so that each can be split as soon as it is read.
+	// counts, so that each can be split as soon as it is read. When a
+	// count is not known (a probed index), each extent is split into
+	// tables of its own, put together once all are read.
 	pos := make([]int, len(exts)+1)
+	var own []splitter
 	for i, e := range exts {
 		pos[i+1] = pos[i] + int(e.records)
+		if e.records == 0 && own == nil {
+			own = make([]splitter, len(exts))
+		}
 	}
-	b.Starts = slices.Grow(b.Starts[:0], pos[len(exts)])[:pos[len(exts)]]
-	b.lens = slices.Grow(b.lens[:0], pos[len(exts)])[:pos[len(exts)]]
+	if own == nil {
+		b.Starts = slices.Grow(b.Starts[:0], pos[len(exts)])[:pos[len(exts)]]
+		b.lens = slices.Grow(b.lens[:0], pos[len(exts)])[:pos[len(exts)]]
+	}
 	// A few workers, each issuing one pread at a time under the loader-wide
 	// limit, keep the disk busy without a goroutine per record. A worker
 	// checks what it read outside the limit, while the others read on.
@@ -924,7 +950,11 @@ func (l *Loader) read(b *Buf) error {
 				if order != nil {
 					i = order[k]
 				}
-				sp := splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
+				sp := &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
+				if own != nil {
+					own[i] = splitter{l: l, b: b, e: exts[i], own: true}
+					sp = &own[i]
+				}
 				l.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
@@ -960,6 +990,17 @@ func (l *Loader) read(b *Buf) error {
 			return err
 		}
 	}
+	if own != nil {
+		n := 0
+		for i := range own {
+			n += len(own[i].starts)
+		}
+		b.Starts, b.lens = slices.Grow(b.Starts[:0], n), slices.Grow(b.lens[:0], n)
+		for i := range own {
+			b.Starts = append(b.Starts, own[i].starts...)
+			b.lens = append(b.lens, own[i].lens...)
+		}
+	}
 	return nil
 }
 
@@ -971,7 +1012,11 @@ type splitter struct {
 	b      *Buf
 	e      extent
 	lo, hi int
+	// own is set when the extent's record count is not known: starts
+	// and lens are then its own, not b's.
+	own    bool
 	starts []int64
+	lens   []uint32
 	done   int64  // the bytes of the extent split so far
 	summed int64  // the stored bytes added to crc so far
 	crc    uint32 // of the stored bytes, for formats without checksums
@@ -981,7 +1026,7 @@ type splitter struct {
 // extent; at the last call, n is the extent's length.
 func (sp *splitter) filled(n int64) error {
 	l, b, e := sp.l, sp.b, sp.e
-	if sp.starts == nil {
+	if sp.starts == nil && !sp.own {
 		// Capped at hi: more records than the index says cannot spill
 		// into the next extent's entries.
 		sp.starts = b.Starts[sp.lo:sp.lo:sp.hi]
@@ -1006,12 +1051,19 @@ func (sp *splitter) filled(n int64) error {
 	var err error
 	sp.starts, sp.done, err = f.SplitFilled(l.ix.Files[e.file].Head, b.Data[e.at:e.at+span], filled, sp.done, e.off, sp.starts)
 	if err != nil {
-		err = fmt.Errorf("%s: %w; the source changed since indexing, or its index sidecar is wrong: remount to reindex: %w", l.ix.Path(e.file), err, syscall.EIO)
+		if l.ix.Probed {
+			err = fmt.Errorf("%s: %w; %s: %w", l.ix.Path(e.file), err, probeHint, syscall.EIO)
+		} else {
+			err = fmt.Errorf("%s: %w; the source changed since indexing, or its index sidecar is wrong: remount to reindex: %w", l.ix.Path(e.file), err, syscall.EIO)
+		}
 		l.damaged(err)
 		return err
 	}
 	if n < e.n {
 		return nil
+	}
+	if sp.own {
+		return sp.learn(span)
 	}
 	if len(sp.starts) != sp.hi-sp.lo {
 		err := fmt.Errorf("%s at offset %d: %d records, index says %d; remount to reindex: %w", l.ix.Path(e.file), e.off, len(sp.starts), sp.hi-sp.lo, syscall.EIO)
@@ -1023,6 +1075,42 @@ func (sp *splitter) filled(n int64) error {
 		b.Starts[j] += e.at
 		b.lens[j] = uint32(end - b.Starts[j])
 		end = b.Starts[j]
+	}
+	return nil
+}
+
+// probeHint says what to do when a block of a probed index does not split
+// into whole records: the probe may have taken bytes inside a record for a
+// record start (a payload that embeds whole records).
+const probeHint = "the records of this block of a probed index do not tile it (the probe may have cut inside a record, or the source changed): run `corgifs index --index full` on the source and mount with --index full"
+
+// learn checks the records of an extent whose count the index does not
+// know against the count learned when it was loaded before, if any, and
+// learns it; then it fills the extent's own tables.
+func (sp *splitter) learn(span int64) error {
+	l, e := sp.l, sp.e
+	n := len(sp.starts)
+	if e.records > 0 && n != int(e.records) {
+		err := fmt.Errorf("%s at offset %d: %d records, index says %d; %s: %w", l.ix.Path(e.file), e.off, n, e.records, probeHint, syscall.EIO)
+		l.damaged(err)
+		return err
+	}
+	if e.block >= 0 && l.learned != nil {
+		if old := l.learned[e.block].Load(); old != 0 && int(old) != n {
+			err := fmt.Errorf("%s at offset %d: %d records, %d when it was loaded before; the source changed: %w", l.ix.Path(e.file), e.off, n, old, syscall.EIO)
+			l.damaged(err)
+			return err
+		} else if old == 0 && l.learned[e.block].CompareAndSwap(0, int32(n)) {
+			l.learnedBlocks.Add(1)
+			l.learnedRecords.Add(int64(n))
+		}
+	}
+	sp.lens = make([]uint32, n)
+	end := e.at + span
+	for j := n - 1; j >= 0; j-- {
+		sp.starts[j] += e.at
+		sp.lens[j] = uint32(end - sp.starts[j])
+		end = sp.starts[j]
 	}
 	return nil
 }

@@ -2,21 +2,37 @@ package formats
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 )
 
 // Prober is implemented by formats where a record boundary can be found
-// from any offset without reading the file from its start, so that one
-// large file can be indexed in parallel ranges. CSV cannot (whether a
-// newline ends a row depends on every quote before it), nor can
-// TFRecord or tar without trusting data that may look like a header.
+// near any offset by reading a little there, so that a dataset can be
+// indexed without reading it all (blockcache's probe index). CSV cannot:
+// whether a newline ends a row depends on every quote before it.
+//
+// TFRecord and tar probes take bytes that look like a record start when
+// they are confirmed by what follows (the next frame header, the chain of
+// tar headers). A payload that embeds whole frames or a whole tar archive
+// can still fool them; the loader then finds that the records of a block
+// do not tile it, and fails the read rather than serve the bytes.
 type Prober interface {
 	// Probe returns the first record boundary at or after off in a file
-	// whose Head is h: off itself if a record starts there, h.End if
-	// none does.
+	// whose Head is h, the end of the file's records counting as one: off
+	// itself if a record starts there, the end of the records if none
+	// starts at or after off.
 	Probe(r io.ReaderAt, h Head, off int64) (int64, error)
 }
+
+// Sizer is implemented by formats whose records all have one length,
+// known from the file's Head: a probed index counts their records.
+type Sizer interface {
+	RecordLen(h Head) int64
+}
+
+func (f Fixed) RecordLen(h Head) int64 { return f.RecordSize }
+func (NPY) RecordLen(h Head) int64     { return npyRowLen(h.Key) }
 
 func (Lines) Probe(r io.ReaderAt, h Head, off int64) (int64, error)  { return probeLine(r, h, off) }
 func (JSONL) Probe(r io.ReaderAt, h Head, off int64) (int64, error)  { return probeLine(r, h, off) }
@@ -28,6 +44,28 @@ func (f Fixed) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 
 func (NPY) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 	return probeFixed(npyRowLen(h.Key), h, off), nil
+}
+
+// probeWindow is what a probe reads at a time: large enough to hold a
+// few records of most datasets, small next to a block.
+const probeWindow = 64 << 10
+
+// Probe finds the first confirmed frame at or after off, as the scanner's
+// Resync does after damage: both its CRCs check, and it ends at the end of
+// the file or is followed by a length whose CRC checks. A fake header
+// planted in a payload fails the data CRC.
+func (TFRecord) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
+	if off <= h.Start {
+		return h.Start, nil
+	}
+	if off >= h.End {
+		return h.End, nil
+	}
+	// A larger window than the text probes': it holds the frame found,
+	// whose data CRC is checked, and the next header, in one read (one
+	// GET) for records up to about 200 KiB; longer ones take more reads.
+	s := newScanner(r, off, h.End, 4*probeWindow)
+	return s.nextConfirmed(off)
 }
 
 func probeFixed(size int64, h Head, off int64) int64 {
@@ -43,7 +81,7 @@ func probeLine(r io.ReaderAt, h Head, off int64) (int64, error) {
 	if off <= h.Start {
 		return h.Start, nil
 	}
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, probeWindow)
 	for at := off - 1; at < h.End; {
 		n := min(int64(len(buf)), h.End-at)
 		k, err := r.ReadAt(buf[:n], at)
@@ -59,4 +97,150 @@ func probeLine(r io.ReaderAt, h Head, off int64) (int64, error) {
 		at += n
 	}
 	return h.End, nil
+}
+
+// maxTarBack bounds how far back from an offset a tar probe looks for a
+// member header to walk from: past it, it walks from the start of the
+// shard, reading every header.
+const maxTarBack = 256 << 20
+
+// Probe finds the first sample start at or after off: it looks back from
+// off for a member header (a 512-aligned block with the ustar magic and a
+// valid checksum, of a regular file with a key, whose name no extended
+// header could have replaced) from which the chain of headers leads past off, and walks the
+// members from there as the scanner does, so that a member starts a new
+// sample when its key differs from the one before. Without such a header
+// it walks from the start of the shard. Past the last sample, the end of
+// the records is the end-of-archive marker.
+func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
+	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End}, end: h.End}
+	from := h.Start
+	if off > h.Start {
+		a, err := tarAnchor(src, h, off)
+		if err != nil {
+			return 0, err
+		}
+		from = a
+	}
+	w := sampleWalker{off: from, start: from}
+	for {
+		had := w.has
+		m, cut, _, err := w.step(src)
+		if err != nil {
+			return 0, fmt.Errorf("probe at offset %d: %w", off, err)
+		}
+		if m.eoa {
+			return m.start, nil
+		}
+		// From the start of the shard, its first keyed member starts the
+		// first sample; from an anchor, whose sample may have begun
+		// before it, only a change of key does.
+		if (cut || !had && w.has && from == h.Start) && m.start >= off {
+			return m.start, nil
+		}
+	}
+}
+
+// tarAnchor returns a member start before off to walk from, or h.Start.
+func tarAnchor(src *readerAtSrc, h Head, off int64) (int64, error) {
+	var nb []byte
+	for q := (off - 1) / tarBlock * tarBlock; q > h.Start && off-q <= maxTarBack; q -= tarBlock {
+		b, err := src.bytes(q, tarBlock)
+		if err != nil {
+			return 0, fmt.Errorf("probe at offset %d: %w", q, err)
+		}
+		// Cheap tests first: most blocks passed over are member data.
+		// A header without the ustar magic (a V7 archive) is never an
+		// anchor: the walk then starts further back, or at the start.
+		if flag := b[156]; flag != '0' && flag != 0 && flag != '7' || string(b[257:262]) != "ustar" {
+			continue
+		}
+		if tarChecksum(b) != nil {
+			continue
+		}
+		if cBytes(b[:100]) == nil || len(cBytes(b[:100])) == 100 || cBytes(b[345:500]) != nil || !isASCII(cBytes(b[:100])) {
+			continue // a name an extended header before it may have replaced
+		}
+		if _, ok := wdsKey(cBytes(b[:100]), b[156]); !ok {
+			continue
+		}
+		// The chain from q must hold up to past off.
+		ok := true
+		for at := q; at < off; {
+			m, err := nextMember(src, at, &nb)
+			var ce *CorruptError
+			if errors.As(err, &ce) || err == nil && m.eoa && m.end <= off {
+				ok = false
+				break
+			}
+			if err != nil {
+				return 0, fmt.Errorf("probe at offset %d: %w", at, err)
+			}
+			at = m.end
+		}
+		if ok {
+			return q, nil
+		}
+	}
+	return h.Start, nil
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// chunkCache reads its ReaderAt in aligned chunks of probeWindow bytes and
+// keeps the last few, so that walking tar headers 512 bytes at a time
+// makes one read per chunk (one GET of an object store).
+type chunkCache struct {
+	r      io.ReaderAt
+	end    int64 // never read past it: an object store fails a range past the end
+	chunks [4]struct {
+		off  int64
+		data []byte
+	}
+	next int
+}
+
+func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		at := off + int64(n)
+		base := at / probeWindow * probeWindow
+		var data []byte
+		for i := range c.chunks {
+			if ch := &c.chunks[i]; ch.data != nil && ch.off == base {
+				data = ch.data
+				break
+			}
+		}
+		if data == nil {
+			ch := &c.chunks[c.next]
+			c.next = (c.next + 1) % len(c.chunks)
+			if cap(ch.data) < probeWindow {
+				ch.data = make([]byte, probeWindow)
+			}
+			k, err := c.r.ReadAt(ch.data[:max(0, min(probeWindow, c.end-base))], base)
+			if k == 0 {
+				ch.data = ch.data[:0]
+				if err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+				return n, err
+			}
+			ch.off, ch.data = base, ch.data[:k]
+			data = ch.data
+		}
+		i := at - base
+		if i >= int64(len(data)) {
+			return n, io.EOF
+		}
+		n += copy(p[n:], data[i:])
+	}
+	return n, nil
 }

@@ -132,7 +132,7 @@ type Buffer struct {
 	Start   int64   // offset of the buffer's first byte in the part
 	Epoch   int     // of the plan: the loader counts the buffer's bytes under it
 	Size    int64
-	Count   int    // records in the buffer
+	Count   int    // records in the buffer; -1 until loaded, for blocks of unknown counts (probe.go)
 	Seed    uint64 // of the record permutation
 	Shuffle bool   // false: records keep their order
 	// Perm, when set, is the permutation of the records (positions in the
@@ -155,7 +155,7 @@ type Plan struct {
 	Buffers            []Buffer
 	Prologue, Epilogue []byte
 	Size               int64 // all of it, prologue and epilogue included
-	Records            int64
+	Records            int64 // -1 when blocks of unknown counts make it unknown (probe.go)
 	Target             int64 // buffer size aimed at
 	Capped             bool  // Target was lowered to fit MaxMemory
 	Padding            int   // records repeated at the end (Params.EqualParts)
@@ -253,6 +253,9 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 	if err := checkExchange(p); err != nil {
 		return nil, err
 	}
+	if err := checkProbed(ix, p, s); err != nil {
+		return nil, err
+	}
 	if p.Buffer.Bytes <= 0 && p.Buffer.Percent <= 0 {
 		return nil, fmt.Errorf("buffer size must be positive")
 	}
@@ -335,14 +338,14 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 	for i, id := range ids {
 		n := bytes(id)
 		g := int64(len(p.Buffers))
-		if cur.Count > 0 && (cur.Size+n > p.Target || (done+n/2)*nbuf > (g+1)*size) {
+		if i > start && (cur.Size+n > p.Target || (done+n/2)*nbuf > (g+1)*size) {
 			add(i)
 		}
 		cur.Size += n
 		cur.Count += records(id)
 		done += n
 	}
-	if cur.Count > 0 {
+	if start < len(ids) {
 		add(len(ids))
 	}
 	if o.Gather != nil && len(p.Buffers) == 1 {
@@ -359,6 +362,7 @@ func (pl *Planner) build(seq *sequence, epoch, part, parts int) *Plan {
 			at += b.Count
 		}
 	}
+	unknownCounts(p, o, pl.ix)
 	if pl.p.EqualParts && parts > 1 {
 		pl.pad(p, seq, o)
 	}

@@ -310,11 +310,13 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
 	}
-	if len(buf.Starts) != b.Count {
+	// A count unknown at planning (-1, a probed index) is the one loaded:
+	// the permutation depends on the seed and the count only.
+	if b.Count >= 0 && len(buf.Starts) != b.Count {
 		s.ld.Release(buf)
 		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Count)
 	}
-	n := b.Count
+	n := len(buf.Starts)
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	v.src = slices.Grow(v.src[:0], n)[:n]
 	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
@@ -413,6 +415,9 @@ func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
 // the plan over the index: no data is read.
 func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) error) error {
 	ix := pl.ix
+	if ix.Probed {
+		return fmt.Errorf("the records of a plan are listed from the index of every record, which a probed index lacks: use --index full")
+	}
 	var perm []uint32
 	var ids []int32
 	for g := range plan.Buffers {

@@ -34,7 +34,10 @@ func TestSharedPlansKeepTheDaemonWithinMemoryWith64OpenParts(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, filepath.Join(src, "a.tfrecord"), tinyRecords(n))
 	const budget = 16 << 20
-	m := startMount(t, src, "--strategy", "full", "--max-memory", "16MiB", "--seed", "1", "--parts", fmt.Sprint(k))
+	// 4 MiB blocks: a block is the block size plus up to a record, and
+	// with direct reads whole pages, so an 8 MiB one would not fit in the
+	// half of 16 MiB the slabs get.
+	m := startMount(t, src, "--strategy", "full", "--max-memory", "16MiB", "--seed", "1", "--parts", fmt.Sprint(k), "--block-size", "4MiB")
 	var files []*os.File
 	defer func() {
 		for _, f := range files {

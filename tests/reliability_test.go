@@ -962,12 +962,14 @@ func TestMemoryPressureMakesReadersWaitAndServesExactBytes(t *testing.T) {
 }
 
 // TestMaxMemoryBelowOneBlockFailsNamingTheSmallestWorkableValue mounts a
-// source whose largest block is a 100 KiB record (a block by itself, over
-// the 16 KiB block size) with 64 KiB of memory: the mount must fail at start
-// and name the smallest workable --max-memory, and that value must work.
+// source whose largest block is a 100 KiB record (a block by itself: it
+// starts at a multiple of the 16 KiB block size, after 128 frames of 128
+// bytes, and spans the next ones) with 64 KiB of memory: the mount must fail
+// at start and name the smallest workable --max-memory, and that value must
+// work.
 func TestMaxMemoryBelowOneBlockFailsNamingTheSmallestWorkableValue(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
-	writeFile(t, filepath.Join(src, "a.tfrecord"), slices.Concat(records("s", 300, 100), records("big", 1, 100<<10), records("t", 300, 100)))
+	writeFile(t, filepath.Join(src, "a.tfrecord"), slices.Concat(records("s", 128, 112), records("big", 1, 100<<10), records("t", 300, 100)))
 	flags := []string{"--block-size", "16KiB", "--seed", "4", "--cache-dir", t.TempDir()}
 	mnt := t.TempDir()
 	t.Cleanup(func() { fsUnmountQuiet(mnt) })

@@ -123,7 +123,9 @@ func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 }
 
 // On Fashion-MNIST sorted by label, cut into 32 KiB blocks as in
-// VALIDATION.md (1,584 blocks of about 38 records), corgipile matched the
+// VALIDATION.md (1,568 blocks of about 38 records, by the cut rule at
+// multiples of the block size; 1,584 when VALIDATION.md was measured, cut
+// greedily), corgipile matched the
 // full shuffle within a point at the last epoch with 2% and 10% buffers
 // (2% fell 4-6 points behind in single epochs). The buffer tune recommends,
 // by the label mix, must lie in that range (2% to 15%), while the paper's
@@ -140,8 +142,8 @@ func TestTuneOnLabelSortedFashionMNISTRecommendsABufferWhereCorgipileMatchedFull
 	c := tuneRun(t, append([]string{filepath.Join(dir, "sorted", "train")}, args...)...)
 	s := tuneRun(t, append([]string{filepath.Join(dir, "shuffled", "train")}, args...)...)
 	t.Logf("sorted: %+v %+v; shuffled: %+v %+v", *c.Data, *c.Buffer, *s.Data, *s.Buffer)
-	if c.Buffer.Of != 1584 || c.Data.TV < 0.85 || c.Data.HD < 20 || c.Data.HD > 38 {
-		t.Errorf("sorted: %d blocks, TV %.3f, h_D %.2f; want 1584, TV > 0.85, 20 < h_D < 38", c.Buffer.Of, c.Data.TV, c.Data.HD)
+	if c.Buffer.Of != 1568 || c.Data.TV < 0.85 || c.Data.HD < 20 || c.Data.HD > 38 {
+		t.Errorf("sorted: %d blocks, TV %.3f, h_D %.2f; want 1568, TV > 0.85, 20 < h_D < 38", c.Buffer.Of, c.Data.TV, c.Data.HD)
 	}
 	if c.Buffer.Criterion != "mix" || c.Buffer.Percent < 2 || c.Buffer.Percent > 15 || c.Buffer.MixTV > 0.1 {
 		t.Errorf("sorted: buffer %g%% by %q (TV %.3f), want the label mix's, between the 2%% and 10-15%% where corgipile matched full",
@@ -157,7 +159,7 @@ func TestTuneOnLabelSortedFashionMNISTRecommendsABufferWhereCorgipileMatchedFull
 		t.Errorf("shuffled: h_D %.2f, buffer %g%% (%d blocks); want about 1 and the 16-block floor", s.Data.HD, s.Buffer.Percent, s.Buffer.Blocks)
 	}
 	text := corgifs(t, append([]string{"tune", "--cache-dir", filepath.Join(dir, "cache"), filepath.Join(dir, "sorted", "train")}, args...)...)
-	for _, want := range []string{"buffer label TV", "chosen by the label mix", "bound, (1-alpha)*h_D <= 1, the guarantee:", "1529 of 1584 blocks per buffer, --buffer 100%"} {
+	for _, want := range []string{"buffer label TV", "chosen by the label mix", "bound, (1-alpha)*h_D <= 1, the guarantee:", "1514 of 1568 blocks per buffer, --buffer 100%"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("tune output lacks %q:\n%s", want, text)
 		}

@@ -113,12 +113,17 @@ type datasetFlags struct {
 	cacheDirErr error // why there is no default --cache-dir
 	skipCorrupt bool
 	compression string
-	directIO    bool
-	strategy    string
-	buffer      bufferFlag
-	seed        string
-	maxMemory   sizeFlag
-	equalParts  bool
+	index       string // --index: full, probe, or "" for the source's default (probeMode)
+	// listsRecords is set by order, which lists every record of a part,
+	// and validate, which trains with every strategy: their default index
+	// is full.
+	listsRecords bool
+	directIO     bool
+	strategy     string
+	buffer       bufferFlag
+	seed         string
+	maxMemory    sizeFlag
+	equalParts   bool
 	// --partition and --exchange, of local and pls, and whether each
 	// was given (they mean nothing to the other strategies).
 	partition                     partitionFlag
@@ -155,11 +160,12 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.include = listFlag(blockcache.DefaultInclude())
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
-	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "target `size` of a block, the unit of disk reads (a longer record is a block by itself);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
+	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
 	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
 	d.s3.register(fs)
+	fs.StringVar(&d.index, "index", "", "how SRC is indexed: `full` reads every byte; probe reads a small window at each\nmultiple of --block-size to find the record boundary there (a mount of any size in\nseconds; record counts are learned as blocks load, so --strategy full, window, once\nand --equal-parts need full; CSV is always read whole). Default: probe for s3://\nsources (unless --strategy or --equal-parts needs full), full for local ones")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
 	fs.StringVar(&d.compression, "compression", blockcache.CompressionAuto, "how source files are compressed: auto (by the name's .gz, .zst, .zlib or .zz,\nthen by magic bytes: gzip, zstd, and zlib for TFRecord files), none, gzip, zlib or zstd;\ncompressed files are served decompressed, from access points, with no decompressed copy")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
@@ -184,6 +190,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
 		Compression: d.compression,
+		Probe:       d.probeMode() == blockcache.IndexProbe,
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -195,6 +202,30 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		o.Format, o.FormatOptions = d.format.format, d.format.options
 	}
 	return o
+}
+
+// probeMode is the index mode: --index, else probe for a remote source
+// (reading every byte of a bucket to mount it is what probing avoids) and
+// full for a local one; full too when something asked for needs every
+// record indexed (--skip-corrupt, a strategy that reads single records or
+// orders them by feedback, --equal-parts, the listing of order), which
+// --index probe refuses.
+func (d *datasetFlags) probeMode() string {
+	switch {
+	case d.index != "":
+		return d.index
+	case d.source != nil && !d.skipCorrupt && !shuffler.ReadsRecords(d.strategy) && !shuffler.IsFeedback(d.strategy) && !d.equalParts && !d.listsRecords:
+		return blockcache.IndexProbe
+	}
+	return blockcache.IndexFull
+}
+
+// checkIndex checks --index.
+func (d *datasetFlags) checkIndex() error {
+	if d.index != "" && d.index != blockcache.IndexFull && d.index != blockcache.IndexProbe {
+		return fmt.Errorf("--index %q: want full or probe", d.index)
+	}
+	return nil
 }
 
 // resolveFormat checks --compression and the format flags, if registered.
@@ -354,6 +385,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err := d.checkExchange(); err != nil {
 		return nil, nil, 0, err
 	}
+	if err := d.checkIndex(); err != nil {
+		return nil, nil, 0, err
+	}
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
 		return nil, nil, 0, err
@@ -365,7 +399,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	log.Info("index ready", "source", ix.Root, "files", len(ix.Files), "records", ix.Records,
+	log.Info("index ready", "source", ix.Root, "index", d.probeMode(), "files", len(ix.Files), "records", recordsText(ix),
 		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
@@ -476,4 +510,21 @@ func strategyHelp() string {
 		fmt.Fprintf(&b, "\n  %-*s %s", w, n, shuffler.Description(n))
 	}
 	return b.String()
+}
+
+// recordsText is the record count of ix for people: a number, or that it
+// is not known yet (a probed index learns it as blocks load).
+func recordsText(ix *blockcache.Index) string {
+	if ix.CountsUnknown {
+		return "not known yet (probed index: learned as blocks load)"
+	}
+	return strconv.FormatInt(ix.Records, 10)
+}
+
+// recordsPhrase is "N records", or that they are not known yet.
+func recordsPhrase(ix *blockcache.Index) string {
+	if ix.CountsUnknown {
+		return "records not known yet (probed index)"
+	}
+	return strconv.FormatInt(ix.Records, 10) + " records"
 }

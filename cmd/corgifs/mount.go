@@ -64,12 +64,19 @@ type info struct {
 }
 
 type datasetInfo struct {
-	Files      int              `json:"files"`
-	Records    int64            `json:"records"`
+	Files int `json:"files"`
+	// Records is null when a probed index does not know it (Unknown).
+	Records    *int64           `json:"records"`
 	Bytes      int64            `json:"bytes"`
 	Blocks     int              `json:"blocks"`
 	RecordSize map[string]int64 `json:"record_size"`
 	Skipped    skippedInfo      `json:"skipped_corrupt"`
+	// Index is how the index was built: full or probe. A probed index
+	// lists in Unknown the figures it does not know (null above):
+	// "records" (learned as blocks load, never known to the planner) and
+	// "record_size", but for formats of fixed-size records.
+	Index   string   `json:"index"`
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 type skippedInfo struct {
@@ -86,10 +93,21 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 		Buffer: p.Buffer.String(), BufferPart: target, Capped: capped, MaxMemory: p.MaxMemory,
 		Epochs: epochs, Parts: parts, EqualParts: p.EqualParts,
 		Dataset: datasetInfo{
-			Files: len(ix.Files), Records: ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks),
+			Files: len(ix.Files), Records: &ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks), Index: blockcache.IndexFull,
 			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
+	}
+	if ix.Probed {
+		in.Dataset.Index = blockcache.IndexProbe
+		if ix.CountsUnknown {
+			in.Dataset.Records = nil
+			in.Dataset.Unknown = append(in.Dataset.Unknown, "records")
+		}
+		if ix.RecordMax == 0 {
+			in.Dataset.RecordSize = nil
+			in.Dataset.Unknown = append(in.Dataset.Unknown, "record_size")
+		}
 	}
 	if shuffler.IsFeedback(p.Strategy) {
 		in.BalanceRule, in.FeedbackTimeout = p.BalanceRule.String(), p.FeedbackTimeout.Seconds()
@@ -234,7 +252,7 @@ the next).`, stderr)
 	log.Info("mounted", "mountpoint", mnt, "strategy", d.strategy, "seed", seed, "parts", *parts,
 		"buffer", d.buffer.v.String(), "block_size", humanize.IBytes(uint64(d.blockSize)),
 		"max_memory", humanize.IBytes(uint64(d.maxMemory)))
-	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%d records, %d parts, seed %d)", src, mnt, ix.Records, *parts, seed))
+	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%s, %d parts, seed %d)", src, mnt, recordsPhrase(ix), *parts, seed))
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
@@ -352,6 +370,9 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err := d.resolveFormat(); err != nil {
 		return err
 	}
+	if err := d.checkIndex(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, d.debug)
 	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -363,9 +384,13 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "source      %s\nformat      %s\nfiles       %d\nrecords     %d\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size min %d, median %d, max %d bytes\nskipped     %d damaged ranges\nfrom cache  %v\n",
-		ix.Root, ix.Format, len(ix.Files), ix.Records, humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
-		humanize.IBytes(uint64(ix.BlockSize)), ix.RecordMin, ix.RecordMedian, ix.RecordMax, len(ix.Damaged), cached)
+	sizes := fmt.Sprintf("min %d, median %d, max %d bytes", ix.RecordMin, ix.RecordMedian, ix.RecordMax)
+	if ix.Probed {
+		sizes = "not known (probed index)"
+	}
+	fmt.Fprintf(stdout, "source      %s\nindex       %s\nformat      %s\nfiles       %d\nrecords     %s\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size %s\nskipped     %d damaged ranges\nfrom cache  %v\n",
+		ix.Root, d.probeMode(), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+		humanize.IBytes(uint64(ix.BlockSize)), sizes, len(ix.Damaged), cached)
 	if c := ix.Compressed(); c.Files > 0 {
 		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",
 			c.Files, humanize.IBytes(uint64(c.Stored)), c.Points, humanize.IBytes(uint64(c.PointBytes)), 100*float64(c.PointBytes)/float64(max(1, c.Stored)))

@@ -25,6 +25,7 @@ readers.tfrecord (index_path) instead, TFRecord only: one 'offset size' line
 per record, the offset of its frame within the served part file and the
 frame's size.`, stderr)
 	var d datasetFlags
+	d.listsRecords = true
 	d.register(fset, true)
 	d.balance.printOnly = true // feedback strategies: the orders a mount saved (balance.go)
 	d.registerFormat(fset)

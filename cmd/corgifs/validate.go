@@ -102,6 +102,7 @@ each epoch's per-example gradients (see --sketch-dim) are written to the mount's
 feedback files before the next epoch is read, which the mount orders by them
 (--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
+	d.listsRecords = true // it trains with every strategy, full and once too
 	d.register(fset, true)
 	d.registerPrefetch(fset)
 	var v validateFlags

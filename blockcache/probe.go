@@ -1,0 +1,304 @@
+package blockcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+// Index modes (--index): full reads every byte of every file; probe reads
+// a small window at each multiple of the block size and finds the record
+// boundary there (formats.Prober). Both cut blocks by the rule of Cuts, so
+// where a probe is right they give the same blocks.
+const (
+	IndexFull  = "full"
+	IndexProbe = "probe"
+)
+
+// A probed index knows every block's byte range, so the bytes of an epoch
+// and of every part are exact; it does not know the records:
+//   - Frames and RecordCRCs are nil, so strategies that read records one
+//     at a time or order them by feedback, and --equal-parts, need a full
+//     index (shuffler refuses);
+//   - a block's Records is 0 (unknown) unless the format's records all
+//     have one length (formats.Sizer: fixed, npy), and Index.CountsUnknown
+//     is set; the loader learns the counts as it loads blocks, and the
+//     stream shuffles the records of a buffer by the count loaded;
+//   - blocks carry no CRC: for formats without checksums of their own, a
+//     block is checked by its structure and the file's version only.
+//
+// A probe can be fooled by a payload that embeds whole records; the
+// loader then finds that the block's records do not tile it and fails the
+// read with EIO and a line that says to index with --index full.
+
+// probeJob is one probe: the first record boundary at or after off in
+// file fi, into cuts[fi][k].
+type probeJob struct {
+	fi  int32
+	k   int
+	off int64
+}
+
+// buildProbed fills the files' scans of ix by probing. It reads each
+// file's head, then probes every multiple of the block size, many at once
+// (a probe of a remote file waits for one small GET). progress is called
+// with the bytes the probes done since its last call stand for.
+func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64)) ([]fileScan, error) {
+	files := ix.Files
+	scans := make([]fileScan, len(files))
+	heads := make([]formats.Head, len(files))
+	prober := o.Format.(formats.Prober) // Build checked
+	workers := max(8, runtime.GOMAXPROCS(0))
+	if o.Source != nil {
+		workers = 32
+	}
+	var failed atomic.Bool
+	var firstErr error
+	var errOnce sync.Once
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		failed.Store(true)
+	}
+	// Heads first: the probes need them.
+	run(len(files), workers, &failed, func(i int) {
+		if err := ctx.Err(); err != nil {
+			fail(err)
+			return
+		}
+		r, done, err := ix.openProbe(int32(i), o)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer done()
+		h, err := o.Format.Head(r, files[i].Size)
+		if err != nil {
+			fail(fmt.Errorf("index: %s: %w", ix.Path(int32(i)), err))
+			return
+		}
+		heads[i] = h
+	})
+	if failed.Load() {
+		return nil, firstErr
+	}
+	// The edges: the records' start and end, and a probe at every multiple
+	// of the block size between them.
+	var jobs []probeJob
+	cuts := make([][]int64, len(files))
+	for i := range files {
+		h := heads[i]
+		n := 2
+		if h.End > h.Start {
+			n += int((h.End-1)/ix.BlockSize - h.Start/ix.BlockSize)
+		}
+		cuts[i] = make([]int64, n)
+		jobs = append(jobs, probeJob{int32(i), 0, h.Start}, probeJob{int32(i), n - 1, h.End})
+		for k := 1; k < n-1; k++ {
+			jobs = append(jobs, probeJob{int32(i), k, (h.Start/ix.BlockSize + int64(k)) * ix.BlockSize})
+		}
+	}
+	var probed atomic.Int64
+	run(len(jobs), workers, &failed, func(j int) {
+		if err := ctx.Err(); err != nil {
+			fail(err)
+			return
+		}
+		jb := jobs[j]
+		r, done, err := ix.openProbe(jb.fi, o)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer done()
+		c, err := prober.Probe(r, heads[jb.fi], jb.off)
+		if err != nil {
+			fail(fmt.Errorf("index: %s: probe at offset %d: %w", ix.Path(jb.fi), jb.off, err))
+			return
+		}
+		if h := heads[jb.fi]; c < h.Start || c > h.End {
+			fail(fmt.Errorf("index: %s: the probe at offset %d found a record boundary at %d, outside the file's records [%d, %d]", ix.Path(jb.fi), jb.off, c, h.Start, h.End))
+			return
+		}
+		cuts[jb.fi][jb.k] = c
+		if probed.Add(1)%256 == 0 {
+			progress(256 * ix.BlockSize) // what the probes stand for
+		}
+	})
+	if failed.Load() {
+		return nil, firstErr
+	}
+	var sizer formats.Sizer
+	if s, ok := o.Format.(formats.Sizer); ok {
+		sizer = s
+	}
+	for i := range files {
+		scans[i] = probedScan(int32(i), heads[i], cuts[i], sizer)
+	}
+	return scans, nil
+}
+
+// probedScan cuts file fi at the probed boundaries: cuts[0] is where its
+// records start, cuts[len-1] where they end, and the ones between the
+// first boundaries at or after the multiples of the block size.
+func probedScan(fi int32, h formats.Head, cuts []int64, sizer formats.Sizer) fileScan {
+	sc := fileScan{head: h, from: h.Start, to: h.Start}
+	from, to := cuts[0], cuts[len(cuts)-1]
+	if from >= to {
+		return sc
+	}
+	sc.from, sc.to = from, to
+	var size int64
+	if sizer != nil {
+		size = sizer.RecordLen(h)
+	}
+	prev := from
+	add := func(end int64) {
+		b := Block{File: fi, Offset: prev, Len: end - prev}
+		if size > 0 {
+			b.Records = int32((end - prev) / size)
+			sc.records += int64(b.Records)
+		}
+		sc.blocks = append(sc.blocks, b)
+		prev = end
+	}
+	for _, c := range cuts[1 : len(cuts)-1] {
+		if c > prev && c < to {
+			add(c)
+		}
+	}
+	add(to)
+	return sc
+}
+
+// openProbe opens file fi for probes: through the page cache, since a
+// probe reads a few small windows.
+func (ix *Index) openProbe(fi int32, o Options) (io.ReaderAt, func(), error) {
+	f := ix.Files[fi]
+	path := ix.Path(fi)
+	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
+		return nil, nil, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
+	}
+	if o.Source != nil {
+		sf, err := o.Source.Open(f.Path, f.Version)
+		if err != nil {
+			return nil, nil, fmt.Errorf("index: %w", err)
+		}
+		return sf, func() { sf.Close() }, nil
+	}
+	lf, _, err := openRegular("", path)
+	if errors.Is(err, errNotRegular) {
+		return nil, nil, fmt.Errorf("index: %s: %w", path, err)
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("index: %w", err)
+	}
+	return lf, func() { lf.Close() }, nil
+}
+
+// run calls fn(0) to fn(n-1) on up to workers goroutines, stopping early
+// once failed is set.
+func run(n, workers int, failed *atomic.Bool, fn func(int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, workers) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && !failed.Load(); i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// countsKnown reports whether every block of the scans has its record count.
+func countsKnown(scans []fileScan) bool {
+	return !slices.ContainsFunc(scans, func(sc fileScan) bool {
+		return slices.ContainsFunc(sc.blocks, func(b Block) bool { return b.Records == 0 })
+	})
+}
+
+// reprobe returns the index of the source as it is now, from the probed
+// index ix of it as it was: the files that kept their size, modification
+// time and version keep their blocks, and only new and changed files are
+// probed (each named in the log).
+func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
+	o.fill()
+	o.FollowSymlinks = ix.FollowSymlinks
+	files, f, err := selectFiles(ctx, ix.Root, o)
+	if err != nil {
+		return nil, err
+	}
+	if f.Name() != ix.Fmt().Name() {
+		return nil, fmt.Errorf("the files are now %s, not %s", f.Name(), ix.Fmt().Name())
+	}
+	o.Format = f
+	type kept struct {
+		file   int32
+		blocks []Block
+	}
+	old := make(map[string]*kept, len(ix.Files))
+	for i, fl := range ix.Files {
+		old[fl.Path] = &kept{file: int32(i)}
+	}
+	for _, b := range ix.Blocks {
+		k := old[ix.Files[b.File].Path]
+		k.blocks = append(k.blocks, b)
+	}
+	sub := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, FollowSymlinks: ix.FollowSymlinks,
+		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
+	var changed []int // indexes in files of those probed again
+	for i, fl := range files {
+		k, ok := old[fl.Path]
+		if ok {
+			was := ix.Files[k.file]
+			if was.Size == fl.Size && was.Mtime == fl.Mtime && was.Version == fl.Version {
+				continue
+			}
+			o.Logger.Info("source file changed since it was indexed; probing it again, alone", "file", ix.Root+"/"+fl.Path, "version", fl.Version, "was", was.Version)
+		} else {
+			o.Logger.Info("new source file; probing it", "file", ix.Root+"/"+fl.Path)
+		}
+		changed = append(changed, i)
+		sub.Files = append(sub.Files, fl)
+	}
+	var total int64
+	for _, fl := range files {
+		total += fl.Size
+	}
+	probed, err := sub.buildProbed(ctx, o, func(int64) {})
+	if err != nil {
+		return nil, err
+	}
+	nix := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, Files: files, FollowSymlinks: ix.FollowSymlinks,
+		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
+	scans := make([]fileScan, len(files))
+	for i, fl := range files {
+		k := old[fl.Path]
+		if k == nil {
+			continue
+		}
+		was := ix.Files[k.file]
+		sc := fileScan{records: was.Records, head: was.Head, from: was.From, to: was.To}
+		for _, b := range k.blocks {
+			b.File = int32(i)
+			sc.blocks = append(sc.blocks, b)
+		}
+		scans[i] = sc
+	}
+	for j, i := range changed {
+		sc := probed[j]
+		for b := range sc.blocks {
+			sc.blocks[b].File = int32(i)
+		}
+		scans[i] = sc
+	}
+	nix.CountsUnknown = !countsKnown(scans)
+	return nix.assemble(f, scans, make([]error, len(files)), total, o)
+}
