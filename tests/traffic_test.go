@@ -64,10 +64,17 @@ func TestLocalStrategyWithADiskCacheOfItsPartitionFetchesNothingAfterEpochZero(t
 	src := genSynthetic(t, 6000, 120, 4, 4, "clustered")
 	m, part := trafficMount(t, src, 0, "--seed", "5", "--block-size", "8KiB", "--strategy", "local", "--parts", "8")
 	fetched := readEpochs(t, m, 4)
-	if fetched[0] < part {
-		t.Fatalf("epoch 0 fetched %d bytes, want at least the part's %d", fetched[0], part)
+	// The prefetch that crosses into epoch 1 while epoch 0's last buffers
+	// load may fetch a block both need first: it then counts to epoch 1,
+	// and epoch 0 takes it from the cache. Every block is fetched once,
+	// never again.
+	if total := fetched[0] + fetched[1] + fetched[2] + fetched[3]; total != part {
+		t.Fatalf("fetched %v, %d bytes in all; want the part's %d bytes, each block once", fetched, total, part)
 	}
-	for e := 1; e < 4; e++ {
+	if fetched[1] > part/4 {
+		t.Errorf("epoch 1 fetched %d bytes, more than the prefetch crossing from epoch 0 can take", fetched[1])
+	}
+	for e := 2; e < 4; e++ {
 		if fetched[e] != 0 {
 			t.Errorf("epoch %d fetched %d bytes from the source, want 0: the disk cache holds the partition (%d bytes)\n%s", e, fetched[e], part, m.log)
 		}
