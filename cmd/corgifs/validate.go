@@ -61,7 +61,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Var(&v.strategies, "strategies", "comma separated order `strategies` to train with, side by side; pls:Q is pls with\n--exchange Q (such as pls:0.1,pls:0.3 to compare exchange fractions)")
 	fs.IntVar(&v.workers, "workers", 1, "read the `K` parts of every epoch in lock-step, as K data-parallel workers (DDP ranks):\nevery step takes --batch/K records of each part; an epoch ends at the shortest part's\nlast full step (see --equal-parts)")
 	fs.IntVar(&v.syncEvery, "sync-every", 0, "with --workers K > 1: 0 averages the K gradients of every step into one update\n(synchronous SGD); `H` ≥ 1 gives each worker its own model, updated by its own\nmini-batches, and averages the K models every H steps and at the end of every\nepoch (local SGD)")
-	fs.IntVar(&v.sketchDim, "sketch-dim", 64, "grab, cdgrab, corgipile-balance: after every epoch each part's per-example gradients\n(at the model that trained on the record) are written to the mount's feedback files,\nexactly when a gradient has at most `N` values (logistic regression, SVM: features+1),\nelse as a seeded random projection (CountSketch) to N values (softmax); the mount's\n--feedback-dim is set to the vectors' dimension")
+	fs.IntVar(&v.sketchDim, "sketch-dim", 64, "grab, cdgrab, corgipile-balance: after every epoch each part's per-example gradients\n(at the model that trained on the record) are written to the mount's feedback files,\nexactly for logistic regression and SVM whatever the feature count (features+1 values);\nfor softmax exactly when its gradient has at most `N` values (classes × (features+1)), else\nas a seeded random projection (CountSketch) to N values. validate sets the mount's\n--feedback-dim to the vectors' dimension and refuses, with the numbers, a run whose\nvectors (records × (4 × dim + 12) bytes) do not fit in --max-memory")
 	fs.IntVar(&v.epochs, "epochs", 10, "training epochs per strategy")
 	fs.IntVar(&v.batch, "batch", 64, "mini-batch size (1: plain SGD, one record per update)")
 	fs.Float64Var(&v.lr, "lr", 0.05, "learning rate of epoch 0")
@@ -251,6 +251,9 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 				return report, err
 			}
 			fbDim = tr.Gradients.Dim()
+			if err := feedbackFits(d, ix, r.strategy, tr.Gradients); err != nil {
+				return report, err
+			}
 		}
 		rio, err := epochOpener(ctx, d, v, ix, r, seed, work, fbDim, log)
 		if err != nil {
