@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,16 +41,26 @@ func rawValidate(t *testing.T, args ...string) []map[string]any {
 // TestValidateWorkersWithFullShuffleTrainsLikeOneWorker: K workers in
 // lock-step, each step averaging the gradients of batch/K records of every
 // part, is synchronous SGD with the same global batch: on a full shuffle
-// it ends where one worker does, within noise.
+// it ends where one worker does, within noise. The runs must still be K
+// workers' (the report says so, and each step takes other records than
+// one worker's, so no epoch's numbers are bit-identical to K=1's): a
+// --workers that were ignored would end "within noise" too.
 func TestValidateWorkersWithFullShuffleTrainsLikeOneWorker(t *testing.T) {
 	train, test := workersData(t)
 	args := []string{"validate", "--data", train, "--test", test, "--strategies", "full", "--via", "direct", "--epochs", "3",
 		"--batch", "32", "--lr", "0.05", "--block-size", "8KiB", "--seed", "5", "--cache-dir", t.TempDir()}
 	final := map[string]float64{}
+	epochs := map[string][]any{}
 	for _, k := range []string{"1", "4", "8"} {
-		r := validateJSON(t, append(args, "--workers", k)...)
-		e := r.Runs[0].Epochs[2]
-		final[k] = 100 * e.TestAcc
+		run := rawValidate(t, append(args, "--workers", k)...)[0]
+		if k != "1" && fmt.Sprint(run["workers"]) != k {
+			t.Errorf("--workers %s: the report says workers %v", k, run["workers"])
+		}
+		epochs[k] = run["epochs"].([]any)
+		if len(epochs[k]) != 3 {
+			t.Fatalf("--workers %s: %d epochs reported, want 3", k, len(epochs[k]))
+		}
+		final[k] = 100 * epochs[k][2].(map[string]any)["test_acc"].(float64)
 	}
 	t.Logf("final test accuracy by workers: %v", final)
 	if final["1"] < 70 {
@@ -58,6 +69,12 @@ func TestValidateWorkersWithFullShuffleTrainsLikeOneWorker(t *testing.T) {
 	for _, k := range []string{"4", "8"} {
 		if d := final[k] - final["1"]; d < -1.5 || d > 1.5 {
 			t.Errorf("%s workers end at %.2f%%, one worker at %.2f%%: want within 1.5 points", k, final[k], final["1"])
+		}
+		for e := range epochs[k] {
+			a, b := epochs[k][e].(map[string]any), epochs["1"][e].(map[string]any)
+			if a["train_loss"] == b["train_loss"] {
+				t.Errorf("epoch %d: %s workers and one worker have the same full training loss %v: the steps took the same records", e, k, a["train_loss"])
+			}
 		}
 	}
 }
