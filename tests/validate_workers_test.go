@@ -151,13 +151,37 @@ func TestValidateWorkerFlagsGiveClearErrors(t *testing.T) {
 		{[]string{"--strategies", "corgipile:0.3"}, "only pls takes an exchange fraction"},
 		{[]string{"--strategies", "pls:1.5"}, "0 ≤ Q ≤ 1"},
 		{[]string{"--strategies", "corgipile", "--exchange", "0.3"}, "--exchange is the Q of pls"},
-		{[]string{"--strategies", "full", "--partition", "contiguous"}, "--partition applies to the strategies local and pls"},
+		{[]string{"--strategies", "full", "--partition", "contiguous"}, "--partition applies to the strategies local, pls, grab and cdgrab"},
 		{[]string{"--strategies", "none", "--via", "files", "--workers", "2", "--batch", "2"}, "--via files reads the source files as one stream"},
 	} {
 		_, stderr, code := run(append([]string{"validate", "--data", data, "--test", test, "--epochs", "1"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("validate %s: exit %d, stderr %q; want an error containing %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
+	}
+}
+
+// TestValidateHelpSaysWhatItsFeedbackAndPartitionFlagsApplyTo: validate
+// sets its mounts' --feedback-dim itself (giving it is an error), so its
+// help shows no default for it and says so; --partition applies to every
+// strategy that keeps part sets, grab and cdgrab included.
+func TestValidateHelpSaysWhatItsFeedbackAndPartitionFlagsApplyTo(t *testing.T) {
+	_, help, _ := run("validate", "--help")
+	i := strings.Index(help, "-feedback-dim")
+	if i < 0 {
+		t.Fatalf("validate --help lists no --feedback-dim:\n%s", help)
+	}
+	entry, _, _ := strings.Cut(help[i+1:], "\n  -")
+	if !strings.Contains(entry, "set by validate itself") || strings.Contains(entry, "(default") {
+		t.Errorf("validate --help on --feedback-dim: %q; want it said to be set by validate, with no default", entry)
+	}
+	if !strings.Contains(help, "--partition applies to local, pls, grab and\ncdgrab") {
+		t.Errorf("validate --help does not say --partition applies to grab and cdgrab:\n%s", help)
+	}
+	data, test := t.TempDir(), t.TempDir()
+	_, stderr, _ := run("validate", "--data", data, "--test", test, "--strategies", "grab", "--partition", "contiguous", "--epochs", "1")
+	if strings.Contains(stderr, "--partition applies") {
+		t.Errorf("validate refuses --partition with grab: %s", stderr)
 	}
 }
 

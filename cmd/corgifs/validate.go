@@ -96,17 +96,23 @@ or its --workers K parts in lock-step), and prints per epoch and strategy:
 training loss and accuracy over the epoch, the loss and accuracy of the model at
 the end of the epoch on the full training set, test accuracy on --test, and
 seconds. It shows whether an order trains like a full shuffle. The dataset flags
-mean what they mean for mount; --partition applies to local and pls, --exchange
-to pls, --equal-parts to every strategy. With grab, cdgrab and corgipile-balance
-each epoch's per-example gradients (see --sketch-dim) are written to the mount's
-feedback files before the next epoch is read, which the mount orders by them
-(--balance-rule, --feedback-timeout as for mount).`, stderr)
+mean what they mean for mount; --partition applies to local, pls, grab and
+cdgrab, --exchange to pls, --equal-parts to every strategy. With grab, cdgrab and
+corgipile-balance each epoch's per-example gradients (see --sketch-dim) are
+written to the mount's feedback files before the next epoch is read, which the
+mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
 	d.listsRecords = true // it trains with every strategy, full and once too
 	d.register(fset, true)
 	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
+	if f := fset.Lookup("feedback-dim"); f != nil {
+		// mount's flag, among the dataset flags: validate sets it for its
+		// mounts, so its help says so and shows no default.
+		f.Usage = "set by validate itself, not a validate flag: its mounts get the dimension of the\nvectors it writes (see --sketch-dim); giving it is an error"
+		f.DefValue = "0"
+	}
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}
@@ -321,7 +327,7 @@ func (v *validateFlags) runs(d *datasetFlags) ([]strategyRun, error) {
 		runs = append(runs, r)
 	}
 	if d.partitionGiven && !partitioned {
-		return nil, fmt.Errorf("--partition applies to the strategies local and pls (the set each part keeps); --strategies %s has neither", v.strategies.String())
+		return nil, fmt.Errorf("--partition applies to the strategies local, pls, grab and cdgrab (the set each part keeps); --strategies %s has none of them", v.strategies.String())
 	}
 	if d.exchangeGiven && !plainPLS {
 		return nil, fmt.Errorf("--exchange is the Q of pls in --strategies (local is pls with Q 0); --strategies %s has no pls without its own pls:Q", v.strategies.String())
