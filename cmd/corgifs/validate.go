@@ -132,9 +132,17 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	if err := d.checkCacheDir(); err != nil {
 		return err
 	}
-	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A reader that goes away (validate 2>&1 | head) must not leave the
+	// work directory and its mounts behind, as the default SIGPIPE exit
+	// would: with SIGPIPE ignored the write fails with EPIPE, which ends
+	// the run as SIGINT does, through the deferred cleanups.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdout, stderr = &epipeCancels{w: stdout, cancel: cancel}, &epipeCancels{w: stderr, cancel: cancel}
+	log := newLogger(stderr, d.debug)
 	// An s3:// --data is opened here, for the index and the epochs.
 	cleanup, err := d.copyForValidate(ctx, &v, log)
 	if err != nil {
@@ -146,6 +154,21 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 		return err
 	}
 	return writeReport(stdout, report, &v)
+}
+
+// epipeCancels writes to w, and cancels the run when w's reader has gone
+// away.
+type epipeCancels struct {
+	w      io.Writer
+	cancel context.CancelFunc
+}
+
+func (e *epipeCancels) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		e.cancel()
+	}
+	return n, err
 }
 
 func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) error {
