@@ -220,6 +220,11 @@ type Stats struct {
 	// loaded for (see EpochStats).
 	Epochs    map[int]EpochStats `json:"epochs"`
 	DiskCache *DiskCacheStats    `json:"disk_cache,omitempty"`
+	// BlocksLearned and RecordsLearned, for a probed index only (whose
+	// record counts are learned as blocks load), are the blocks loaded so
+	// far and the records they hold (Learned).
+	BlocksLearned  *int64 `json:"blocks_learned,omitempty"`
+	RecordsLearned *int64 `json:"records_learned,omitempty"`
 }
 
 // LoaderOptions configure a Loader.
@@ -372,6 +377,10 @@ func (l *Loader) Stats() Stats {
 		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget, MemoryMapped: mapped,
 	}
 	l.diskStats(&s)
+	if l.learned != nil {
+		blocks, records := l.learnedBlocks.Load(), l.learnedRecords.Load()
+		s.BlocksLearned, s.RecordsLearned = &blocks, &records
+	}
 	return s
 }
 
