@@ -424,8 +424,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		}
 		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
-			// Reached once the mount serves other formats (see the
-			// --via files guard in validate), when mount has these flags.
+			// The decoding flags of validate are mount's too.
 			flags = append(flags, "--format", v.format, "--header="+strconv.FormatBool(!v.noHeader))
 			if v.format == "fixed" {
 				flags = append(flags, "--record-size", fmt.Sprint(v.recordSize), "--header-bytes", fmt.Sprint(v.headerBytes))
