@@ -23,7 +23,8 @@ type Object struct {
 	Size  int64
 	Mtime int64 // modification time, Unix nanoseconds
 	// Version changes whenever the content may have changed: the ETag of
-	// an object in a store.
+	// an object in a store, the size and modification time of a local
+	// file (local.Version).
 	Version string
 }
 
@@ -36,9 +37,10 @@ type Source interface {
 	ID() string
 	// List returns the files whose base names match, sorted by path.
 	List(ctx context.Context, match func(base string) bool) ([]Object, error)
-	// Open returns a reader of the file at path pinned to version: a read
-	// of a file that is no longer at that version fails with an error
-	// that wraps ErrChanged, never with other bytes.
+	// Open returns a reader of the file at path pinned to version: the
+	// open (a local file, checked once) or a read (an object, each GET
+	// pinned) of a file that is no longer at that version fails with an
+	// error that wraps ErrChanged, never with other bytes.
 	Open(path, version string) (File, error)
 }
 
