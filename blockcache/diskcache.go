@@ -239,7 +239,11 @@ func (c *DiskCache) key(e extent) []byte {
 	k = append(k, 0)
 	k = append(k, f.Path...)
 	k = append(k, 0)
-	k = append(k, f.Version...)
+	if !isLocal(c.ix.src) {
+		// A local file's version is its size and mtime, keyed below:
+		// entries stored before local files had versions still hit.
+		k = append(k, f.Version...)
+	}
 	for _, v := range []int64{f.Size, f.Mtime, e.off, e.n} {
 		k = append(k, 0)
 		k = strconv.AppendInt(k, v, 10)
