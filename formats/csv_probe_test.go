@@ -11,13 +11,13 @@ import (
 // checkCSVProbe probes data, a CSV file the full scan s accepted, at every
 // offset with a few look-backs and read limits, and fails if a probe
 // returns anything but the first row start at or after its offset (an
-// ErrProbeAmbiguous is allowed). It returns how many probes answered and
+// ErrProbeAmbiguous is allowed); every step-th offset. It returns how many probes answered and
 // how many there were.
-func checkCSVProbe(t *testing.T, data []byte, s fileRecords) (answered, probes int) {
+func checkCSVProbe(t *testing.T, data []byte, s fileRecords, step int64) (answered, probes int) {
 	t.Helper()
 	h := s.head
 	r := bytes.NewReader(data)
-	for off := h.Start; off <= h.End; off++ {
+	for off := h.Start; off <= h.End; off += step {
 		want := h.End
 		for _, rec := range s.recs {
 			if rec.Offset >= off {
@@ -92,7 +92,7 @@ func randomCSV(r *rand.Rand) []byte {
 func TestCSVProbeReturnsOnlyTrueRowStarts(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	answered, probes, files := 0, 0, 0
-	for range 400 {
+	for range 150 {
 		data := randomCSV(r)
 		for _, header := range []bool{false, true} {
 			s, err := scanFile(CSV{Header: header}, data)
@@ -100,12 +100,12 @@ func TestCSVProbeReturnsOnlyTrueRowStarts(t *testing.T) {
 				continue
 			}
 			files++
-			a, p := checkCSVProbe(t, data, s)
+			a, p := checkCSVProbe(t, data, s, 1)
 			answered, probes = answered+a, probes+p
 		}
 	}
 	t.Logf("%d files, %d of %d probes answered", files, answered, probes)
-	if files < 300 || answered < probes/2 {
+	if files < 100 || answered < probes/2 {
 		t.Fatalf("%d valid files, %d of %d probes answered: the test says little", files, answered, probes)
 	}
 }
@@ -134,7 +134,7 @@ func TestCSVProbeWithoutQuotesInItsWindowIsAmbiguous(t *testing.T) {
 			if got := errors.Is(err, ErrProbeAmbiguous); got != tc.ambiguous {
 				t.Fatalf("probe at 1000: %v; want ambiguous %v", err, tc.ambiguous)
 			}
-			checkCSVProbe(t, data, s)
+			checkCSVProbe(t, data, s, 13)
 		})
 	}
 }
