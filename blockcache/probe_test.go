@@ -387,3 +387,34 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 		t.Fatalf("plain.csv alone, probed: Probed %v, %d frames, blocks %v; want the full index's %d frames and blocks %v", probed.Probed, len(probed.Frames), probed.Blocks, len(full.Frames), full.Blocks)
 	}
 }
+
+// A probed index whose CSV file changed probes that file again, alone,
+// and when the new file's quoting leaves a probe uncertain, scans it
+// whole: the index cuts the full index's blocks, is saved, and loads
+// back from its sidecar as it was.
+func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testing.T) {
+	files := csvProbeFiles()
+	root := t.TempDir()
+	writeBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
+	writeBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
+	const bs = 256 << 10
+	o := Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
+	if ix1, fromCache, log := openLogged(t, root, o); fromCache || !ix1.Probed || strings.Contains(log, "scanning the whole file") {
+		t.Fatalf("first Open: from cache %v, probed %v; log:\n%s", fromCache, ix1.Probed, log)
+	}
+	writeBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
+	setMtime(t, filepath.Join(root, "b.csv"), 1e18)
+	ix2, fromCache, log := openLogged(t, root, o)
+	if fromCache || !ix2.Probed || !strings.Contains(log, "probing it again, alone") {
+		t.Fatalf("Open after b.csv changed: from cache %v, probed %v; log:\n%s", fromCache, ix2.Probed, log)
+	}
+	compareIndexes(t, build(t, root, Options{BlockSize: bs, Format: o.Format}), ix2)
+	for _, b := range ix2.Blocks {
+		if scanned := ix2.Files[b.File].Path == "b.csv"; scanned != (b.Records > 0) {
+			t.Fatalf("block %+v of %s: %d records known; want b.csv scanned whole and a.csv probed", b, ix2.Files[b.File].Path, b.Records)
+		}
+	}
+	if ix3, fromCache, log := openLogged(t, root, o); !fromCache || !reflect.DeepEqual(ix2.Blocks, ix3.Blocks) {
+		t.Fatalf("the re-probed index was not saved or loads back otherwise: from cache %v; log:\n%s", fromCache, log)
+	}
+}
