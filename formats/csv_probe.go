@@ -13,8 +13,9 @@ import (
 // index builder then scans that file whole.
 var ErrProbeAmbiguous = errors.New("no record boundary is certain near the offset")
 
-// What a CSV probe reads: from csvProbeBack before its offset, and at
-// most csvProbeLimit bytes in all (a few GETs of a remote file) before it
+// What a CSV probe reads when the window after its offset does not
+// settle it: from csvProbeBack before its offset, and at most
+// csvProbeLimit bytes in all (a few GETs of a remote file) before it
 // gives up and the file is scanned whole.
 const (
 	csvProbeBack  = probeWindow
@@ -56,6 +57,12 @@ const (
 // probe gives up: the full scan then reports the damage) or keep a wrong
 // one alive; the loader's split of the block finds the bad row then.
 func (CSV) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
+	// Most files with quotes settle within a few rows after off: first
+	// one window from there (one read, as the line probe), then the
+	// whole allowance, from before off.
+	if c, err := probeCSV(r, h, off, 0, probeWindow); !errors.Is(err, ErrProbeAmbiguous) {
+		return c, err
+	}
 	return probeCSV(r, h, off, csvProbeBack, csvProbeLimit)
 }
 
@@ -170,7 +177,9 @@ func probeCSV(r io.ReaderAt, h Head, off, back, limit int64) (int64, error) {
 					hp.found, event = p+1, true
 				}
 			}
-			hyps = mergeCSVHyps(hyps)
+			if event || len(hyps) > 1 {
+				hyps = mergeCSVHyps(hyps)
+			}
 			if event {
 				if len(hyps) == 0 {
 					return 0, fmt.Errorf("probe at offset %d: no reading of the bytes from offset %d to %d is valid CSV: %w", off, a, p+1, ErrProbeAmbiguous)
