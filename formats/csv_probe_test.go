@@ -25,6 +25,9 @@ func checkCSVProbe(t *testing.T, data []byte, s fileRecords, step int64) (answer
 				break
 			}
 		}
+		if got, err := (CSV{}).Probe(r, h, off); err != nil && !errors.Is(err, ErrProbeAmbiguous) || err == nil && got != want {
+			t.Fatalf("Probe of %q at %d: %d, %v; the first row start at or after it is %d", data, off, got, err, want)
+		}
 		for _, back := range []int64{0, 1, 5, 40, 1 << 20} {
 			for _, limit := range []int64{1, 9, 64, 1 << 20} {
 				got, err := probeCSV(r, h, off, back, limit)
