@@ -3,6 +3,7 @@ package formats
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -138,6 +139,36 @@ func TestCSVProbeWithoutQuotesInItsWindowIsAmbiguous(t *testing.T) {
 				t.Fatalf("probe at 1000: %v; want ambiguous %v", err, tc.ambiguous)
 			}
 			checkCSVProbe(t, data, s, 13)
+		})
+	}
+}
+
+// BenchmarkCSVProbe measures one probe in the middle of 8 MiB of rows
+// that all have quoted fields with newlines, of rows without a quote (the
+// probe reads its 1 MiB and gives up), and of plain rows with a quoted
+// one every 2000 rows.
+func BenchmarkCSVProbe(b *testing.B) {
+	for _, kind := range []string{"quoted", "plain", "sparse"} {
+		d := []byte("id,text,tag\n")
+		for i := 0; len(d) < 8<<20; i++ {
+			switch {
+			case kind == "quoted":
+				d = fmt.Appendf(d, "%d,\"row %d\nsecond, \"\"q\"\"\n%s\",t\n", i, i, strings.Repeat("x", i%97))
+			case kind == "sparse" && i%2000 == 0:
+				d = fmt.Appendf(d, "%d,\"q\",t\n", i)
+			default:
+				d = fmt.Appendf(d, "%d,plain row %d %s,t\n", i, i, strings.Repeat("x", i%97))
+			}
+		}
+		s, err := scanFile(CSV{Header: true}, d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := bytes.NewReader(d)
+		b.Run(kind, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				CSV{}.Probe(r, s.head, int64(4<<20+i%1000))
+			}
 		})
 	}
 }
