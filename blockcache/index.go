@@ -321,8 +321,9 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	scans := make([]fileScan, len(files))
 	errs := make([]error, len(files))
 	var done atomic.Int64
+	scanned := false // every file scanned whole by the probe index's fallback
 	if _, ok := f.(formats.Prober); o.Probe && !ok {
-		o.Logger.Info("probe index: the format has no probe (a CSV row may hold newlines inside quotes), so every file is scanned whole", "format", f.Name())
+		o.Logger.Info("probe index: the format has no probe, so every file is scanned whole", "format", f.Name())
 		for i := range files {
 			o.Logger.Debug("probe index: scanning the whole file", "file", ix.Path(int32(i)))
 		}
@@ -337,7 +338,8 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 			return nil, errors.New("--skip-corrupt needs a full index, which finds the damage: use --index full")
 		}
 		ix.Probed = true
-		scans, err = ix.buildProbed(ctx, o, func(n int64) {
+		var whole []bool
+		scans, whole, err = ix.buildProbed(ctx, o, func(n int64) {
 			if o.Progress != nil {
 				o.Progress(min(done.Add(n), total), total)
 			}
@@ -353,31 +355,52 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 		} else if err != nil {
 			return nil, err
 		}
+		if o.Probe && !slices.Contains(whole, false) {
+			// Every file was scanned whole (CSV without quotes to settle
+			// a probe): that is a full index, and keeps what one knows.
+			o.Logger.Info("probe index: every file was scanned whole; the index is a full one")
+			ix.Probed, o.Probe, scanned = false, false, true
+		} else if o.Probe {
+			for i := range scans {
+				if whole[i] {
+					stripScan(&scans[i])
+				}
+			}
+		}
 	}
-	if o.Probe {
+	switch {
+	case o.Probe:
 		ix.CountsUnknown = !countsKnown(scans)
-	} else {
-		ix.scanAll(ctx, o, scans, errs, total)
+	case !scanned:
+		ix.scanAll(ctx, o, scans, errs, total, nil)
 	}
 	return ix.assemble(f, scans, errs, total, o)
 }
 
-// scanAll scans every file into scans, a few at once.
-func (ix *Index) scanAll(ctx context.Context, o Options, scans []fileScan, errs []error, total int64) {
+// scanAll scans every file into scans, a few at once; or, when only is
+// not nil, the files it lists (a probed index's files scanned whole).
+func (ix *Index) scanAll(ctx context.Context, o Options, scans []fileScan, errs []error, total int64, only []int) {
 	// A few files at once: the scan checks every CRC, which takes about
 	// as long as reading the bytes directly does, so one file at a time
 	// leaves either the disk or the CPU idle.
 	files := ix.Files
+	if only == nil {
+		only = make([]int, len(files))
+		for i := range only {
+			only[i] = i
+		}
+	}
 	var next, done atomic.Int64
 	var failed atomic.Bool
 	var progressMu sync.Mutex
 	var reported int64
 	var wg sync.WaitGroup
-	for range min(len(files), max(2, runtime.GOMAXPROCS(0)), 8) {
+	for range min(len(only), max(2, runtime.GOMAXPROCS(0)), 8) {
 		wg.Go(func() {
 			var rd aheadReader
 			defer rd.free()
-			for i := int(next.Add(1) - 1); i < len(files) && !failed.Load(); i = int(next.Add(1) - 1) {
+			for k := int(next.Add(1) - 1); k < len(only) && !failed.Load(); k = int(next.Add(1) - 1) {
+				i := only[k]
 				var last int64
 				progress := func(n int64) {
 					d := done.Add(n - last)

@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -50,9 +51,16 @@ type probeJob struct {
 // file's head, then probes every multiple of the block size, many at once
 // (a probe of a remote file waits for one small GET). progress is called
 // with the bytes the probes done since its last call stand for.
-func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64)) ([]fileScan, error) {
+//
+// A file where a probe cannot be certain of the boundary
+// (formats.ErrProbeAmbiguous: CSV whose quoting the window does not
+// settle) is scanned whole instead, and whole says which: their scans are
+// a full index's (record table, block CRCs), which stripScan makes fit a
+// probed index.
+func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64)) (scans []fileScan, whole []bool, err error) {
 	files := ix.Files
-	scans := make([]fileScan, len(files))
+	scans = make([]fileScan, len(files))
+	whole = make([]bool, len(files))
 	heads := make([]formats.Head, len(files))
 	prober := o.Format.(formats.Prober) // Build checked
 	workers := max(8, runtime.GOMAXPROCS(0))
@@ -86,7 +94,7 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 		heads[i] = h
 	})
 	if failed.Load() {
-		return nil, firstErr
+		return nil, nil, firstErr
 	}
 	// The edges: the records' start and end, and a probe at every multiple
 	// of the block size between them.
@@ -105,12 +113,16 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 		}
 	}
 	var probed atomic.Int64
+	ambiguous := make([]atomic.Bool, len(files))
 	run(len(jobs), workers, &failed, func(j int) {
 		if err := ctx.Err(); err != nil {
 			fail(err)
 			return
 		}
 		jb := jobs[j]
+		if ambiguous[jb.fi].Load() {
+			return // scanned whole
+		}
 		r, done, err := ix.openProbe(jb.fi, o)
 		if err != nil {
 			fail(err)
@@ -118,6 +130,12 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 		}
 		defer done()
 		c, err := prober.Probe(r, heads[jb.fi], jb.off)
+		if errors.Is(err, formats.ErrProbeAmbiguous) {
+			if !ambiguous[jb.fi].Swap(true) {
+				o.Logger.Debug("probe index: scanning the whole file, its record boundary is not certain near a block edge", "file", ix.Path(jb.fi), "offset", jb.off, "why", err)
+			}
+			return
+		}
 		if err != nil {
 			fail(fmt.Errorf("index: %s: probe at offset %d: %w", ix.Path(jb.fi), jb.off, err))
 			return
@@ -132,16 +150,50 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 		}
 	})
 	if failed.Load() {
-		return nil, firstErr
+		return nil, nil, firstErr
 	}
 	var sizer formats.Sizer
 	if s, ok := o.Format.(formats.Sizer); ok {
 		sizer = s
 	}
+	var only []int
+	var wholeBytes int64
 	for i := range files {
+		if ambiguous[i].Load() {
+			whole[i] = true
+			only = append(only, i)
+			wholeBytes += files[i].Size
+			continue
+		}
 		scans[i] = probedScan(int32(i), heads[i], cuts[i], sizer)
 	}
-	return scans, nil
+	if len(only) == 0 {
+		return scans, whole, nil
+	}
+	o.Logger.Info("probe index: quoting left a record boundary uncertain in some files; scanning them whole", "files", len(only), "bytes", wholeBytes)
+	var reported int64
+	so := o
+	so.Progress = func(done, _ int64) { // one call at a time, never fewer bytes than before
+		progress(done - reported)
+		reported = done
+	}
+	errs := make([]error, len(files))
+	ix.scanAll(ctx, so, scans, errs, wholeBytes, only)
+	for _, i := range only {
+		if errs[i] != nil {
+			return nil, nil, errs[i]
+		}
+	}
+	return scans, whole, nil
+}
+
+// stripScan makes the full scan of a file fit a probed index, which keeps
+// no record table and no block CRCs: its blocks keep their record counts.
+func stripScan(sc *fileScan) {
+	sc.frames, sc.crcs = nil, nil
+	for i := range sc.blocks {
+		sc.blocks[i].CRC = 0
+	}
 }
 
 // probedScan cuts file fi at the probed boundaries: cuts[0] is where its
@@ -262,9 +314,14 @@ func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
 	for _, fl := range files {
 		total += fl.Size
 	}
-	probed, err := sub.buildProbed(ctx, o, func(int64) {})
+	probed, whole, err := sub.buildProbed(ctx, o, func(int64) {})
 	if err != nil {
 		return nil, err
+	}
+	for j := range probed {
+		if whole[j] {
+			stripScan(&probed[j])
+		}
 	}
 	nix := &Index{Root: ix.Root, src: ix.src, BlockSize: ix.BlockSize, Files: files, FollowSymlinks: ix.FollowSymlinks,
 		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}

@@ -40,8 +40,11 @@ func probeCases(t *testing.T) []formatCase {
 
 // A probed index cuts exactly the blocks a full index cuts, for every
 // format and block size: the same files, record ranges and block ranges.
-// CSV, which has no probe, falls back to a full scan; fixed and npy know
-// their counts by arithmetic, the others learn them when loaded.
+// Fixed and npy know their counts by arithmetic, the others learn them
+// when loaded. CSV probes too (its files here are small, so the probe
+// reads from their first row and is never in doubt) — the file with
+// quoted newlines and the one without — rather than being scanned whole,
+// which a block's record count would show.
 func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 	for _, c := range probeCases(t) {
 		root := c.write(t)
@@ -52,9 +55,15 @@ func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d-files/BlockSize=%d", c.format.Name(), len(c.files), bs), func(t *testing.T) {
 				full := build(t, root, Options{BlockSize: bs, Format: c.format})
 				probed := build(t, root, Options{BlockSize: bs, Format: c.format, Probe: true})
-				_, csv := c.format.(formats.CSV)
-				if probed.Probed == csv {
-					t.Fatalf("Probed %v for format %s", probed.Probed, c.format.Name())
+				if !probed.Probed {
+					t.Fatalf("format %s: not a probed index", c.format.Name())
+				}
+				if _, csv := c.format.(formats.CSV); csv {
+					for _, b := range probed.Blocks {
+						if b.Records != 0 {
+							t.Fatalf("block %+v of %s has its record count: the file was scanned whole, not probed", b, probed.Path(b.File))
+						}
+					}
 				}
 				compareIndexes(t, full, probed)
 			})
@@ -266,5 +275,146 @@ func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	}
 	if ix4, fromCache, _ := openLogged(t, root, o); !fromCache || !slices.Equal(ix4.Blocks, fresh.Blocks) {
 		t.Fatalf("the re-probed index was not saved: from cache %v", fromCache)
+	}
+}
+
+// csvProbeFiles returns CSV files (header id,text,tag) for the probe
+// tests: quoted.csv, whose every row has a quoted field with newlines
+// and "" escapes; plain.csv, 1.5 MiB without a quote; and long.csv,
+// whose quoted rows surround one quoted field of 1.6 MiB of plain lines.
+func csvProbeFiles() map[string][]byte {
+	const head = "id,text,tag\n"
+	quoted := []byte(head)
+	for i := 0; len(quoted) < 600<<10; i++ {
+		quoted = fmt.Appendf(quoted, "%d,\"row %d\nsecond line, with \"\"quotes\"\"\n%s\",t%d\r\n", i, i, strings.Repeat("x", i%97), i%5)
+	}
+	plain := []byte(head)
+	for i := 0; len(plain) < 1536<<10; i++ {
+		plain = fmt.Appendf(plain, "%d,plain row %d,t\n", i, i)
+	}
+	long := []byte(head)
+	for i := range 4000 {
+		long = fmt.Appendf(long, "%d,\"q\n%d\",t\n", i, i)
+	}
+	long = append(long, "4000,\""...)
+	for i := 0; i < 1600<<10; i += 16 {
+		long = fmt.Appendf(long, "long line %05d\n", i%100000)
+	}
+	long = append(long, "\",t\n"...)
+	for i := range 2000 {
+		long = fmt.Appendf(long, "%d,\"q\n%d\",t\n", 5000+i, i)
+	}
+	return map[string][]byte{"quoted.csv": quoted, "plain.csv": plain, "long.csv": long}
+}
+
+// A probed CSV index cuts the blocks of a full index. Where a window of
+// the probe holds quoted fields it settles the quoting and the file is
+// probed, cuts next to quoted newlines included (where the next newline
+// is not a row start); where a window holds no quote (plain rows, or
+// inside one long quoted field) the probe cannot be sure, and that file
+// alone is scanned whole, said in the log. A dataset of such files only
+// gets a full index.
+func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.T) {
+	files := csvProbeFiles()
+	root := t.TempDir()
+	for name, data := range files {
+		writeBytes(t, filepath.Join(root, name), data)
+	}
+	const bs = 256 << 10
+	f := formats.CSV{Header: true}
+	var logs bytes.Buffer
+	full := build(t, root, Options{BlockSize: bs, Format: f})
+	probed := build(t, root, Options{BlockSize: bs, Format: f, Probe: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if !probed.Probed {
+		t.Fatal("not a probed index")
+	}
+	compareIndexes(t, full, probed)
+	for _, b := range probed.Blocks {
+		name := probed.Files[b.File].Path
+		if probedFile := name == "quoted.csv"; probedFile != (b.Records == 0) {
+			t.Fatalf("block %+v of %s has %d records known; want the counts of plain.csv and long.csv (scanned whole) and not of quoted.csv (probed)", b, name, b.Records)
+		}
+	}
+	for _, name := range []string{"plain.csv", "long.csv"} {
+		if !slices.ContainsFunc(strings.Split(logs.String(), "\n"), func(l string) bool {
+			return strings.Contains(l, "level=DEBUG") && strings.Contains(l, "scanning the whole file") && strings.Contains(l, name)
+		}) {
+			t.Fatalf("the log does not say %s was scanned whole:\n%s", name, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "quoted.csv") {
+		t.Fatalf("the log names quoted.csv:\n%s", logs.String())
+	}
+	// The cuts of quoted.csv are not those of the next newline.
+	data := files["quoted.csv"]
+	notNewline := 0
+	for m := int64(bs); m < int64(len(data)); m += bs {
+		next := m + int64(bytes.IndexByte(data[m-1:], '\n'))
+		if !slices.ContainsFunc(probed.Blocks, func(b Block) bool { return probed.Files[b.File].Path == "quoted.csv" && b.Offset == next }) {
+			notNewline++
+		}
+	}
+	t.Logf("%d cuts of quoted.csv are past the next newline; log:\n%s", notNewline, logs.String())
+	if notNewline == 0 {
+		t.Fatal("every multiple of the block size in quoted.csv is cut at the next newline: the test does not put quoted newlines near the cuts")
+	}
+	// Loaded, the blocks of the mixed index hold the full index's records.
+	lf := NewLoader(full, LoaderOptions{MaxMemory: 64 << 20})
+	lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20})
+	for id := range full.Blocks {
+		bf, err := lf.Get(t.Context(), blockUnit(int32(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bp, err := lp.Get(t.Context(), blockUnit(int32(id)))
+		if err != nil {
+			t.Fatalf("probed index, block %d: %v", id, err)
+		}
+		if got, want := records(bp), records(bf); !slices.Equal(got, want) {
+			t.Fatalf("block %d: the probed index loads %d records, the full one %d", id, len(got), len(want))
+		}
+		lf.Release(bf)
+		lp.Release(bp)
+	}
+
+	// plain.csv alone: every file scanned whole is a full index.
+	only := t.TempDir()
+	writeBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
+	full = build(t, only, Options{BlockSize: bs, Format: f})
+	probed = build(t, only, Options{BlockSize: bs, Format: f, Probe: true})
+	if probed.Probed || !slices.Equal(probed.Frames, full.Frames) || !slices.Equal(probed.Blocks, full.Blocks) {
+		t.Fatalf("plain.csv alone, probed: Probed %v, %d frames, blocks %v; want the full index's %d frames and blocks %v", probed.Probed, len(probed.Frames), probed.Blocks, len(full.Frames), full.Blocks)
+	}
+}
+
+// A probed index whose CSV file changed probes that file again, alone,
+// and when the new file's quoting leaves a probe uncertain, scans it
+// whole: the index cuts the full index's blocks, is saved, and loads
+// back from its sidecar as it was.
+func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testing.T) {
+	files := csvProbeFiles()
+	root := t.TempDir()
+	writeBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
+	writeBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
+	const bs = 256 << 10
+	o := Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
+	if ix1, fromCache, log := openLogged(t, root, o); fromCache || !ix1.Probed || strings.Contains(log, "scanning the whole file") {
+		t.Fatalf("first Open: from cache %v, probed %v; log:\n%s", fromCache, ix1.Probed, log)
+	}
+	writeBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
+	setMtime(t, filepath.Join(root, "b.csv"), 1e18)
+	ix2, fromCache, log := openLogged(t, root, o)
+	if fromCache || !ix2.Probed || !strings.Contains(log, "probing it again, alone") {
+		t.Fatalf("Open after b.csv changed: from cache %v, probed %v; log:\n%s", fromCache, ix2.Probed, log)
+	}
+	compareIndexes(t, build(t, root, Options{BlockSize: bs, Format: o.Format}), ix2)
+	for _, b := range ix2.Blocks {
+		if scanned := ix2.Files[b.File].Path == "b.csv"; scanned != (b.Records > 0) {
+			t.Fatalf("block %+v of %s: %d records known; want b.csv scanned whole and a.csv probed", b, ix2.Files[b.File].Path, b.Records)
+		}
+	}
+	if ix3, fromCache, log := openLogged(t, root, o); !fromCache || !reflect.DeepEqual(ix2.Blocks, ix3.Blocks) {
+		t.Fatalf("the re-probed index was not saved or loads back otherwise: from cache %v; log:\n%s", fromCache, log)
 	}
 }

@@ -40,6 +40,7 @@ func formatSeeds(t testing.TB) map[string]map[string][]byte {
 			"bare-quote": []byte("a,b\n1,x\"y\n"),
 			"unclosed":   []byte("a,b\n1,\"open\n"),
 			"fields":     []byte("a,b\n1,2,3\n"),
+			"probe":      []byte("a,b\n\"x,\",\"\n\"\n\"\",\"\"\"\"\n,\"\r\n,\"\r\n\"\"\"\n,\n\",y\n"),
 		},
 		"FuzzNPY": {
 			"rows":     row,
@@ -193,6 +194,9 @@ func FuzzCSV(f *testing.F) {
 			if cerr != nil || len(rows) != want {
 				t.Fatalf("header %v: scanner found %d rows in %q, encoding/csv %d: %v", header, want, data, len(rows), cerr)
 			}
+			// A probe near any offset cuts at a row start the scan
+			// found, or gives up.
+			checkCSVProbe(t, data, s, 1+int64(len(data))/128)
 		}
 	})
 }

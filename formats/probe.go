@@ -9,8 +9,10 @@ import (
 
 // Prober is implemented by formats where a record boundary can be found
 // near any offset by reading a little there, so that a dataset can be
-// indexed without reading it all (blockcache's probe index). CSV cannot:
-// whether a newline ends a row depends on every quote before it.
+// indexed without reading it all (blockcache's probe index). A probe that
+// cannot be certain near an offset (CSV, whose quotes decide which
+// newlines end rows) returns an error wrapping ErrProbeAmbiguous, and the
+// file is scanned whole.
 //
 // TFRecord and tar probes take bytes that look like a record start when
 // they are confirmed by what follows (the next frame header, the chain of

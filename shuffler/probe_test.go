@@ -24,7 +24,7 @@ func TestProbedAndFullIndexesServeTheSameBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if name != "csv" && !probed.Probed || (name == "tfrecord" || name == "wds") != probed.CountsUnknown {
+		if !probed.Probed || (name == "tfrecord" || name == "wds" || name == "csv") != probed.CountsUnknown {
 			t.Fatalf("%s: Probed %v, CountsUnknown %v", name, probed.Probed, probed.CountsUnknown)
 		}
 		for _, strategy := range []string{"corgipile", "block", "none", "local", "pls"} {
