@@ -95,6 +95,22 @@ func (ix *Index) find(off int64) Point {
 	return ix.Points[max(i, 0)]
 }
 
+// PointsFor returns the access points that reading at each of offs (in
+// increasing order) starts from, and the first point: the ones an index
+// needs whose reads start only at offs.
+func (ix *Index) PointsFor(offs []int64) []Point {
+	if len(ix.Points) == 0 {
+		return nil
+	}
+	out := []Point{ix.Points[0]}
+	for _, off := range offs {
+		if p := ix.find(off); p.In > out[len(out)-1].In {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // PointBefore returns the offset in the decompressed stream of the access
 // point that reading at off starts from.
 func (ix *Index) PointBefore(off int64) int64 { return ix.find(off).Out }
