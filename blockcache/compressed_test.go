@@ -307,6 +307,14 @@ func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
 		}},
 		{"a window lost", func(ix *Index) { ix.Files[0].Access.Points[1].Window = nil }},
 		{"the file read as stored", func(ix *Index) { ix.Files[0].Access = nil }},
+		// As older versions cut compressed files: blocks that tile the
+		// file but run over a cut of the plain rule.
+		{"two blocks merged over a cut", func(ix *Index) {
+			b := ix.Blocks
+			b[1].Len += b[2].Len
+			b[1].Records += b[2].Records
+			ix.Blocks = slices.Delete(b, 2, 3)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
