@@ -1,8 +1,10 @@
 // Package zaccess reads gzip, zlib and zstd files at random access, with
 // the technique of zlib's zran.c example: one pass over a file records
-// access points every so much output, each enough state to start
-// decompressing there, so that any range of the decompressed stream can
-// later be produced by decompressing from the access point before it.
+// access points every so much output (Build) or at the last place before
+// each offset its caller names (NewCutIndexer: the start of each block),
+// each enough state to start decompressing there, so that any range of the
+// decompressed stream can later be produced by decompressing from the
+// access point before it.
 //
 // A DEFLATE access point is a block boundary: the bit offset of the block
 // in the compressed stream and the 32 KiB of output before it, which later

@@ -198,10 +198,6 @@ func (x *Indexer) point(bit, out int64, first bool) {
 	x.ix.Points = append(x.ix.Points, Point{Out: out, In: bit, Window: x.compress(x.d.window())})
 }
 
-// Points returns the access points recorded so far: every one before the
-// bytes read so far.
-func (x *Indexer) Points() []Point { return x.ix.Points }
-
 // next decodes the next piece of output, keeping it in buf when keep is
 // set.
 func (x *Indexer) next(keep bool) error {
