@@ -17,14 +17,16 @@ import (
 )
 
 // Compressed source files (gzip, zlib, zstd) are served without a
-// decompressed copy: indexing decompresses each once, records access
-// points (package zaccess) about every block size of output, and finds the
-// records in the decompressed stream with the format's scanner. A File's
-// offsets (Head, From, To, its blocks' and records') are then offsets in
-// its decompressed stream, and a block starts at the first record that
-// starts at or after an access point, so that loading it decompresses from
-// that point on. A record that straddles an access point belongs to the
-// block it starts in.
+// decompressed copy: indexing decompresses each once, finds the records in
+// the decompressed stream with the format's scanner, cuts blocks by the
+// rule of every file (Cuts, on decompressed offsets: the blocks, and so
+// every epoch, are those of the file's decompressed copy), and records
+// for each block an access point (package zaccess): the last place at or
+// before its start where decoding can restart. A File's offsets (Head,
+// From, To, its blocks' and records') are offsets in its decompressed
+// stream; loading a block decompresses from its access point and drops
+// the bytes before the block's start (at most about one DEFLATE block; for
+// zstd, the part of the frame before it).
 
 // Compression values of Options.Compression.
 const (
@@ -139,13 +141,18 @@ func (ix *Index) sniffCompression(fi int32, r io.ReaderAt, o Options) (zaccess.K
 	return kind, nil
 }
 
-// scanCompressed is scanFile for a compressed file. A gzip file under
-// 4 GiB of one member (as TensorFlow writes them) says its decompressed
-// length in its trailer: one decompression then records the access points
-// while the format's scanner reads the output. Otherwise, or when that
-// length turns out wrong (several members), a first pass records the
-// access points and the length, and a second finds the records,
-// decompressing again from the points.
+// scanCompressed is scanFile for a compressed file. Its blocks are cut by
+// the rule of every other file (Cuts), on offsets in its decompressed
+// stream, so that its epochs are those of its decompressed copy; the
+// access point of each block is the last place at or before its start
+// where decoding can restart (a DEFLATE block boundary, a gzip member or
+// zstd frame start), so that loading it decodes little more than its own
+// bytes. A gzip file under 4 GiB of one member (as TensorFlow writes
+// them) says its decompressed length in its trailer: one decompression
+// then records the access points while the format's scanner reads the
+// output. Otherwise, or when that length turns out wrong (several
+// members), a first pass finds the length, and a second the records and
+// the access points.
 func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, progress func(int64)) (fileScan, error) {
 	f := ix.Files[fi]
 	path := ix.Path(fi)
@@ -154,8 +161,8 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
 	}
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
-		x := zaccess.NewIndexer(r, f.Size, kind, ix.BlockSize, progress)
-		out, err := ix.scanStream(fi, o, x, guess, x.Points, func(int64) {})
+		x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
+		out, err := ix.scanStream(fi, o, x, guess, x.Cut, func(int64) {})
 		zi, ferr := x.Finish()
 		if ferr != nil {
 			return out, fmt.Errorf("index: %s (%s): %w", path, kind, ferr)
@@ -167,13 +174,14 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 		// Several members: scan again with the real length.
 		o.Logger.Debug("gzip trailer's length is not the stream's; scanning again", "file", path, "isize", guess, "bytes", zi.Size)
 		progress(f.Size / 2)
-		return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+		return ix.scanDeflate(fi, o, r, kind, zi.Size, func(n int64) { progress(f.Size/2 + n/2) })
 	}
 	if kind == zaccess.Zstd {
 		// The frames' headers say their sizes (the zstd tool writes
 		// them): the scan is then the one decompression, which checks
-		// every frame, to the end.
-		zi, err := zaccess.ZstdFrames(r, f.Size, ix.BlockSize, func(in int64) { progress(in / 2) })
+		// every frame, to the end. Every frame start is a candidate
+		// access point; those no block starts from are dropped after.
+		zi, err := zaccess.ZstdFrames(r, f.Size, 1, func(in int64) { progress(in / 2) })
 		if err != nil {
 			return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
 		}
@@ -183,35 +191,55 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	if err != nil {
 		return fileScan{}, fmt.Errorf("index: %s (%s): %w", path, kind, err)
 	}
-	return ix.scanWith(fi, o, r, zi, func(n int64) { progress(f.Size/2 + n/2) })
+	return ix.scanDeflate(fi, o, r, kind, zi.Size, func(n int64) { progress(f.Size/2 + n/2) })
 }
 
-// scanWith finds the records of file fi, whose access points zi are
-// known, decompressing from them.
+// scanDeflate finds the records and access points of gzip or zlib file
+// fi, whose decompressed length is size, in one more decompression.
+func (ix *Index) scanDeflate(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, size int64, progress func(int64)) (fileScan, error) {
+	f := ix.Files[fi]
+	x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
+	out, err := ix.scanStream(fi, o, x, size, x.Cut, func(int64) {})
+	zi, ferr := x.Finish()
+	if ferr != nil {
+		return out, fmt.Errorf("index: %s (%s): %w", ix.Path(fi), kind, ferr)
+	}
+	if err == nil && zi.Size != size {
+		err = fmt.Errorf("index: %s (%s): %d bytes decompressed, %d the first time (changed while indexed?)", ix.Path(fi), kind, zi.Size, size)
+	}
+	out.access = zi
+	return out, err
+}
+
+// scanWith finds the records of zstd file fi, whose frames zi are known,
+// decompressing from them, and keeps as access points the frames its
+// blocks start in.
 func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index, progress func(int64)) (fileScan, error) {
 	f := ix.Files[fi]
 	if zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
-		o.Logger.Warn("zstd file of one frame: served as one block, decompressed whole for every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it can be cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
+		o.Logger.Warn("zstd file of one frame: each of its blocks is decompressed from the file's start at every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that a block decompresses from the frame it starts in", "file", ix.Path(fi), "bytes", zi.Size)
 	}
 	ra := zaccess.NewReaderAt(zi, r, f.Size)
 	defer ra.Close()
-	out, err := ix.scanStream(fi, o, ra, zi.Size, func() []zaccess.Point { return zi.Points }, func(off int64) {
+	var starts []int64
+	out, err := ix.scanStream(fi, o, ra, zi.Size, func(off int64) { starts = append(starts, off) }, func(off int64) {
 		progress(int64(float64(f.Size) * float64(off) / float64(max(1, zi.Size))))
 	})
-	out.access = zi
 	if err == nil {
 		if err = ra.CheckEnd(); err != nil {
 			err = fmt.Errorf("index: %s (%s): %w", ix.Path(fi), zi.Kind, err)
 		}
 	}
+	zi.Points = zi.PointsFor(starts)
+	out.access = zi
 	return out, err
 }
 
 // scanStream cuts the decompressed stream ra of file fi, size bytes long,
-// into blocks at the access points points returns (those before the
-// record read last are all there), calling progress with the offset
-// scanned now and then.
-func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, points func() []zaccess.Point, progress func(int64)) (fileScan, error) {
+// into blocks by the rule of every file (Cuts), calling cut with the
+// offset of each block's start as it is found (to choose its access
+// point) and progress with the offset scanned now and then.
+func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, cut func(int64), progress func(int64)) (fileScan, error) {
 	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
@@ -230,25 +258,23 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, poi
 		}
 		cur = Block{File: fi, Offset: -1}
 	}
-	next := 0 // the first access point after the current block's start
 	first := true
 	sc := format.Scan(ra, h, h.Start, h.End)
 	var last int64
+	prev := int64(-1) // the start of the record before, as in scanFile
 	for {
 		for sc.Next() {
 			rec := sc.Record()
 			if first {
 				out.from, first = rec.Offset, false
 			}
-			pts := points()
-			if cur.Records > 0 && ((next < len(pts) && rec.Offset >= pts[next].Out) || cur.Records == math.MaxInt32) {
+			if cur.Records > 0 && (Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == math.MaxInt32) {
 				flush()
 			}
-			for next < len(pts) && pts[next].Out <= rec.Offset {
-				next++
-			}
+			prev = rec.Offset
 			if cur.Offset < 0 {
 				cur.Offset = rec.Offset
+				cut(rec.Offset)
 			}
 			cur.Len += rec.Len
 			cur.Records++
@@ -528,4 +554,39 @@ func (ix *Index) Compressed() CompressedStats {
 		}
 	}
 	return s
+}
+
+// checkCompressedCuts says how the blocks of the compressed files of a
+// decoded (and tiled) index are not cut by Cuts, as those of every file
+// are: a sidecar written before compressed files were cut so (at access
+// points) is rebuilt, and its epochs become those of the decompressed
+// copies.
+func (ix *Index) checkCompressedCuts() error {
+	if ix.Probed || ix.BlockSize <= 0 {
+		return nil
+	}
+	r := 0
+	prevFile, prev, prevEnd := int32(-1), int64(-1), int64(-1)
+	for b, blk := range ix.Blocks {
+		n := int(blk.Records)
+		if ix.Files[blk.File].Access == nil || r+n > len(ix.Frames) {
+			r += n
+			prevFile = -1
+			continue
+		}
+		if blk.File == prevFile && blk.Offset == prevEnd && ix.Blocks[b-1].Records != math.MaxInt32 && !Cuts(ix.BlockSize, prev, blk.Offset) {
+			return fmt.Errorf("block %d (%s at decompressed offset %d) does not start at a cut of block size %d", b, ix.Files[blk.File].Path, blk.Offset, ix.BlockSize)
+		}
+		off := blk.Offset
+		for k, fr := range ix.Frames[r : r+n] {
+			if k > 0 && Cuts(ix.BlockSize, prev, off) && blk.Records != math.MaxInt32 {
+				return fmt.Errorf("block %d (%s at decompressed offset %d) runs over the cut at %d of block size %d", b, ix.Files[blk.File].Path, blk.Offset, off, ix.BlockSize)
+			}
+			prev = off
+			off += int64(fr)
+		}
+		r += n
+		prevFile, prevEnd = blk.File, blk.Offset+blk.Len
+	}
+	return nil
 }

@@ -300,6 +300,9 @@ func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string
 	if err := ix.checkTiling(); err != nil {
 		return nil, "index sidecar " + path + " does not match how its blocks must cut the files (not written by this corgifs?): " + err.Error()
 	}
+	if err := ix.checkCompressedCuts(); err != nil {
+		return nil, "index sidecar " + path + " cuts compressed files at access points, as older versions did; rebuilding it to cut them as their decompressed copies: " + err.Error()
+	}
 	return &ix, ""
 }
 

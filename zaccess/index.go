@@ -1,8 +1,10 @@
 // Package zaccess reads gzip, zlib and zstd files at random access, with
 // the technique of zlib's zran.c example: one pass over a file records
-// access points every so much output, each enough state to start
-// decompressing there, so that any range of the decompressed stream can
-// later be produced by decompressing from the access point before it.
+// access points every so much output (Build) or at the last place before
+// each offset its caller names (NewCutIndexer: the start of each block),
+// each enough state to start decompressing there, so that any range of the
+// decompressed stream can later be produced by decompressing from the
+// access point before it.
 //
 // A DEFLATE access point is a block boundary: the bit offset of the block
 // in the compressed stream and the 32 KiB of output before it, which later
@@ -93,6 +95,22 @@ func (ix *Index) find(off int64) Point {
 		i--
 	}
 	return ix.Points[max(i, 0)]
+}
+
+// PointsFor returns the access points that reading at each of offs (in
+// increasing order) starts from, and the first point: the ones an index
+// needs whose reads start only at offs.
+func (ix *Index) PointsFor(offs []int64) []Point {
+	if len(ix.Points) == 0 {
+		return nil
+	}
+	out := []Point{ix.Points[0]}
+	for _, off := range offs {
+		if p := ix.find(off); p.In > out[len(out)-1].In {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // PointBefore returns the offset in the decompressed stream of the access

@@ -37,7 +37,28 @@ type Indexer struct {
 	werr error
 
 	back *ReaderAt // for reads before off
+
+	// With cuts set, access points are chosen by the caller's Cut calls
+	// rather than every span bytes: held are the places decoding could
+	// restart that a later Cut may still choose.
+	cuts  bool
+	floor int64 // the next Cut is at or after it, a multiple of span
+	held  []candidate
+	free  [][]byte // windows of dropped candidates, for reuse
 }
+
+// candidate is a place decoding can restart at, with its window
+// uncompressed (nil at a member start).
+type candidate struct {
+	bit, out int64
+	member   bool
+	win      []byte
+}
+
+// maxHeld bounds the candidates held past the floor (a record longer
+// than many DEFLATE blocks): beyond it every other one is dropped, which
+// only makes a Cut start a little earlier.
+const maxHeld = 64
 
 // NewIndexer returns an Indexer of the compressed stream src of size
 // bytes of kind Gzip or Zlib, with access points span bytes of output
@@ -47,6 +68,121 @@ func NewIndexer(src io.ReaderAt, size int64, kind Kind, span int64, progress fun
 	x.d = newInflater(bufio.NewReaderSize(io.NewSectionReader(src, 0, size), 1<<20), kind)
 	x.d.onBlock = x.point
 	return x
+}
+
+// NewCutIndexer is NewIndexer for a caller that says where its blocks
+// start (Cut): the access point of each block is then the last DEFLATE
+// block boundary or member start at or before it, so that loading the
+// block decodes at most about one DEFLATE block before its first byte.
+// span is the block size: a block starts at the first record at or after
+// each multiple of it, which bounds the candidates to hold.
+func NewCutIndexer(src io.ReaderAt, size int64, kind Kind, span int64, progress func(int64)) *Indexer {
+	x := NewIndexer(src, size, kind, span, progress)
+	x.cuts = true
+	x.d.onBlock = x.candidate
+	return x
+}
+
+// candidate holds the block boundary or member start at bit and out as a
+// place a later Cut may choose.
+func (x *Indexer) candidate(bit, out int64, first bool) {
+	if len(x.ix.Points) == 0 && first {
+		// The stream's start is always the first point.
+		x.ix.Points = append(x.ix.Points, Point{Out: out, In: x.d.memberIn * 8, Member: true})
+		return
+	}
+	c := candidate{bit: bit, out: out, member: first}
+	if first {
+		c.bit = x.d.memberIn * 8
+	} else {
+		var w []byte
+		if n := len(x.free); n > 0 {
+			w, x.free = x.free[n-1][:0], x.free[:n-1]
+		}
+		c.win = append(w, x.d.window()...)
+	}
+	if out <= x.floor {
+		// It stands at or before the floor: no earlier one can be
+		// the last at or before the next cut.
+		x.drop(len(x.held))
+	}
+	x.held = append(x.held, c)
+	if len(x.held) > maxHeld {
+		// Keep the first (the last before the floor) and the last,
+		// and every other one between.
+		k := 1
+		for i := 1; i < len(x.held); i++ {
+			if i%2 == 0 || i == len(x.held)-1 {
+				x.held[k] = x.held[i]
+				k++
+			} else if x.held[i].win != nil {
+				x.free = append(x.free, x.held[i].win)
+			}
+		}
+		clear(x.held[k:])
+		x.held = x.held[:k]
+	}
+}
+
+// drop forgets the first n held candidates.
+func (x *Indexer) drop(n int) {
+	for _, c := range x.held[:n] {
+		if c.win != nil {
+			x.free = append(x.free, c.win)
+		}
+	}
+	x.held = x.held[:copy(x.held, x.held[n:])]
+}
+
+// Cut records the access point of a block that starts at output offset
+// off: the last place at or before it where decoding can restart. Blocks
+// are cut in order, at offsets the decoding has reached.
+func (x *Indexer) Cut(off int64) {
+	if !x.cuts {
+		return
+	}
+	i := 0
+	for i < len(x.held) && x.held[i].out <= off {
+		i++
+	}
+	if i > 0 {
+		c := x.held[i-1]
+		if n := len(x.ix.Points); n == 0 || c.bit > x.ix.Points[n-1].In {
+			p := Point{Out: c.out, In: c.bit, Member: c.member}
+			if !c.member {
+				p.Window = x.compress(c.win)
+			}
+			x.ix.Points = append(x.ix.Points, p)
+		}
+		// The ones before it are passed; it is a point now.
+		x.drop(i)
+	}
+	x.floor = (off/x.span + 1) * x.span
+	// Of the ones left before the new floor, only the last may be chosen.
+	j := 0
+	for j < len(x.held) && x.held[j].out <= x.floor {
+		j++
+	}
+	if j > 1 {
+		x.drop(j - 1)
+	}
+}
+
+// compress returns win DEFLATE-compressed, as a Point keeps it.
+func (x *Indexer) compress(win []byte) []byte {
+	x.wbuf.Reset()
+	if x.zw == nil {
+		x.zw, x.werr = flate.NewWriter(&x.wbuf, 5)
+	} else {
+		x.zw.Reset(&x.wbuf)
+	}
+	if x.werr == nil {
+		_, x.werr = x.zw.Write(win)
+	}
+	if x.werr == nil {
+		x.werr = x.zw.Close()
+	}
+	return bytes.Clone(x.wbuf.Bytes())
 }
 
 // point records an access point at a block boundary, when it lies far
@@ -59,24 +195,8 @@ func (x *Indexer) point(bit, out int64, first bool) {
 		x.ix.Points = append(x.ix.Points, Point{Out: out, In: x.d.memberIn * 8, Member: true})
 		return
 	}
-	x.wbuf.Reset()
-	if x.zw == nil {
-		x.zw, x.werr = flate.NewWriter(&x.wbuf, 5)
-	} else {
-		x.zw.Reset(&x.wbuf)
-	}
-	if x.werr == nil {
-		_, x.werr = x.zw.Write(x.d.window())
-	}
-	if x.werr == nil {
-		x.werr = x.zw.Close()
-	}
-	x.ix.Points = append(x.ix.Points, Point{Out: out, In: bit, Window: bytes.Clone(x.wbuf.Bytes())})
+	x.ix.Points = append(x.ix.Points, Point{Out: out, In: bit, Window: x.compress(x.d.window())})
 }
-
-// Points returns the access points recorded so far: every one before the
-// bytes read so far.
-func (x *Indexer) Points() []Point { return x.ix.Points }
 
 // next decodes the next piece of output, keeping it in buf when keep is
 // set.
