@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/source"
 )
 
 // Unit names what one Buf holds, in order: whole blocks, or single records
@@ -1183,9 +1182,9 @@ func (l *Loader) readRemoteExtent(e extent, slab []byte, record bool, check func
 	}
 	defer f.Close()
 	if _, err := f.ReadAt(slab[e.at:e.at+e.n], e.off); err != nil {
-		if errors.Is(err, source.ErrChanged) {
-			l.damaged(err)
-		}
+		// A replaced object (source.ErrChanged) does not mark the index
+		// stale: the next Open sees its new version in the listing and
+		// indexes that object alone.
 		if !errors.Is(err, syscall.EIO) {
 			err = fmt.Errorf("%w: %w", err, syscall.EIO)
 		}
