@@ -20,7 +20,8 @@ import (
 )
 
 // objectGETs is an HTTP proxy in front of an S3 server that counts the
-// GETs of each object (path style: /bucket/key), not listings.
+// GETs of each object (path style: /bucket/key) and of each bucket's
+// listing pages (/bucket).
 type objectGETs struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -36,7 +37,7 @@ func startObjectGETs(t *testing.T, target string) *objectGETs {
 	g := &objectGETs{gets: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := strings.Trim(r.URL.Path, "/"); r.Method == http.MethodGet && strings.Contains(p, "/") {
+		if p := strings.Trim(r.URL.Path, "/"); r.Method == http.MethodGet && p != "" {
 			g.mu.Lock()
 			g.gets[p]++
 			g.mu.Unlock()
