@@ -24,8 +24,9 @@ type epochBytes struct {
 // Two readers of one part, reading it in step, share its buffers: a unit
 // loaded for one is found in memory by the other. stats.json counts what
 // each reader got by where it came from: the bytes of the epoch from the
-// source and from memory add up to what both read, the source gave each
-// byte at most once, and at least one reader's worth came from memory. The
+// source and from memory add up to at least what both read, the source
+// gave each byte at most once, and at least one reader's worth came from
+// memory. The
 // reads bypass the kernel's page cache (O_DIRECT), so that each reaches
 // corgifs.
 func TestEpochMemoryBytesCountTheBytesASecondReaderFoundLoaded(t *testing.T) {
@@ -67,8 +68,11 @@ func TestEpochMemoryBytesCountTheBytesASecondReaderFoundLoaded(t *testing.T) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("stats.json: %v\n%s", err, b)
 	}
-	if e := st.Epochs["1"]; n == 0 || e.Source+e.Disk+e.Memory != 2*n || e.Source > n || e.Memory < n {
-		t.Fatalf("two readers of epoch 1's %d bytes in step: source_bytes %d, disk_cache_bytes %d, memory_bytes %d; want a sum of %d, at most %d from the source and at least %d from memory\n%s",
+	// A reader that takes a unit again (its buffer released between two
+	// reads) finds it in memory again, which counts again: a sum of at
+	// least, not exactly, what both read.
+	if e := st.Epochs["1"]; n == 0 || e.Source+e.Disk+e.Memory < 2*n || e.Source > n || e.Memory < n {
+		t.Fatalf("two readers of epoch 1's %d bytes in step: source_bytes %d, disk_cache_bytes %d, memory_bytes %d; want a sum of at least %d, at most %d from the source and at least %d from memory\n%s",
 			n, e.Source, e.Disk, e.Memory, 2*n, n, n, b)
 	}
 }
