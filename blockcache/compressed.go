@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
 )
 
@@ -148,7 +149,7 @@ func (ix *Index) sniffCompression(fi int32, r io.ReaderAt, o Options) (zaccess.K
 func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, progress func(int64)) (fileScan, error) {
 	f := ix.Files[fi]
 	path := ix.Path(fi)
-	if o.Source != nil {
+	if _, paged := r.(source.PageCached); !paged {
 		// Each ReadAt of a remote file is a request: read large pieces.
 		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
 	}
@@ -386,31 +387,24 @@ func (l *Loader) compressed(exts []extent) bool {
 // readExtent does.
 func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e extent, slab []byte, record bool, check func(int64) error) error {
 	fl := &l.ix.Files[e.file]
-	var src io.ReaderAt
-	if l.ix.src != nil {
-		f, err := l.ix.src.Open(fl.Path, fl.Version)
-		if err != nil {
-			return fmt.Errorf("read %s at decompressed offset %d: %w", l.ix.Path(e.file), e.off, err)
-		}
-		defer f.Close()
+	f, err := files.acquire(e.file, e.off)
+	if err != nil {
+		return err
+	}
+	defer files.release(f)
+	from := fl.Access.PointBefore(e.off)
+	start := fl.Access.InputStart(from)
+	var src io.ReaderAt = f
+	if pc, ok := f.File.(source.PageCached); ok {
+		pc.WillNeed(start, fl.Access.InputEnd(e.off+e.n, fl.Size)-start)
+	} else {
 		// Each ReadAt of a remote file is a request: the first reads
 		// the stretch to the next access point and a little more, for
 		// the record across it; more follow if the extent needs them.
-		from := fl.Access.PointBefore(e.off)
-		start, end := fl.Access.InputStart(from), fl.Access.InputEnd(from+1, fl.Size)
+		end := fl.Access.InputEnd(from+1, fl.Size)
 		src = &bufferedAt{r: f, size: fl.Size, first: end - start + 64<<10, piece: 256 << 10}
-	} else {
-		f, err := files.acquire(e.file, e.off)
-		if err != nil {
-			return err
-		}
-		defer files.release(f)
-		src = f.File
-		from := fl.Access.PointBefore(e.off)
-		start := fl.Access.InputStart(from)
-		willNeed(f.File, start, fl.Access.InputEnd(e.off+e.n, fl.Size)-start)
 	}
-	err := dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
+	err = dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
 	if err != nil {
 		if errors.Is(err, syscall.EIO) {
 			return err // check's, which says what it found

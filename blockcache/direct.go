@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
+
+	"github.com/corgifs/corgifs/source"
 )
 
 // Blocks that are not in the page cache are read with O_DIRECT, straight
@@ -16,8 +17,8 @@ import (
 // for almost no CPU, and leave the page cache to the reader. Blocks that are
 // cached are still copied from the page cache: a warm dataset is served at
 // memory speed, not at disk speed. Direct reads and the page-cache query
-// are Linux's (direct_linux.go); on other systems every read goes through
-// the page cache (direct_other.go).
+// are capabilities of local files (source.DirectReader, source.PageCached,
+// in source/local), Linux's; other files are read through ReadAt.
 
 // MinDirectBlock is the smallest block size read with O_DIRECT. A block
 // read directly takes whole pages of a slab, up to two more than its bytes:
@@ -25,32 +26,28 @@ import (
 const MinDirectBlock = 1 << 20
 
 // dioAlign is the alignment of direct reads: of the file offset, the length
-// and the memory. A page suits every logical block size in use.
-const dioAlign = 4096
+// and the memory.
+const dioAlign = source.DirectAlign
 
 func alignDown(n int64) int64 { return n &^ (dioAlign - 1) }
 func alignUp(n int64) int64   { return (n + dioAlign - 1) &^ (dioAlign - 1) }
-
-// errNoDirect marks a direct read the file system refused (no O_DIRECT
-// support, or a stricter alignment): the caller reads through the page
-// cache instead.
-var errNoDirect = errors.New("direct I/O not supported")
 
 // scanChunk is the unit of an aheadReader's reads.
 const scanChunk = 8 << 20
 
 // aheadReader is the io.ReaderAt of a Scanner that indexes a file front to
-// back: it reads the file a chunk at a time with O_DIRECT, the next chunk
+// back: it reads the file a chunk at a time (with O_DIRECT where the file
+// is a source.DirectReader), the next chunk
 // while the scanner works on the current one, so that indexing runs at the
 // disk's speed and leaves the page cache alone. It keeps the chunk before
 // the current one too, since a scanner's window may start a record before
 // where the last one ended; anything further back is read through the page
 // cache. Its three slabs are reused from file to file.
 type aheadReader struct {
-	f     namedReaderAt
-	dio   *os.File
-	size  int64
-	slots [3]*aheadChunk
+	f      source.File
+	direct source.DirectReader // nil to read through f
+	size   int64
+	slots  [3]*aheadChunk
 }
 
 // noChunk is the chunk number of a slab that holds nothing.
@@ -64,17 +61,12 @@ type aheadChunk struct {
 	done chan struct{}
 }
 
-// namedReaderAt is a local *os.File or a remote source.File.
-type namedReaderAt interface {
-	io.ReaderAt
-	Name() string
-}
-
-// reset points r at a new file, whose O_DIRECT twin is dio (nil for a
-// remote file: each chunk is then one ranged request).
-func (r *aheadReader) reset(f namedReaderAt, dio *os.File, size int64) {
+// reset points r at a new file, read with direct's ReadDirect where it
+// can be (nil: through f; from a remote file each chunk is then one
+// ranged request).
+func (r *aheadReader) reset(f source.File, direct source.DirectReader, size int64) {
 	r.wait()
-	r.f, r.dio, r.size = f, dio, size
+	r.f, r.direct, r.size = f, direct, size
 	for _, c := range r.slots {
 		if c != nil {
 			c.k = noChunk
@@ -205,9 +197,9 @@ func (r *aheadReader) fetch(c *aheadChunk) {
 	defer close(c.done)
 	off := c.k * scanChunk
 	want := min(scanChunk, r.size-off)
-	if r.dio != nil {
-		n, err := readDirect(r.dio, c.buf[:alignUp(want)], off)
-		if !errors.Is(err, errNoDirect) {
+	if r.direct != nil {
+		n, err := r.direct.ReadDirect(c.buf[:alignUp(want)], off)
+		if !errors.Is(err, source.ErrNoDirect) {
 			c.n, c.err = n, err
 			return
 		}

@@ -2,12 +2,12 @@ package blockcache
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corgifs/corgifs/source"
 )
 
 // directFixture is a dataset with blocks large enough to be read with
@@ -24,16 +24,12 @@ func newDirectFixture(t *testing.T) *directFixture {
 	if len(ix.Blocks) < 4 {
 		t.Fatalf("%d blocks: the fixture is too small", len(ix.Blocks))
 	}
-	probe, err := os.Open(files[0].path)
+	probe, err := ix.src.Open(ix.Files[0].Path, ix.Files[0].Version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	dio, err := openDirect(probe)
-	if err == nil {
-		defer dio.Close()
-		_, err = readDirect(dio, mustSlab(t, dioAlign), 0)
-	}
+	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, dioAlign), 0)
 	if err != nil {
 		t.Skipf("the file system of %s does not take direct reads: %v", files[0].path, err)
 	}
@@ -175,42 +171,5 @@ func TestDirectSlabsKeepBlocksOnPagesOfTheirOwn(t *testing.T) {
 	}
 	if waste := size - f.ix.Bytes; waste > int64(len(exts))*2*dioAlign {
 		t.Errorf("%d bytes of padding for %d blocks, more than two pages each", waste, len(exts))
-	}
-}
-
-func TestReadDirectRefusesUnalignedRanges(t *testing.T) {
-	f := newDirectFixture(t)
-	h, err := os.Open(f.files[0].path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	dio, err := openDirect(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dio.Close()
-	slab := mustSlab(t, 4*dioAlign)
-	for _, tc := range []struct {
-		name string
-		win  []byte
-		off  int64
-	}{
-		{"unaligned offset", slab[:dioAlign], 100},
-		{"unaligned length", slab[:dioAlign+1], 0},
-	} {
-		if _, err := readDirect(dio, tc.win, tc.off); !errors.Is(err, errNoDirect) {
-			t.Errorf("%s: err %v, want errNoDirect", tc.name, err)
-		}
-	}
-	// The last page of a file is short: the read stops at the end.
-	sf := f.files[0]
-	last := alignDown(int64(len(sf.data)) - 1)
-	n, err := readDirect(dio, slab[:2*dioAlign], last)
-	if err != nil || int64(n) != int64(len(sf.data))-last || !bytes.Equal(slab[:n], sf.data[last:]) {
-		t.Fatalf("read of the last page: %d bytes, %v; want the %d bytes of the file from %d", n, err, int64(len(sf.data))-last, last)
-	}
-	if errors.Is(err, syscall.EINVAL) {
-		t.Fatal("EINVAL leaked")
 	}
 }

@@ -177,7 +177,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	c := &DiskCache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
 		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, done: make(chan struct{})}
 	root := ""
-	if ix.src == nil {
+	if isLocal(ix.src) {
 		root = ix.Root
 	}
 	path, err := resolveCacheDir(o.Dir, root)
@@ -225,7 +225,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 // source, the absolute root for a local one (whose files' versions are
 // their sizes and modification times).
 func sourceIdentity(ix *Index) string {
-	if ix.src != nil {
+	if !isLocal(ix.src) {
 		return "remote:" + ix.src.ID()
 	}
 	return "local:" + ix.Root
@@ -239,7 +239,11 @@ func (c *DiskCache) key(e extent) []byte {
 	k = append(k, 0)
 	k = append(k, f.Path...)
 	k = append(k, 0)
-	k = append(k, f.Version...)
+	if !isLocal(c.ix.src) {
+		// A local file's version is its size and mtime, keyed below:
+		// entries stored before local files had versions still hit.
+		k = append(k, f.Version...)
+	}
 	for _, v := range []int64{f.Size, f.Mtime, e.off, e.n} {
 		k = append(k, 0)
 		k = strconv.AppendInt(k, v, 10)

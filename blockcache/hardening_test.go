@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source/local"
 )
 
 // TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree cancels a Get that
@@ -150,7 +151,7 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 	if err := syscall.Mkfifo(root+"/p.tfrecord", 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ix := &Index{Root: root, BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100}}}
+	ix := &Index{Root: root, BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100, Version: local.Version(100, 0)}}}
 	done := make(chan error, 1)
 	go func() {
 		var rd aheadReader
@@ -160,7 +161,7 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, errNotRegular) || !strings.Contains(err.Error(), "p.tfrecord") {
+		if !errors.Is(err, local.ErrNotRegular) || !strings.Contains(err.Error(), "p.tfrecord") {
 			t.Fatalf("scan of a named pipe: %v, want an error naming it as not a regular file", err)
 		}
 	case <-time.After(10 * time.Second):

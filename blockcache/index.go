@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"iter"
 	"log/slog"
 	"math"
@@ -21,10 +20,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/source/local"
 	"github.com/corgifs/corgifs/zaccess"
 )
 
@@ -33,9 +32,9 @@ type File struct {
 	Path  string // relative to the index root, slash separated
 	Size  int64
 	Mtime int64 // modification time, Unix nanoseconds
-	// Version is the source's version of a remote file (its ETag), which
-	// every read is pinned to; empty for local files, checked by size and
-	// Mtime.
+	// Version is the source's version of the file, which every read is
+	// pinned to: the ETag of an object, local.Version (size and Mtime) of
+	// a local file.
 	Version string
 	Records int64
 	// Head is what the format read from the file's header: where its
@@ -105,8 +104,8 @@ type Index struct {
 	Head          formats.Head
 	format        formats.Format
 
-	// src is the remote source the files are read from (Options.Source),
-	// nil for a local directory, read by the loader itself.
+	// src is where the files are read from: Options.Source, or the
+	// local directory Root (source/local).
 	src source.Source
 
 	recOnce   sync.Once
@@ -131,7 +130,7 @@ type Index struct {
 // Path returns the absolute path of source file i, or for a remote source
 // its URL (s3://bucket/prefix/path).
 func (ix *Index) Path(i int32) string {
-	if ix.src != nil {
+	if !isLocal(ix.src) {
 		return ix.Root + "/" + ix.Files[i].Path
 	}
 	return filepath.Join(ix.Root, filepath.FromSlash(ix.Files[i].Path))
@@ -235,155 +234,7 @@ func (o *Options) fill() {
 	}
 }
 
-// listFiles returns the files under root whose base name matches include,
-// sorted by path. Symbolic links are not followed unless follow is set, so
-// the listing cannot escape root. When follow is set, links to files and to
-// directories are followed; a directory reached a second time (a symlink
-// loop, or two links to one directory) is skipped with a log line, and so is
-// a link that leads nowhere.
-//
-// A file is listed once however many names lead to it (a symbolic link to a
-// file already listed, a hard link): its records must be served once per
-// epoch. The name met first in the walk, which visits names in order, is
-// kept and the others are logged. A path longer than the kernel takes
-// (PATH_MAX) is skipped with a log line naming it, rather than failing the
-// whole index: the files are read by their paths.
-func listFiles(root string, include []string, follow bool, log *slog.Logger) ([]File, error) {
-	for _, p := range include {
-		if _, err := filepath.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("bad --include pattern %q: %w", p, err)
-		}
-	}
-	match := func(name string) bool {
-		return slices.ContainsFunc(include, func(p string) bool {
-			ok, _ := filepath.Match(p, name)
-			return ok
-		})
-	}
-	var files []File
-	first := map[[2]uint64]string{} // path of every file listed, by device and inode
-	add := func(path string, fi fs.FileInfo) error {
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if key, ok := fileKey(fi); ok {
-			if p, dup := first[key]; dup {
-				log.Warn("file reached again under another name; skipped so that its records are served once", "path", rel, "same_as", p)
-				return nil
-			}
-			first[key] = rel
-		}
-		files = append(files, File{Path: rel, Size: fi.Size(), Mtime: fi.ModTime().UnixNano()})
-		return nil
-	}
-	var err error
-	if follow {
-		err = walkFollow(root, match, add, map[[2]uint64]bool{}, log)
-	} else {
-		err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if tooLong(err) && d != nil {
-					return skipTooLong(path, d.IsDir(), log)
-				}
-				return fmt.Errorf("list %s: %w", path, err)
-			}
-			if !d.Type().IsRegular() || !match(d.Name()) {
-				return nil
-			}
-			fi, err := d.Info()
-			if tooLong(err) {
-				return skipTooLong(path, false, log)
-			}
-			if err != nil {
-				return fmt.Errorf("stat %s: %w", path, err)
-			}
-			return add(path, fi)
-		})
-	}
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
-	return files, nil
-}
-
-// tooLong reports whether err is the kernel refusing a path longer than
-// PATH_MAX.
-func tooLong(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }
-
-// skipTooLong logs that path is left out of the index because it is longer
-// than PATH_MAX, and tells filepath.WalkDir to go on without it.
-func skipTooLong(path string, dir bool, log *slog.Logger) error {
-	what := "file"
-	if dir {
-		what = "directory"
-	}
-	log.Warn(what+" path longer than PATH_MAX (4096 bytes); skipped, its records are not indexed (move it higher in the tree to include it)", "path", path, "bytes", len(path))
-	if dir {
-		return filepath.SkipDir
-	}
-	return nil
-}
-
-// walkFollow lists dir like filepath.WalkDir, following symbolic links.
-// seen holds the (device, inode) of every directory entered, so that each
-// is listed once and a loop ends.
-func walkFollow(dir string, match func(string) bool, add func(string, fs.FileInfo) error, seen map[[2]uint64]bool, log *slog.Logger) error {
-	fi, err := os.Stat(dir)
-	if tooLong(err) {
-		skipTooLong(dir, true, log)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	if key, ok := fileKey(fi); ok {
-		if seen[key] {
-			log.Warn("directory reached again through a symbolic link; skipped (a loop or a second link)", "path", dir)
-			return nil
-		}
-		seen[key] = true
-	}
-	entries, err := os.ReadDir(dir)
-	if tooLong(err) {
-		skipTooLong(dir, true, log)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		fi, err := os.Stat(path)
-		if tooLong(err) {
-			skipTooLong(path, e.IsDir(), log)
-			continue
-		}
-		if err != nil {
-			if e.Type()&fs.ModeSymlink != 0 {
-				log.Warn("symbolic link leads nowhere; skipped", "path", path, "err", err)
-				continue
-			}
-			return fmt.Errorf("stat %s: %w", path, err)
-		}
-		switch {
-		case fi.IsDir():
-			if err := walkFollow(path, match, add, seen, log); err != nil {
-				return err
-			}
-		case fi.Mode().IsRegular() && match(e.Name()):
-			if err := add(path, fi); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// listSource lists the files of a remote source whose base names match
-// include.
+// listSource lists the files of a source whose base names match include.
 func listSource(ctx context.Context, src source.Source, include []string) ([]File, error) {
 	for _, p := range include {
 		if _, err := filepath.Match(p, ""); err != nil {
@@ -412,21 +263,33 @@ func rootOf(root string, o Options) (string, error) {
 	if o.Source != nil {
 		return o.Source.String(), nil
 	}
-	return resolveRoot(root)
+	return local.Resolve(root)
 }
 
-// resolveRoot returns the absolute path of the source directory with its
-// symbolic links resolved: SRC itself may be a link, named by the user.
-func resolveRoot(root string) (string, error) {
-	root, err := filepath.Abs(root)
-	if err != nil {
-		return "", err
+// sourceOf returns where the files of an index of root built with o are
+// read from: o.Source, or the local directory root.
+func sourceOf(root string, o Options) source.Source {
+	if o.Source != nil {
+		return o.Source
 	}
-	real, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return "", fmt.Errorf("source: %w", err)
+	// Without the logger, which only listing uses (selectFiles gives
+	// it): an index holds no logger.
+	return local.New(root, o.FollowSymlinks, nil)
+}
+
+// isLocal reports whether src is a local directory (nil: an Index made by
+// hand, of Root).
+func isLocal(src source.Source) bool {
+	_, ok := src.(*local.Source)
+	return src == nil || ok
+}
+
+// source returns where the files are read from.
+func (ix *Index) source() source.Source {
+	if ix.src != nil {
+		return ix.src
 	}
-	return real, nil
+	return local.New(ix.Root, ix.FollowSymlinks, nil)
 }
 
 // Build scans every source file under root and cuts it into blocks.
@@ -443,11 +306,12 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 			return nil, fmt.Errorf("source %s is not a directory", root)
 		}
 	}
-	files, f, err := selectFiles(ctx, root, o)
+	src := sourceOf(root, o)
+	files, f, err := selectFiles(ctx, src, o)
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{Root: root, src: o.Source, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
+	ix := &Index{Root: root, src: src, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
 		Format: f.Name(), FormatOptions: formats.OptionsOf(f), format: f}
 	o.Format = f
 	var total int64
@@ -604,7 +468,8 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 // they are read in: o.Format, or the one their names say (formats.Detect,
 // over the names of every format's files when o.Include is empty). Build
 // and the check of a cached index select files the same way.
-func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.Format, error) {
+func selectFiles(ctx context.Context, src source.Source, o Options) ([]File, formats.Format, error) {
+	root := src.String()
 	include := o.Include
 	switch {
 	case len(include) > 0:
@@ -613,13 +478,10 @@ func selectFiles(ctx context.Context, root string, o Options) ([]File, formats.F
 	default:
 		include = compressedInclude(formats.AllIncludes(), o)
 	}
-	var files []File
-	var err error
-	if o.Source != nil {
-		files, err = listSource(ctx, o.Source, include)
-	} else {
-		files, err = listFiles(root, include, o.FollowSymlinks, o.Logger)
+	if ls, ok := src.(*local.Source); ok {
+		src = ls.WithLogger(o.Logger)
 	}
+	files, err := listSource(ctx, src, include)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -683,43 +545,26 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	f := ix.Files[fi]
 	path := ix.Path(fi)
 	format := o.Format
-	var r namedReaderAt
-	if o.Source != nil {
-		sf, err := o.Source.Open(f.Path, f.Version)
-		if err != nil {
-			return out, fmt.Errorf("index: %w", err)
-		}
-		defer sf.Close()
-		r = sf
-	} else {
-		// Not blocking, and only a regular file: a named pipe put in place of
-		// a listed file would hang indexing.
-		lf, _, err := openRegular("", path)
-		if errors.Is(err, errNotRegular) {
-			return out, fmt.Errorf("index: %s: %w", path, err)
-		} else if err != nil {
-			return out, fmt.Errorf("index: %w", err)
-		}
-		defer lf.Close()
-		r = lf
+	// A local file is opened without blocking, and only if it is a
+	// regular file: a named pipe put in place of a listed file would hang
+	// indexing.
+	r, err := ix.source().Open(f.Path, f.Version)
+	if err != nil {
+		return out, fmt.Errorf("index: %s: %w", path, err)
 	}
+	defer r.Close()
 	if kind, err := ix.sniffCompression(fi, r, o); err != nil {
 		return out, err
 	} else if kind != 0 {
 		return ix.scanCompressed(fi, o, r, kind, progress)
 	}
-	var dio *os.File
-	if lf, ok := r.(*os.File); ok && !o.Buffered {
-		// Without it the chunks are read through the page cache, still
-		// one ahead.
-		var err error
-		if dio, err = openDirect(lf); err == nil {
-			defer dio.Close()
-		} else {
-			dio = nil
-		}
+	// Without direct reads the chunks are read through the page cache,
+	// still one ahead.
+	direct, _ := r.(source.DirectReader)
+	if o.Buffered {
+		direct = nil
 	}
-	rd.reset(r, dio, f.Size)
+	rd.reset(r, direct, f.Size)
 	defer rd.wait()
 	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
 		return out, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 )
 
 // Unit names what one Buf holds, in order: whole blocks, or single records
@@ -113,7 +114,7 @@ func placeBlock(blk Block, tail int64, direct bool) (lead, span int64) {
 // readsDirect reports whether a loader with options o reads the blocks of
 // ix with O_DIRECT when they are not cached.
 func readsDirect(ix *Index, o LoaderOptions) bool {
-	return ix.src == nil && !o.Buffered && ix.BlockSize >= MinDirectBlock
+	return isLocal(ix.src) && !o.Buffered && ix.BlockSize >= MinDirectBlock
 }
 
 // MinMemory returns the smallest LoaderOptions.MaxMemory with which a
@@ -219,6 +220,11 @@ type Stats struct {
 	// loaded for (see EpochStats).
 	Epochs    map[int]EpochStats `json:"epochs"`
 	DiskCache *DiskCacheStats    `json:"disk_cache,omitempty"`
+	// BlocksLearned and RecordsLearned, for a probed index only (whose
+	// record counts are learned as blocks load), are the blocks loaded so
+	// far and the records they hold (Learned).
+	BlocksLearned  *int64 `json:"blocks_learned,omitempty"`
+	RecordsLearned *int64 `json:"records_learned,omitempty"`
 }
 
 // LoaderOptions configure a Loader.
@@ -280,6 +286,7 @@ func prefetchDepth(o int) int {
 // are opened from a pool of bounded size (see filePool).
 type Loader struct {
 	ix     *Index
+	src    source.Source // ix.source()
 	budget int64
 	log    *slog.Logger
 	seed   maphash.Seed
@@ -337,7 +344,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
 	return &Loader{
-		ix: ix, budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
+		ix: ix, src: ix.source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),
@@ -371,6 +378,10 @@ func (l *Loader) Stats() Stats {
 		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget, MemoryMapped: mapped,
 	}
 	l.diskStats(&s)
+	if l.learned != nil {
+		blocks, records := l.learnedBlocks.Load(), l.learnedRecords.Load()
+		s.BlocksLearned, s.RecordsLearned = &blocks, &records
+	}
 	return s
 }
 
@@ -923,7 +934,7 @@ func (l *Loader) read(b *Buf) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	workers := cap(l.sem)
-	if b.unit.Records == nil && !l.direct && l.ix.src == nil {
+	if b.unit.Records == nil && !l.direct && isLocal(l.src) {
 		// Whole blocks through the page cache are long sequential reads
 		// that the kernel's readahead keeps ahead of: a few workers do.
 		// Direct reads, single records and remote GETs wait for the
@@ -962,8 +973,6 @@ func (l *Loader) read(b *Buf) error {
 					// served from the disk cache, and checked
 				} else if l.ix.Files[exts[i].file].Access != nil {
 					err = l.readCompressedExtent(files, dc.get(l), exts[i], b.Data, b.unit.Records != nil, sp.filled)
-				} else if l.ix.src != nil {
-					err = l.readRemoteExtent(exts[i], b.Data, b.unit.Records != nil, sp.filled)
 				} else {
 					var f *poolFile
 					f, err = files.acquire(exts[i].file, exts[i].off)
@@ -1127,23 +1136,43 @@ func (l *Loader) damaged(err error) {
 // preads cost little.
 const checkChunk = 512 << 10
 
-// readExtent reads extent e into its place in slab: directly from the disk
-// if most of it is not in the page cache and the file allows it, through
-// the page cache if not. It calls check with the bytes read so far, last
-// with all of them.
+// readExtent reads extent e into its place in slab, and calls check with
+// the bytes read so far, last with all of them. A file in the page cache
+// (source.PageCached: a local one) is read a chunk at a time, each checked
+// while in the CPU's cache, and directly from the disk where most of the
+// extent is not cached and the file allows it (source.DirectReader); any
+// other (a remote object) with one ReadAt, one request.
 func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) error {
 	dst := slab[e.at : e.at+e.n]
+	pc, paged := f.File.(source.PageCached)
+	if !paged {
+		if _, err := f.ReadAt(dst, e.off); err != nil {
+			// A file no longer at its indexed version (source.ErrChanged:
+			// a replaced object) does not mark the index stale: the next
+			// Open sees the new version and, for a probed index, indexes
+			// that file alone.
+			if !errors.Is(err, syscall.EIO) {
+				err = fmt.Errorf("%w: %w", err, syscall.EIO)
+			}
+			return err
+		}
+		if err := check(e.n); err != nil {
+			return err
+		}
+		l.counted(e.n, record)
+		return nil
+	}
 	got := 0
-	if dio := f.directFile(); dio != nil && !l.noDirect.Load() && uncached(f.File, e.off, e.n) {
+	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.noDirect.Load() && pc.Uncached(e.off, e.n) {
 		// Whole pages: the extent's first page sits at a page boundary of
 		// the slab, and its pages are its own.
 		from := alignDown(e.off)
 		win := slab[e.at-(e.off-from) : e.at-(e.off-from)+alignUp(e.off+e.n)-from]
-		n, err := readDirect(dio, win, from)
+		n, err := d.ReadDirect(win, from)
 		switch {
-		case errors.Is(err, errNoDirect):
+		case errors.Is(err, source.ErrNoDirect):
 			l.noDirect.Store(true)
-			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name())
+			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name(), "err", err)
 		case err != nil:
 			return fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
 		default:
@@ -1163,32 +1192,6 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 				return err
 			}
 		}
-	}
-	if err := check(e.n); err != nil {
-		return err
-	}
-	l.counted(e.n, record)
-	return nil
-}
-
-// readRemoteExtent reads extent e of a remote source into its place in
-// slab with one ranged read (one GET), pinned to the version of its file
-// that was indexed, and checks it.
-func (l *Loader) readRemoteExtent(e extent, slab []byte, record bool, check func(int64) error) error {
-	fl := &l.ix.Files[e.file]
-	f, err := l.ix.src.Open(fl.Path, fl.Version)
-	if err != nil {
-		return fmt.Errorf("read %s at offset %d: %w", l.ix.Path(e.file), e.off, err)
-	}
-	defer f.Close()
-	if _, err := f.ReadAt(slab[e.at:e.at+e.n], e.off); err != nil {
-		// A replaced object (source.ErrChanged) does not mark the index
-		// stale: the next Open sees its new version in the listing and
-		// indexes that object alone.
-		if !errors.Is(err, syscall.EIO) {
-			err = fmt.Errorf("%w: %w", err, syscall.EIO)
-		}
-		return err
 	}
 	if err := check(e.n); err != nil {
 		return err

@@ -2,7 +2,6 @@ package blockcache
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -57,7 +56,7 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 	heads := make([]formats.Head, len(files))
 	prober := o.Format.(formats.Prober) // Build checked
 	workers := max(8, runtime.GOMAXPROCS(0))
-	if o.Source != nil {
+	if !isLocal(ix.src) {
 		workers = 32
 	}
 	var failed atomic.Bool
@@ -186,20 +185,11 @@ func (ix *Index) openProbe(fi int32, o Options) (io.ReaderAt, func(), error) {
 	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
 		return nil, nil, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
 	}
-	if o.Source != nil {
-		sf, err := o.Source.Open(f.Path, f.Version)
-		if err != nil {
-			return nil, nil, fmt.Errorf("index: %w", err)
-		}
-		return sf, func() { sf.Close() }, nil
-	}
-	lf, _, err := openRegular("", path)
-	if errors.Is(err, errNotRegular) {
+	sf, err := ix.source().Open(f.Path, f.Version)
+	if err != nil {
 		return nil, nil, fmt.Errorf("index: %s: %w", path, err)
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("index: %w", err)
 	}
-	return lf, func() { lf.Close() }, nil
+	return sf, func() { sf.Close() }, nil
 }
 
 // run calls fn(0) to fn(n-1) on up to workers goroutines, stopping early
@@ -231,7 +221,7 @@ func countsKnown(scans []fileScan) bool {
 func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
 	o.fill()
 	o.FollowSymlinks = ix.FollowSymlinks
-	files, f, err := selectFiles(ctx, ix.Root, o)
+	files, f, err := selectFiles(ctx, ix.src, o)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +241,7 @@ func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
 		k := old[ix.Files[b.File].Path]
 		k.blocks = append(k.blocks, b)
 	}
-	sub := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, FollowSymlinks: ix.FollowSymlinks,
+	sub := &Index{Root: ix.Root, src: ix.src, BlockSize: ix.BlockSize, FollowSymlinks: ix.FollowSymlinks,
 		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
 	var changed []int // indexes in files of those probed again
 	for i, fl := range files {
@@ -276,7 +266,7 @@ func (ix *Index) reprobe(ctx context.Context, o Options) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	nix := &Index{Root: ix.Root, src: o.Source, BlockSize: ix.BlockSize, Files: files, FollowSymlinks: ix.FollowSymlinks,
+	nix := &Index{Root: ix.Root, src: ix.src, BlockSize: ix.BlockSize, Files: files, FollowSymlinks: ix.FollowSymlinks,
 		Format: ix.Format, FormatOptions: ix.FormatOptions, format: f, Probed: true}
 	scans := make([]fileScan, len(files))
 	for i, fl := range files {

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/corgifs/corgifs/formats"
 )
 
 // A block damaged in place (same size and modification time) is reported
@@ -77,12 +75,12 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	os.Symlink(".", filepath.Join(root, "loop"))
 	os.Symlink("nowhere", filepath.Join(root, "x.tfrecord"))
 	paths := func(follow bool) []string {
-		files, err := listFiles(root, formats.TFRecord{}.Include(), follow, newTextLogger(&strings.Builder{}))
+		ix, err := Build(t.Context(), root, Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var p []string
-		for _, f := range files {
+		for _, f := range ix.Files {
 			p = append(p, f.Path)
 		}
 		return p

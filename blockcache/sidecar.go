@@ -19,7 +19,8 @@ import (
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
-const sidecarVersion = 5
+// 6: local files have a Version (local.Version).
+const sidecarVersion = 6
 
 const sidecarMagic = "corgifs-index"
 
@@ -129,7 +130,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 		} else {
 			ix, why = loadSidecar(dir, name, h)
 			if ix != nil {
-				ix.src, ix.Root = o.Source, root
+				ix.src, ix.Root = sourceOf(root, o), root
 				why = ix.changed(ctx, o)
 				if why == "" {
 					return ix, true, nil
@@ -226,7 +227,7 @@ func MarkStale(root string, o Options, reason string) error {
 // The files are selected as Build selects them, with the options o.
 func (ix *Index) changed(ctx context.Context, o Options) string {
 	o.FollowSymlinks = ix.FollowSymlinks
-	files, f, err := selectFiles(ctx, ix.Root, o)
+	files, f, err := selectFiles(ctx, ix.source(), o)
 	if err != nil {
 		return err.Error()
 	}

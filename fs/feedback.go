@@ -61,6 +61,9 @@ func (d *fbDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	e, ok := parseEpoch(name)
 	if !ok {
+		// Said in status.json and the log: a trainer that writes to a
+		// misnamed directory otherwise sees only ENOENT.
+		d.root.cfg.Feedback.Refuse(-1, -1, -1, feedbackDir+"/"+name, "unknown epoch: feedback goes in "+feedbackDir+"/epoch-EEEE (four or more decimal digits, as the epoch directories are named)")
 		return nil, syscall.ENOENT
 	}
 	// Writable directories: 0755, so that a trainer's access(W_OK) check
@@ -145,6 +148,12 @@ func (r *rootNode) beginFeedback(epoch, part, parts int, flags uint32) (*fbHandl
 	}
 	if flags&syscall.O_APPEND != 0 {
 		fb.Refuse(epoch, part, parts, "", "opened with O_APPEND: write the file from offset 0 (open it with \"wb\")")
+		return nil, syscall.EINVAL
+	}
+	// Acquire of an epoch not yet served would wait for the previous
+	// epoch's feedback and then fix this epoch's order: refuse at once.
+	if !r.cfg.Planner.Fixed(epoch, parts) {
+		fb.Refuse(epoch, part, parts, "", fmt.Sprintf("epoch %d has not been served yet: its order depends on epoch %d's feedback, not complete yet; write feedback for an epoch after reading it", epoch, epoch-1))
 		return nil, syscall.EINVAL
 	}
 	plan, err := r.cfg.Planner.Acquire(epoch, part, parts)

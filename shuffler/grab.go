@@ -226,6 +226,35 @@ func (pl *Planner) Ready(epoch, parts int) bool {
 	return !IsFeedback(pl.p.Strategy) || f == nil || epoch == 0 || f.Complete(epoch-1, parts)
 }
 
+// Fixed reports, without waiting, whether the order of epoch (of parts)
+// is already fixed: it can be planned now (Ready), was planned by this
+// mount, or was saved by an earlier one. Feedback for an epoch whose order
+// is not fixed cannot be for records the trainer read: the feedback
+// channel refuses it rather than plan the epoch, which would wait for the
+// previous epoch's feedback and then lock the epoch to a random order.
+func (pl *Planner) Fixed(epoch, parts int) bool {
+	if epoch < 0 || parts < 1 {
+		return false
+	}
+	if pl.Ready(epoch, parts) {
+		return true
+	}
+	c := &pl.cache
+	c.mu.Lock()
+	s := c.seqs[seqKey{epoch: epoch, parts: parts}]
+	planned := s != nil && s.fb.Load() != nil
+	c.mu.Unlock()
+	if planned {
+		return true
+	}
+	for i := range parts {
+		if _, ok := pl.p.Feedback.LoadOrder(pl.orderName(epoch, i, parts)); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // feedbackOrders computes, once per sequence, the orders of the K parts
 // of its epoch: see the comment at the top of this file. It may wait for
 // feedback, holding no lock that other epochs, other parts' reads or Size

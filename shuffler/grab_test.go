@@ -475,3 +475,35 @@ func TestCloseEndsAWaitForFeedbackWithoutSavingAnOrder(t *testing.T) {
 		t.Error("the order served while unmounting was saved")
 	}
 }
+
+// Fixed says, without waiting and without planning anything, whether an
+// epoch's order is already fixed: epoch 0, an epoch whose previous
+// epoch's feedback is complete, one already planned, or one whose orders
+// an earlier mount saved; not a later epoch.
+func TestFixedSaysWithoutWaitingWhichEpochsHaveTheirOrder(t *testing.T) {
+	ix := fixedIndex()
+	const parts = 2
+	dir := filepath.Join(t.TempDir(), "fb")
+	s := openStore(t, dir, ix)
+	pl := fbPlanner(t, ix, "grab", s, 1<<30, 50*time.Millisecond)
+	want := func(pl *Planner, what string, fixed map[int]bool) {
+		t.Helper()
+		for e, w := range fixed {
+			if got := pl.Fixed(e, parts); got != w {
+				t.Errorf("%s: Fixed(%d) = %v, want %v", what, e, got, w)
+			}
+		}
+	}
+	want(pl, "before anything is read", map[int]bool{0: true, 1: false, 5: false})
+	upload(t, s, 0, servedEpoch(t, pl, 0, parts))
+	want(pl, "after epoch 0's feedback", map[int]bool{0: true, 1: true, 2: false})
+	servedEpoch(t, pl, 1, parts)
+	want(pl, "after epoch 1 was planned", map[int]bool{1: true, 2: false})
+	s.Close()
+	s2 := openStore(t, dir, ix)
+	pl2 := fbPlanner(t, ix, "grab", s2, 1<<30, 50*time.Millisecond)
+	want(pl2, "after a remount (epoch 1's order saved)", map[int]bool{0: true, 1: true, 2: false})
+	if n := s.Stats().Fallbacks + s2.Stats().Fallbacks; n != 0 {
+		t.Errorf("Fixed planned an epoch: %d fallbacks", n)
+	}
+}

@@ -195,8 +195,8 @@ type strategyInfo struct {
 var strategies = map[string]strategyInfo{
 	"corgipile":         {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
 	"corgipile-balance": {corgipileBalance, false, "corgipile's blocks and buffers; each buffer's records in PairBalance order of their latest feedback vectors"},
-	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback: reads records one by one like full, unless the part fits in half of --max-memory (then its blocks are read once per epoch)"},
-	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback)"},
+	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback. A part of at most half of --max-memory has its blocks read once per epoch (through --disk-cache) and its records gathered; a larger part is read record by record like full: one read per record (one GET on S3), and --disk-cache neither serves nor keeps those reads"},
+	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback); reads as grab: a part larger than half of --max-memory is read record by record, bypassing --disk-cache"},
 	"block":             {blockOnly, false, "random blocks, records in source order inside each block"},
 	"none":              {none, false, "source order"},
 	"window":            {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},

@@ -4,9 +4,11 @@
 // that a file changed since indexing is never served as if it were the
 // one indexed.
 //
-// Local directories are still read by blockcache itself (O_DIRECT,
-// cachestat, a descriptor pool, os.Root), which is the fast path; sources
-// in other stores (source/s3) implement Source.
+// source/local reads a directory, source/s3 a bucket. What only some
+// sources can do is an optional interface of their File, found by type
+// assertion in the style of go-fuse's fs/api.go: a local file can be read
+// around the page cache (DirectReader) and asked what of it is cached
+// (PageCached); a reader uses these when present and ReadAt when not.
 package source
 
 import (
@@ -21,7 +23,8 @@ type Object struct {
 	Size  int64
 	Mtime int64 // modification time, Unix nanoseconds
 	// Version changes whenever the content may have changed: the ETag of
-	// an object in a store.
+	// an object in a store, the size and modification time of a local
+	// file (local.Version).
 	Version string
 }
 
@@ -34,9 +37,10 @@ type Source interface {
 	ID() string
 	// List returns the files whose base names match, sorted by path.
 	List(ctx context.Context, match func(base string) bool) ([]Object, error)
-	// Open returns a reader of the file at path pinned to version: a read
-	// of a file that is no longer at that version fails with an error
-	// that wraps ErrChanged, never with other bytes.
+	// Open returns a reader of the file at path pinned to version: the
+	// open (a local file, checked once) or a read (an object, each GET
+	// pinned) of a file that is no longer at that version fails with an
+	// error that wraps ErrChanged, never with other bytes.
 	Open(path, version string) (File, error)
 }
 
@@ -51,3 +55,36 @@ type File interface {
 
 // ErrChanged says that a file is no longer the version that was indexed.
 var ErrChanged = errors.New("changed since indexing")
+
+// DirectAlign is the alignment ReadDirect needs: of the file offset, the
+// length and the memory. A page suits every logical block size in use.
+const DirectAlign = 4096
+
+// ErrNoDirect says that a file cannot be read around the page cache (no
+// O_DIRECT on its file system, or a stricter alignment): read it through
+// ReadAt instead.
+var ErrNoDirect = errors.New("direct I/O not supported")
+
+// DirectReader is a File that can be read around the page cache, straight
+// from the device into the caller's memory (O_DIRECT).
+type DirectReader interface {
+	// ReadDirect fills win, which must start at a DirectAlign-aligned
+	// address and be a multiple of DirectAlign long, with the file's
+	// bytes from the aligned offset off, up to the end of the file. It
+	// returns the number of bytes read; an error wrapping ErrNoDirect
+	// says to read through ReadAt instead.
+	ReadDirect(win []byte, off int64) (int, error)
+}
+
+// PageCached is a File whose reads go through the kernel's page cache: a
+// reader reads it a piece at a time (each ReadAt is cheap), and may ask
+// what is cached and read ahead.
+type PageCached interface {
+	// Uncached reports whether most of the n bytes at off are not in the
+	// page cache, so that a DirectReader's ReadDirect beats copying them
+	// from it. False when it cannot be known.
+	Uncached(off, n int64) bool
+	// WillNeed asks the kernel to read the n bytes at off into the page
+	// cache ahead of small reads of them.
+	WillNeed(off, n int64)
+}

@@ -144,7 +144,7 @@ func TestBadFeedbackIsRefusedThroughTheMount(t *testing.T) {
 		{"not a part", filepath.Join(dir, "gradients.bin"), wb, nil, syscall.EINVAL, "unknown part"},
 		{"outside an epoch", filepath.Join(filepath.Dir(dir), "part-00000-of-00001.f32"), wb, nil, syscall.EINVAL, "not a feedback file"},
 		{"appended", part, os.O_WRONLY | os.O_CREATE | os.O_APPEND, nil, syscall.EINVAL, "O_APPEND"},
-		{"unknown epoch", filepath.Join(m.dir, ".corgifs", "feedback", "epoch-x", "part-00000-of-00001.f32"), wb, nil, syscall.ENOENT, ""},
+		{"unknown epoch", filepath.Join(m.dir, ".corgifs", "feedback", "epoch-x", "part-00000-of-00001.f32"), wb, nil, syscall.ENOENT, "unknown epoch"},
 	}
 	for _, c := range cases {
 		werr, cerr := write(c.path, c.flag, c.b)
@@ -203,6 +203,52 @@ func TestBadFeedbackIsRefusedThroughTheMount(t *testing.T) {
 	// Nothing else was affected.
 	if len(frames(t, m.read(0, 0, 1))) != n {
 		t.Fatal("the part changed")
+	}
+}
+
+// TestFeedbackForAnEpochNotYetServedIsRefusedAtOnceWithoutFixingItsOrder
+// writes feedback for epoch 5 when only epoch 0 was read: its order
+// depends on epoch 4's feedback, so the file cannot be for records a
+// trainer read. It is refused at the open, without waiting for
+// --feedback-timeout, with a status entry and a log line, and without a
+// fallback that would lock epoch 5 to a random order.
+func TestFeedbackForAnEpochNotYetServedIsRefusedAtOnceWithoutFixingItsOrder(t *testing.T) {
+	const n = 500
+	src := genSynthetic(t, n, 8, 2, 1, "clustered")
+	m := feedbackMount(t, src, append(smallFlags, "--feedback-dim", "4", "--feedback-timeout", "3s")...)
+	m.read(0, 0, 1)
+	dir := filepath.Join(m.dir, ".corgifs", "feedback", "epoch-0005")
+	err := os.WriteFile(filepath.Join(dir, "part-00000-of-00001.f32"), feedbackFile("CGFB", 1, 3, n), 0o644)
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("feedback for epoch 5: got %v, want EINVAL", err)
+	}
+	const because = "epoch 5 has not been served yet: its order depends on epoch 4's feedback"
+	st := readFeedbackStatus(t, m)
+	if len(st.Refusals) == 0 || !strings.Contains(st.Refusals[len(st.Refusals)-1].Reason, because) || st.Refusals[len(st.Refusals)-1].Epoch != 5 {
+		t.Errorf("status.json refusals do not end with epoch 5 %q: %+v", because, st.Refusals)
+	}
+	if st.Accepted != 0 || len(st.Parts) != 0 && st.Parts[0].State == "accepted" {
+		t.Errorf("the feedback of an epoch not served was accepted: %+v", st)
+	}
+	if !logSays(m, because) {
+		t.Errorf("no log line says %q\n%s", because, m.log)
+	}
+	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Feedback *struct{ Fallbacks int64 } `json:"feedback"`
+	}
+	if err := json.Unmarshal(b, &stats); err != nil || stats.Feedback == nil {
+		t.Fatalf("stats.json has no feedback counters (%v): %s", err, b)
+	}
+	if stats.Feedback.Fallbacks != 0 || strings.Contains(m.log.String(), "waiting for the previous epoch's feedback") {
+		t.Errorf("epoch 5 was planned (%d fallbacks): its order is now fixed\n%s", stats.Feedback.Fallbacks, m.log)
+	}
+	// Epoch 0's feedback is still taken.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(dir), "epoch-0000", "part-00000-of-00001.f32"), feedbackFile("CGFB", 1, 3, n), 0o644); err != nil {
+		t.Errorf("feedback for epoch 0 after the refusal: %v\n%s", err, m.log)
 	}
 }
 

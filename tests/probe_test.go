@@ -125,3 +125,54 @@ func TestS3MountProbesByDefaultAndReprobesOnlyAReplacedObject(t *testing.T) {
 		}
 	}
 }
+
+// TestProbedMountStatsShowTheRecordsLearnedAsBlocksLoad: a probed index
+// learns its record counts as blocks load, and stats.json says how far:
+// after a whole epoch is read, every block and every record. A mount of a
+// full index, which knows every count, has no such counters.
+func TestProbedMountStatsShowTheRecordsLearnedAsBlocksLoad(t *testing.T) {
+	const n = 1000
+	src := genSynthetic(t, n, 16, 4, 2, "clustered")
+	flags := []string{"--seed", "11", "--block-size", "16KiB"}
+	type learned struct {
+		BlocksLearned  *int64 `json:"blocks_learned"`
+		RecordsLearned *int64 `json:"records_learned"`
+	}
+	stats := func(m *mount) learned {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s learned
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatalf("stats.json: %v\n%s", err, b)
+		}
+		return s
+	}
+	probed := startMount(t, src, append(flags, "--index", "probe")...)
+	probed.read(0, 0, 1)
+	var cfg struct{ Dataset struct{ Blocks int64 } }
+	raw, err := os.ReadFile(filepath.Join(probed.dir, ".corgifs", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.Dataset.Blocks < 2 {
+		t.Fatalf("config.json: %v, dataset.blocks %d\n%s", err, cfg.Dataset.Blocks, raw)
+	}
+	if s := stats(probed); s.RecordsLearned == nil || *s.RecordsLearned != n || s.BlocksLearned == nil || *s.BlocksLearned != cfg.Dataset.Blocks {
+		t.Errorf("probed mount after a whole epoch: stats.json blocks_learned %v, records_learned %v; want %d and %d", deref(s.BlocksLearned), deref(s.RecordsLearned), cfg.Dataset.Blocks, n)
+	}
+	full := startMount(t, src, append(flags, "--index", "full")...)
+	full.read(0, 0, 1)
+	if s := stats(full); s.RecordsLearned != nil || s.BlocksLearned != nil {
+		t.Errorf("a full index's stats.json has learned counts: %+v", s)
+	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

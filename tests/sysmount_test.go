@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/corgifs/corgifs/internal/childmount"
 	"io"
 	"net"
 	"os"
@@ -19,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // daemonPid finds in the stderr of `corgifs mount --background` the pid of
@@ -319,7 +321,7 @@ func installHelper(t *testing.T) {
 func TestMountTypeFuseCorgifsAndAnFstabLineServeWithTheirOptions(t *testing.T) {
 	fuseOK(t)
 	if _, err := exec.LookPath("mount"); err != nil {
-		t.Skip("no mount(8)")
+		testenv.Missing(t, "no mount(8) (util-linux)")
 	}
 	installHelper(t)
 	src := genSynthetic(t, 6000, 8, 2, 4, "clustered")

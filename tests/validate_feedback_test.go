@@ -2,6 +2,8 @@ package tests
 
 import (
 	"encoding/json"
+	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +68,29 @@ func TestValidateCDGrabWithFourWorkersHasEveryPartsFeedbackAccepted(t *testing.T
 	checkFeedback(t, runs[0], 3, 4)
 	if runs[0]["workers"] != 4.0 {
 		t.Errorf("report says workers %v, want 4", runs[0]["workers"])
+	}
+}
+
+// TestValidateLogisticWithAHundredFeaturesWritesExactGradientsThroughTheMount:
+// logistic regression gives the order server its per-example gradients
+// themselves whatever the feature count (101 values here, more than the
+// default --sketch-dim of 64), and the mount takes vectors of that
+// dimension. When they do not fit in --max-memory, validate refuses
+// before training, naming the numbers.
+func TestValidateLogisticWithAHundredFeaturesWritesExactGradientsThroughTheMount(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 1000, 100, 2, 2, "clustered")
+	test := genSynthetic(t, 200, 100, 2, 1, "shuffled", "--first-id", "1000")
+	args := []string{"validate", "--data", train, "--test", test, "--model", "logistic", "--strategies", "grab",
+		"--epochs", "2", "--batch", "8", "--lr", "0.05", "--block-size", "8KiB", "--seed", "4", "--feedback-timeout", "20s",
+		"--via", "mount", "--cache-dir", t.TempDir()}
+	runs := rawValidate(t, args...)
+	fb, ok := runs[0]["feedback"].(map[string]any)
+	if !ok || fb["exact"] != true || fb["dim"] != 101.0 || fb["accepted"] != 2.0 || fb["fallbacks"] != 0.0 {
+		t.Errorf("feedback %v; want exact gradients of 101 values, 2 files accepted, no fallback", runs[0]["feedback"])
+	}
+	out, err := exec.Command(bin, append(args, "--max-memory", "400KiB")...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the exact per-example gradients (101 values) for 1000 records (records × (4 × 101 + 12) bytes = 406 KiB)") {
+		t.Errorf("validate with vectors that do not fit --max-memory: %v\n%s", err, out)
 	}
 }

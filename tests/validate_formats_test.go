@@ -11,12 +11,6 @@ import (
 // genFormats are the formats `corgifs gen synthetic --format` writes.
 var genFormats = []string{"tfrecord", "csv", "jsonl", "libsvm", "wds", "npy"}
 
-// servedFormats are the formats a mount serves. TODO(issue 13 wiring):
-// add csv, jsonl, libsvm, wds and npy once blockcache, shuffler and fs
-// serve them (and remove the --via files guard in cmd/corgifs/validate.go);
-// TestValidateEveryFormatThroughAMountTrainsLikeTFRecord then covers them.
-var servedFormats = map[string]bool{"tfrecord": true, "csv": true, "jsonl": true, "libsvm": true, "wds": true, "npy": true}
-
 // genFormat writes the same synthetic training and test sets in format
 // and returns their directories.
 func genFormat(t *testing.T, format string, records, features, classes, files int, order string) (train, test string) {
@@ -84,15 +78,11 @@ func TestValidateEveryFormatViaFilesTrainsLikeTFRecord(t *testing.T) {
 // real mounts of each format: the source order ("none") must train
 // exactly as on TFRecord, and CorgiPile (whose blocks differ with the
 // record sizes of each format) within 3 points of TFRecord's CorgiPile.
-// Formats the mount does not serve yet are skipped (see servedFormats).
 func TestValidateEveryFormatThroughAMountTrainsLikeTFRecord(t *testing.T) {
 	fuseOK(t)
 	var want report
 	for _, format := range genFormats {
 		t.Run(format, func(t *testing.T) {
-			if !servedFormats[format] {
-				t.Skipf("the mount does not serve %s yet (issue 13 wiring): add it to servedFormats", format)
-			}
 			train, test := genFormat(t, format, 6000, 12, 4, 3, "clustered")
 			r := validateJSON(t, append([]string{"validate", "--data", train, "--test", test, "--via", "mount", "--strategies", "none,corgipile",
 				"--epochs", "2", "--batch", "1", "--lr", "0.01", "--block-size", "8KiB", "--buffer", "10%", "--seed", "5",
@@ -114,9 +104,9 @@ func TestValidateEveryFormatThroughAMountTrainsLikeTFRecord(t *testing.T) {
 	}
 }
 
-// TestValidateTellsWhatItCannotRead: a format the mount does not serve
-// yet, a libsvm --features that is not a number, and a data directory
-// without any format's files are errors that say what to do.
+// TestValidateTellsWhatItCannotRead: a libsvm --features that is not a
+// number, --via files with another strategy than none, and a data
+// directory without any format's files are errors that say what to do.
 func TestValidateTellsWhatItCannotRead(t *testing.T) {
 	train, test := genFormat(t, "libsvm", 100, 4, 2, 1, "shuffled")
 	empty := t.TempDir()
@@ -137,12 +127,6 @@ func TestValidateTellsWhatItCannotRead(t *testing.T) {
 		_, stderr, code := run(append([]string{"validate", "--epochs", "1"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("validate %s: exit %d, stderr %q; want an error containing %q", strings.Join(c.args, " "), code, stderr, c.want)
-		}
-	}
-	if !servedFormats["libsvm"] {
-		_, stderr, code := run("validate", "--epochs", "1", "--data", train, "--test", test, "--via", "direct", "--strategies", "none")
-		if want := "the mount serves TFRecord only for now"; code == 0 || !strings.Contains(stderr, want) {
-			t.Errorf("validate --via direct of libsvm: exit %d, stderr %q; want %q", code, stderr, want)
 		}
 	}
 }

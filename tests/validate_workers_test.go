@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,16 +41,26 @@ func rawValidate(t *testing.T, args ...string) []map[string]any {
 // TestValidateWorkersWithFullShuffleTrainsLikeOneWorker: K workers in
 // lock-step, each step averaging the gradients of batch/K records of every
 // part, is synchronous SGD with the same global batch: on a full shuffle
-// it ends where one worker does, within noise.
+// it ends where one worker does, within noise. The runs must still be K
+// workers' (the report says so, and each step takes other records than
+// one worker's, so no epoch's numbers are bit-identical to K=1's): a
+// --workers that were ignored would end "within noise" too.
 func TestValidateWorkersWithFullShuffleTrainsLikeOneWorker(t *testing.T) {
 	train, test := workersData(t)
 	args := []string{"validate", "--data", train, "--test", test, "--strategies", "full", "--via", "direct", "--epochs", "3",
 		"--batch", "32", "--lr", "0.05", "--block-size", "8KiB", "--seed", "5", "--cache-dir", t.TempDir()}
 	final := map[string]float64{}
+	epochs := map[string][]any{}
 	for _, k := range []string{"1", "4", "8"} {
-		r := validateJSON(t, append(args, "--workers", k)...)
-		e := r.Runs[0].Epochs[2]
-		final[k] = 100 * e.TestAcc
+		run := rawValidate(t, append(args, "--workers", k)...)[0]
+		if k != "1" && fmt.Sprint(run["workers"]) != k {
+			t.Errorf("--workers %s: the report says workers %v", k, run["workers"])
+		}
+		epochs[k] = run["epochs"].([]any)
+		if len(epochs[k]) != 3 {
+			t.Fatalf("--workers %s: %d epochs reported, want 3", k, len(epochs[k]))
+		}
+		final[k] = 100 * epochs[k][2].(map[string]any)["test_acc"].(float64)
 	}
 	t.Logf("final test accuracy by workers: %v", final)
 	if final["1"] < 70 {
@@ -58,6 +69,12 @@ func TestValidateWorkersWithFullShuffleTrainsLikeOneWorker(t *testing.T) {
 	for _, k := range []string{"4", "8"} {
 		if d := final[k] - final["1"]; d < -1.5 || d > 1.5 {
 			t.Errorf("%s workers end at %.2f%%, one worker at %.2f%%: want within 1.5 points", k, final[k], final["1"])
+		}
+		for e := range epochs[k] {
+			a, b := epochs[k][e].(map[string]any), epochs["1"][e].(map[string]any)
+			if a["train_loss"] == b["train_loss"] {
+				t.Errorf("epoch %d: %s workers and one worker have the same full training loss %v: the steps took the same records", e, k, a["train_loss"])
+			}
 		}
 	}
 }
@@ -134,13 +151,37 @@ func TestValidateWorkerFlagsGiveClearErrors(t *testing.T) {
 		{[]string{"--strategies", "corgipile:0.3"}, "only pls takes an exchange fraction"},
 		{[]string{"--strategies", "pls:1.5"}, "0 ≤ Q ≤ 1"},
 		{[]string{"--strategies", "corgipile", "--exchange", "0.3"}, "--exchange is the Q of pls"},
-		{[]string{"--strategies", "full", "--partition", "contiguous"}, "--partition applies to the strategies local and pls"},
+		{[]string{"--strategies", "full", "--partition", "contiguous"}, "--partition applies to the strategies local, pls, grab and cdgrab"},
 		{[]string{"--strategies", "none", "--via", "files", "--workers", "2", "--batch", "2"}, "--via files reads the source files as one stream"},
 	} {
 		_, stderr, code := run(append([]string{"validate", "--data", data, "--test", test, "--epochs", "1"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("validate %s: exit %d, stderr %q; want an error containing %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
+	}
+}
+
+// TestValidateHelpSaysWhatItsFeedbackAndPartitionFlagsApplyTo: validate
+// sets its mounts' --feedback-dim itself (giving it is an error), so its
+// help shows no default for it and says so; --partition applies to every
+// strategy that keeps part sets, grab and cdgrab included.
+func TestValidateHelpSaysWhatItsFeedbackAndPartitionFlagsApplyTo(t *testing.T) {
+	_, help, _ := run("validate", "--help")
+	i := strings.Index(help, "-feedback-dim")
+	if i < 0 {
+		t.Fatalf("validate --help lists no --feedback-dim:\n%s", help)
+	}
+	entry, _, _ := strings.Cut(help[i+1:], "\n  -")
+	if !strings.Contains(entry, "set by validate itself") || strings.Contains(entry, "(default") {
+		t.Errorf("validate --help on --feedback-dim: %q; want it said to be set by validate, with no default", entry)
+	}
+	if !strings.Contains(help, "--partition applies to local, pls, grab and\ncdgrab") {
+		t.Errorf("validate --help does not say --partition applies to grab and cdgrab:\n%s", help)
+	}
+	data, test := t.TempDir(), t.TempDir()
+	_, stderr, _ := run("validate", "--data", data, "--test", test, "--strategies", "grab", "--partition", "contiguous", "--epochs", "1")
+	if strings.Contains(stderr, "--partition applies") {
+		t.Errorf("validate refuses --partition with grab: %s", stderr)
 	}
 }
 

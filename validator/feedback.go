@@ -26,9 +26,13 @@ type Feedback interface {
 // of it (the papers' per-example gradients are of the loss alone).
 //
 // The gradient has Outputs × (Dim + 1) values: the weights row after row,
-// then the biases. When that is at most the sketch dimension it is given
-// exactly (logistic regression and SVM on tabular data); otherwise it is
-// given as a seeded sparse random projection to the sketch dimension (a
+// then the biases. A binary model's (logistic regression, linear SVM: one
+// row, Dim + 1 values) is always given exactly, whatever the number of
+// features: the order servers' guarantees are for the gradients
+// themselves, and one row is what a feedback file of one vector per record
+// costs anyway. A softmax gradient is given exactly when it has at most
+// the sketch dimension's values; otherwise it is given as a seeded sparse
+// random projection to the sketch dimension (a
 // CountSketch: every gradient coordinate is added, with a random sign, to
 // one of the dimension's buckets), whose inner products are the
 // gradients' in expectation, at the cost of one pass over the gradient.
@@ -40,16 +44,17 @@ type Gradients struct {
 	sign   []float32
 }
 
-// NewGradients returns the feedback vectors of model m: exact when its
-// gradient has at most sketchDim values, else a projection to sketchDim
-// values drawn from seed (the same seed gives the same projection).
+// NewGradients returns the feedback vectors of model m: exact for a
+// binary model or when its gradient has at most sketchDim values, else a
+// projection to sketchDim values drawn from seed (the same seed gives the
+// same projection).
 func NewGradients(m *Model, sketchDim int, seed uint64) (*Gradients, error) {
 	if sketchDim < 1 {
 		return nil, fmt.Errorf("validator: sketch dimension %d: want at least 1", sketchDim)
 	}
 	g := &Gradients{outputs: m.Outputs(), in: m.Dim()}
 	n := g.outputs * (g.in + 1)
-	if n <= sketchDim {
+	if g.outputs == 1 || n <= sketchDim {
 		g.dim = n
 		return g, nil
 	}

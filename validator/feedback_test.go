@@ -200,3 +200,30 @@ func TestFeedbackHasAVectorPerServedRecordAtTheModelThatTrainedOnIt(t *testing.T
 		}
 	}
 }
+
+// TestBinaryModelsGetExactGradientsWhateverTheFeatureCount: logistic
+// regression and the linear SVM give the per-example gradient itself
+// (features + 1 values), even when that is more than the sketch dimension;
+// only softmax is sketched.
+func TestBinaryModelsGetExactGradientsWhateverTheFeatureCount(t *testing.T) {
+	const dim = 100
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, name := range []string{Logistic, SVM} {
+		m := randomModel(t, name, dim, 2, rng)
+		g, err := NewGradients(m, 64, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Exact() || g.Dim() != dim+1 {
+			t.Errorf("%s with %d features, sketch dimension 64: dim %d, exact %v; want %d exact", name, dim, g.Dim(), g.Exact(), dim+1)
+		}
+	}
+	m := randomModel(t, Softmax, dim, 3, rng)
+	g, err := NewGradients(m, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Exact() || g.Dim() != 64 {
+		t.Errorf("softmax with %d features, 3 classes, sketch dimension 64: dim %d, exact %v; want a sketch of 64", dim, g.Dim(), g.Exact())
+	}
+}

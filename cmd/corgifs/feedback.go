@@ -49,7 +49,14 @@ func (d *datasetFlags) openFeedback(ix *blockcache.Index, seed uint64, need int6
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%+v\x00", ix.Root, ix.BlockSize, ix.Format, ix.FormatOptions)
 	for _, f := range ix.Files {
-		fmt.Fprintf(h, "%s\x00%d\x00%d\x00%s\x00%d\x00", f.Path, f.Size, f.Mtime, f.Version, f.Records)
+		v := f.Version
+		if d.source == nil {
+			// A local file's version is its size and mtime, hashed
+			// already: feedback saved before local files had versions
+			// keeps its directory.
+			v = ""
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00%s\x00%d\x00", f.Path, f.Size, f.Mtime, v, f.Records)
 	}
 	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%v\x00%s\x00%v", d.strategy, seed, d.buffer.v.String(), d.equalParts, d.partitionOf(), d.exchangeQ())
 	root := ix.Root

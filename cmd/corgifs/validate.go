@@ -61,7 +61,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	fs.Var(&v.strategies, "strategies", "comma separated order `strategies` to train with, side by side; pls:Q is pls with\n--exchange Q (such as pls:0.1,pls:0.3 to compare exchange fractions)")
 	fs.IntVar(&v.workers, "workers", 1, "read the `K` parts of every epoch in lock-step, as K data-parallel workers (DDP ranks):\nevery step takes --batch/K records of each part; an epoch ends at the shortest part's\nlast full step (see --equal-parts)")
 	fs.IntVar(&v.syncEvery, "sync-every", 0, "with --workers K > 1: 0 averages the K gradients of every step into one update\n(synchronous SGD); `H` ≥ 1 gives each worker its own model, updated by its own\nmini-batches, and averages the K models every H steps and at the end of every\nepoch (local SGD)")
-	fs.IntVar(&v.sketchDim, "sketch-dim", 64, "grab, cdgrab, corgipile-balance: after every epoch each part's per-example gradients\n(at the model that trained on the record) are written to the mount's feedback files,\nexactly when a gradient has at most `N` values (logistic regression, SVM: features+1),\nelse as a seeded random projection (CountSketch) to N values (softmax); the mount's\n--feedback-dim is set to the vectors' dimension")
+	fs.IntVar(&v.sketchDim, "sketch-dim", 64, "grab, cdgrab, corgipile-balance: after every epoch each part's per-example gradients\n(at the model that trained on the record) are written to the mount's feedback files,\nexactly for logistic regression and SVM whatever the feature count (features+1 values);\nfor softmax exactly when its gradient has at most `N` values (classes × (features+1)), else\nas a seeded random projection (CountSketch) to N values. validate sets the mount's\n--feedback-dim to the vectors' dimension and refuses, with the numbers, a run whose\nvectors (records × (4 × dim + 12) bytes) do not fit in --max-memory")
 	fs.IntVar(&v.epochs, "epochs", 10, "training epochs per strategy")
 	fs.IntVar(&v.batch, "batch", 64, "mini-batch size (1: plain SGD, one record per update)")
 	fs.Float64Var(&v.lr, "lr", 0.05, "learning rate of epoch 0")
@@ -96,17 +96,23 @@ or its --workers K parts in lock-step), and prints per epoch and strategy:
 training loss and accuracy over the epoch, the loss and accuracy of the model at
 the end of the epoch on the full training set, test accuracy on --test, and
 seconds. It shows whether an order trains like a full shuffle. The dataset flags
-mean what they mean for mount; --partition applies to local and pls, --exchange
-to pls, --equal-parts to every strategy. With grab, cdgrab and corgipile-balance
-each epoch's per-example gradients (see --sketch-dim) are written to the mount's
-feedback files before the next epoch is read, which the mount orders by them
-(--balance-rule, --feedback-timeout as for mount).`, stderr)
+mean what they mean for mount; --partition applies to local, pls, grab and
+cdgrab, --exchange to pls, --equal-parts to every strategy. With grab, cdgrab and
+corgipile-balance each epoch's per-example gradients (see --sketch-dim) are
+written to the mount's feedback files before the next epoch is read, which the
+mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
 	d.listsRecords = true // it trains with every strategy, full and once too
 	d.register(fset, true)
 	d.registerPrefetch(fset)
 	var v validateFlags
 	v.register(fset)
+	if f := fset.Lookup("feedback-dim"); f != nil {
+		// mount's flag, among the dataset flags: validate sets it for its
+		// mounts, so its help says so and shows no default.
+		f.Usage = "set by validate itself, not a validate flag: its mounts get the dimension of the\nvectors it writes (see --sketch-dim); giving it is an error"
+		f.DefValue = "0"
+	}
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}
@@ -126,9 +132,17 @@ feedback files before the next epoch is read, which the mount orders by them
 	if err := d.checkCacheDir(); err != nil {
 		return err
 	}
-	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A reader that goes away (validate 2>&1 | head) must not leave the
+	// work directory and its mounts behind, as the default SIGPIPE exit
+	// would: with SIGPIPE ignored the write fails with EPIPE, which ends
+	// the run as SIGINT does, through the deferred cleanups.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdout, stderr = &epipeCancels{w: stdout, cancel: cancel}, &epipeCancels{w: stderr, cancel: cancel}
+	log := newLogger(stderr, d.debug)
 	// An s3:// --data is opened here, for the index and the epochs.
 	cleanup, err := d.copyForValidate(ctx, &v, log)
 	if err != nil {
@@ -140,6 +154,21 @@ feedback files before the next epoch is read, which the mount orders by them
 		return err
 	}
 	return writeReport(stdout, report, &v)
+}
+
+// epipeCancels writes to w, and cancels the run when w's reader has gone
+// away.
+type epipeCancels struct {
+	w      io.Writer
+	cancel context.CancelFunc
+}
+
+func (e *epipeCancels) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		e.cancel()
+	}
+	return n, err
 }
 
 func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) error {
@@ -251,6 +280,9 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 				return report, err
 			}
 			fbDim = tr.Gradients.Dim()
+			if err := feedbackFits(d, ix, r.strategy, tr.Gradients); err != nil {
+				return report, err
+			}
 		}
 		rio, err := epochOpener(ctx, d, v, ix, r, seed, work, fbDim, log)
 		if err != nil {
@@ -318,7 +350,7 @@ func (v *validateFlags) runs(d *datasetFlags) ([]strategyRun, error) {
 		runs = append(runs, r)
 	}
 	if d.partitionGiven && !partitioned {
-		return nil, fmt.Errorf("--partition applies to the strategies local and pls (the set each part keeps); --strategies %s has neither", v.strategies.String())
+		return nil, fmt.Errorf("--partition applies to the strategies local, pls, grab and cdgrab (the set each part keeps); --strategies %s has none of them", v.strategies.String())
 	}
 	if d.exchangeGiven && !plainPLS {
 		return nil, fmt.Errorf("--exchange is the Q of pls in --strategies (local is pls with Q 0); --strategies %s has no pls without its own pls:Q", v.strategies.String())
@@ -392,8 +424,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		}
 		flags = append(flags, "--prefetch", d.prefetchFlag())
 		if v.format != "tfrecord" {
-			// Reached once the mount serves other formats (see the
-			// --via files guard in validate), when mount has these flags.
+			// The decoding flags of validate are mount's too.
 			flags = append(flags, "--format", v.format, "--header="+strconv.FormatBool(!v.noHeader))
 			if v.format == "fixed" {
 				flags = append(flags, "--record-size", fmt.Sprint(v.recordSize), "--header-bytes", fmt.Sprint(v.headerBytes))

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package blockcache
+package local
 
 import "io/fs"
 

@@ -1,4 +1,4 @@
-package blockcache
+package local
 
 import (
 	"errors"
@@ -9,13 +9,19 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corgifs/corgifs/source"
 )
 
 // openDirect opens the file behind f a second time with O_DIRECT. The
 // reopening goes through /proc/self/fd, so it reaches the very inode that
 // was opened and checked, never a path that may have changed since.
 func openDirect(f *os.File) (*os.File, error) {
-	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), os.O_RDONLY|syscall.O_DIRECT, 0)
+	dio, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s for direct reads: %w: %w", f.Name(), err, source.ErrNoDirect)
+	}
+	return dio, nil
 }
 
 // uncached reports whether most of the n bytes at off of f are not in the
@@ -33,15 +39,15 @@ func uncached(f *os.File, off, n int64) bool {
 	if errno != 0 {
 		return false
 	}
-	return st.Cache*2 < rng.Len/dioAlign
+	return st.Cache*2 < rng.Len/source.DirectAlign
 }
 
 // readDirect fills win, which must start at an aligned address, with the
 // file's bytes from the aligned offset off, up to the end of the file. It
 // returns the number of bytes read.
 func readDirect(f *os.File, win []byte, off int64) (int, error) {
-	if off%dioAlign != 0 || len(win)%dioAlign != 0 {
-		return 0, fmt.Errorf("direct read of %d bytes at %d: %w", len(win), off, errNoDirect)
+	if off%source.DirectAlign != 0 || len(win)%source.DirectAlign != 0 {
+		return 0, fmt.Errorf("direct read of %d bytes at %d: %w", len(win), off, source.ErrNoDirect)
 	}
 	done := 0
 	for done < len(win) {
@@ -52,14 +58,17 @@ func readDirect(f *os.File, win []byte, off int64) (int, error) {
 		case errors.Is(err, syscall.EINTR):
 			continue
 		case errors.Is(err, syscall.EINVAL):
-			return done, errNoDirect
+			return done, source.ErrNoDirect
 		case err != nil:
 			return done, &os.PathError{Op: "read", Path: f.Name(), Err: err}
 		}
 		done += n
-		if n == 0 || n%dioAlign != 0 {
+		if n == 0 || n%source.DirectAlign != 0 {
 			break // the end of the file
 		}
 	}
 	return done, nil
 }
+
+func alignDown(n int64) int64 { return n &^ (source.DirectAlign - 1) }
+func alignUp(n int64) int64   { return (n + source.DirectAlign - 1) &^ (source.DirectAlign - 1) }
