@@ -628,7 +628,7 @@ func (h *harness) s3Markdown(took time.Duration) string {
 	p("/proc/sys/vm/drop_caches`), so the server reads its files from the disk. Round-robin, %d runs\n", h.o.runs)
 	p("each: (1) the objects read with minio-go (the client corgifs uses), one whole-object GET after\n")
 	p("another; (2) one whole-object GET per object, all at once; (3) a fresh `corgifs mount\n")
-	p("s3://bench/data MNT --seed 1` (defaults: corgipile, K=1, --s3-concurrency 64, --max-memory\n")
+	p("s3://bench/data MNT --seed 1` (defaults: corgipile, K=1, --s3-concurrency 24, --max-memory\n")
 	p("1 GiB; index built before, full mode) and `cat` of epoch r's part, timed from start to exit.\n")
 	p("The map-style reader through a plain S3 mount (mountpoint-s3, s3fs) makes one ranged GET per\n")
 	p("record: its GETs per epoch are the record count, and a random sample of such GETs (minio-go, 16\n")

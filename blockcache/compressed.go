@@ -435,9 +435,8 @@ func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e ext
 		if errors.Is(err, syscall.EIO) {
 			return err // check's, which says what it found
 		}
-		if errors.Is(err, source.ErrChanged) {
-			l.damaged(err)
-		}
+		// A changed file is not damage: the next Open sees its new
+		// version and indexes it again, alone.
 		err = fmt.Errorf("read %s (%s) at decompressed offset %d, from its access point at %d: %w: %w", l.ix.Path(e.file), fl.Access.Kind, e.off, fl.Access.PointBefore(e.off), err, syscall.EIO)
 		var fe *zaccess.FormatError
 		if errors.As(err, &fe) {

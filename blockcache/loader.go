@@ -1147,9 +1147,10 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 	pc, paged := f.File.(source.PageCached)
 	if !paged {
 		if _, err := f.ReadAt(dst, e.off); err != nil {
-			if errors.Is(err, source.ErrChanged) {
-				l.damaged(err)
-			}
+			// A file no longer at its indexed version (source.ErrChanged:
+			// a replaced object) does not mark the index stale: the next
+			// Open sees the new version and, for a probed index, indexes
+			// that file alone.
 			if !errors.Is(err, syscall.EIO) {
 				err = fmt.Errorf("%w: %w", err, syscall.EIO)
 			}

@@ -123,7 +123,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	if dir != nil {
 		var why string
 		if dir.exists(name + staleSuffix) {
-			why = "a block failed its check while served, though its file kept its size and modification time"
+			why = "a block failed its check while served, though its file kept its version (size and modification time, or ETag)"
 			if stale, err := dir.readSmall(name+staleSuffix, 4<<10); err == nil {
 				why += ": " + string(stale)
 			}
@@ -198,7 +198,9 @@ const staleSuffix = ".stale"
 
 // MarkStale makes the next Open of root with o rebuild the index, giving
 // reason. The loader's OnDamage calls it when a block no longer matches the
-// index although its file kept its size and modification time.
+// index although its file kept its version (size and modification time, or
+// ETag). A file whose version changed is not marked: Open sees the change
+// and, for a probed index, indexes that file alone.
 func MarkStale(root string, o Options, reason string) error {
 	o.fill()
 	root, err := rootOf(root, o)

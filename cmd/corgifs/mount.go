@@ -93,13 +93,12 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 		Buffer: p.Buffer.String(), BufferPart: target, Capped: capped, MaxMemory: p.MaxMemory,
 		Epochs: epochs, Parts: parts, EqualParts: p.EqualParts,
 		Dataset: datasetInfo{
-			Files: len(ix.Files), Records: &ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks), Index: blockcache.IndexFull,
+			Files: len(ix.Files), Records: &ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks), Index: indexMode(ix),
 			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
 			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
 		},
 	}
 	if ix.Probed {
-		in.Dataset.Index = blockcache.IndexProbe
 		if ix.CountsUnknown {
 			in.Dataset.Records = nil
 			in.Dataset.Unknown = append(in.Dataset.Unknown, "records")
@@ -389,7 +388,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 		sizes = "not known (probed index)"
 	}
 	fmt.Fprintf(stdout, "source      %s\nindex       %s\nformat      %s\nfiles       %d\nrecords     %s\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size %s\nskipped     %d damaged ranges\nfrom cache  %v\n",
-		ix.Root, d.probeMode(), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+		ix.Root, indexMode(ix), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), sizes, len(ix.Damaged), cached)
 	if c := ix.Compressed(); c.Files > 0 {
 		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",

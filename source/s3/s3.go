@@ -3,8 +3,8 @@
 //
 // It uses minio-go: a small, well-kept client whose dependency tree is a
 // fraction of the AWS SDK's, which signs for any S3 server, pages listings,
-// reads the AWS environment and the shared credentials file (AWS_PROFILE),
-// and exposes the raw ranged GET with If-Match that the loader needs.
+// reads the AWS environment and the shared credentials and config files
+// (AWS_PROFILE), and exposes the raw ranged GET with If-Match that the loader needs.
 // Retries are corgifs's own, because a body cut off mid-transfer is retried
 // by nobody else and every retry must stay pinned to the indexed ETag.
 package s3
@@ -35,13 +35,14 @@ import (
 // Config says how to reach the store; zero fields take the AWS
 // environment's values or the defaults.
 type Config struct {
-	Endpoint string // URL (http://host:port) or host; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3
-	Region   string // default AWS_REGION, AWS_DEFAULT_REGION, else asked of the server
+	Endpoint string // URL (http://host:port) or host; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS S3
+	Region   string // default AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else asked of the server
 	// PathStyle addresses buckets as endpoint/bucket rather than
 	// bucket.endpoint (MinIO and most S3 servers but AWS).
 	PathStyle bool
-	// Concurrency bounds the GETs in flight (default 64: about what
-	// 8 MiB blocks need to fill a 10 Gb/s link at 50 ms a request).
+	// Concurrency bounds the GETs in flight (default 24: 10 Gb/s is ~150
+	// GETs/s of 8 MiB, each ~0.13 s on one connection at ~85 MB/s, so ~19
+	// in flight, and 24 for slower connections).
 	Concurrency int
 	// Timeout is the deadline of one request, body included (default 30s).
 	Timeout time.Duration
@@ -67,6 +68,16 @@ var _ source.Source = (*Source)(nil)
 // IsURL reports whether src names an S3 source (s3://bucket/prefix).
 func IsURL(src string) bool { return strings.HasPrefix(src, "s3://") }
 
+// settings are the endpoint and region to use, in the AWS tools' order: the
+// Config (corgifs's flags), the environment, the profile in the shared
+// config file, else AWS S3 and a region asked of the server.
+func (c Config) settings() (endpoint, region string) {
+	p := readProfile(configFile(), profileName())
+	endpoint = firstSet(c.Endpoint, os.Getenv("AWS_ENDPOINT_URL_S3"), os.Getenv("AWS_ENDPOINT_URL"), p.Endpoint, "https://s3.amazonaws.com")
+	region = firstSet(c.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION"), p.Region)
+	return endpoint, region
+}
+
 // New returns the source of the objects under s3://bucket/prefix, after
 // checking that the endpoint answers, the credentials are accepted and
 // the bucket exists, so that a mount fails at once with the reason.
@@ -82,12 +93,12 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Concurrency = cmp(c.Concurrency, 64)
+	c.Concurrency = cmp(c.Concurrency, 24)
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
 	}
 	c.Attempts = cmp(c.Attempts, 5)
-	endpoint := firstSet(c.Endpoint, os.Getenv("AWS_ENDPOINT_URL_S3"), os.Getenv("AWS_ENDPOINT_URL"), "https://s3.amazonaws.com")
+	endpoint, region := c.settings()
 	if !strings.Contains(endpoint, "://") {
 		endpoint = "https://" + endpoint
 	}
@@ -95,8 +106,11 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("S3 endpoint %q: want http(s)://host[:port]", endpoint)
 	}
-	// The AWS order: the environment, then the shared credentials file
-	// (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials, AWS_PROFILE).
+	// The AWS order: the environment, then the profile AWS_PROFILE (else
+	// default) of the shared credentials file (AWS_SHARED_CREDENTIALS_FILE,
+	// else ~/.aws/credentials) merged with the shared config file
+	// (AWS_CONFIG_FILE, else ~/.aws/config), whose [profile NAME] keys
+	// minio-go reads too.
 	creds := credentials.NewChainCredentials([]credentials.Provider{
 		&credentials.EnvAWS{},
 		&credentials.FileAWSCredentials{},
@@ -115,7 +129,7 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	}
 	count := &counters{}
 	opts := &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: countingTransport{tr, count}, BucketLookup: lookup,
-		Region: firstSet(c.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
+		Region: region,
 		// Reads are retried here, pinned to the ETag; a few tries for
 		// listing and the checks at mount.
 		MaxRetries: 3}
