@@ -592,7 +592,11 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
 		return out, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
 	}
-	h, err := format.Head(rd, f.Size)
+	// The head is read from the file itself, in the few small reads it
+	// takes: through rd, a format that reads the file's end first (the
+	// text formats' tail) would fetch the last chunk and then leave the
+	// scan of the first chunks to per-record reads as "behind" it.
+	h, err := format.Head(r, f.Size)
 	if err != nil {
 		return out, fmt.Errorf("index: %s: %w", path, err)
 	}
