@@ -147,7 +147,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 // like its decompressed copy, each of its blocks would decode from there
 // at every load. It is one block, with a warning that names it, loads its
 // bytes, and its sidecar is taken back as it is (no rebuild at each open).
-func TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt(t *testing.T) {
+func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *testing.T) {
 	plain := bigTFRecord(t, 5, 200<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
