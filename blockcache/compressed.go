@@ -223,7 +223,7 @@ func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index,
 	f := ix.Files[fi]
 	whole := zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize
 	if whole {
-		o.Logger.Warn("zstd file of one frame: served as one block, so an epoch holds it whole in memory and never shuffles it with other blocks; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it is cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
+		o.Logger.Warn("zstd file of one frame: served as one block of all its bytes, so an epoch loads it whole into memory and places it as one unit, never cut into blocks spread over the epoch; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it is cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
 	}
 	ra := zaccess.NewReaderAt(zi, r, f.Size)
 	defer ra.Close()
