@@ -27,6 +27,8 @@ import (
 // stream; loading a block decompresses from its access point and drops
 // the bytes before the block's start (at most about one DEFLATE block; for
 // zstd, the part of the frame before it).
+// The one exception to Cuts: a zstd file of one frame, which has no place
+// to restart but its start, is one block (see scanWith).
 
 // Compression values of Options.Compression.
 const (
@@ -162,7 +164,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	}
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
 		x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
-		out, err := ix.scanStream(fi, o, x, guess, x.Cut, func(int64) {})
+		out, err := ix.scanStream(fi, o, x, guess, false, x.Cut, func(int64) {})
 		zi, ferr := x.Finish()
 		if ferr != nil {
 			return out, fmt.Errorf("index: %s (%s): %w", path, kind, ferr)
@@ -199,7 +201,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 func (ix *Index) scanDeflate(fi int32, o Options, r io.ReaderAt, kind zaccess.Kind, size int64, progress func(int64)) (fileScan, error) {
 	f := ix.Files[fi]
 	x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
-	out, err := ix.scanStream(fi, o, x, size, x.Cut, func(int64) {})
+	out, err := ix.scanStream(fi, o, x, size, false, x.Cut, func(int64) {})
 	zi, ferr := x.Finish()
 	if ferr != nil {
 		return out, fmt.Errorf("index: %s (%s): %w", ix.Path(fi), kind, ferr)
@@ -213,16 +215,20 @@ func (ix *Index) scanDeflate(fi int32, o Options, r io.ReaderAt, kind zaccess.Ki
 
 // scanWith finds the records of zstd file fi, whose frames zi are known,
 // decompressing from them, and keeps as access points the frames its
-// blocks start in.
+// blocks start in. A file of one frame larger than a block is one block:
+// cut like its decompressed copy, each of its blocks would decode from the
+// file's start at every load (a 1 GiB file at 8 MiB blocks: 64 GiB
+// decoded per epoch), so it is the one exception to the rule of Cuts.
 func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index, progress func(int64)) (fileScan, error) {
 	f := ix.Files[fi]
-	if zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize {
-		o.Logger.Warn("zstd file of one frame: each of its blocks is decompressed from the file's start at every load; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that a block decompresses from the frame it starts in", "file", ix.Path(fi), "bytes", zi.Size)
+	whole := zi.Kind == zaccess.Zstd && len(zi.Points) == 1 && zi.Size > ix.BlockSize
+	if whole {
+		o.Logger.Warn("zstd file of one frame: served as one block of all its bytes, so an epoch loads it whole into memory and places it as one unit, never cut into blocks spread over the epoch; compress it as many frames (pzstd, or t2sz for the zstd seekable format) so that it is cut into blocks", "file", ix.Path(fi), "bytes", zi.Size)
 	}
 	ra := zaccess.NewReaderAt(zi, r, f.Size)
 	defer ra.Close()
 	var starts []int64
-	out, err := ix.scanStream(fi, o, ra, zi.Size, func(off int64) { starts = append(starts, off) }, func(off int64) {
+	out, err := ix.scanStream(fi, o, ra, zi.Size, whole, func(off int64) { starts = append(starts, off) }, func(off int64) {
 		progress(int64(float64(f.Size) * float64(off) / float64(max(1, zi.Size))))
 	})
 	if err == nil {
@@ -236,10 +242,12 @@ func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index,
 }
 
 // scanStream cuts the decompressed stream ra of file fi, size bytes long,
-// into blocks by the rule of every file (Cuts), calling cut with the
-// offset of each block's start as it is found (to choose its access
-// point) and progress with the offset scanned now and then.
-func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, cut func(int64), progress func(int64)) (fileScan, error) {
+// into blocks by the rule of every file (Cuts), or, if whole, only where
+// a block would hold more than math.MaxInt32 records or damaged bytes are
+// skipped, calling cut with the offset of each block's start as it is
+// found (to choose its access point) and progress with the offset scanned
+// now and then.
+func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, whole bool, cut func(int64), progress func(int64)) (fileScan, error) {
 	var out fileScan
 	f := ix.Files[fi]
 	path := ix.Path(fi)
@@ -268,7 +276,7 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, cut
 			if first {
 				out.from, first = rec.Offset, false
 			}
-			if cur.Records > 0 && (Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == math.MaxInt32) {
+			if cur.Records > 0 && (!whole && Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == math.MaxInt32) {
 				flush()
 			}
 			prev = rec.Offset
@@ -559,7 +567,9 @@ func (ix *Index) Compressed() CompressedStats {
 // decoded (and tiled) index are not cut by Cuts, as those of every file
 // are: a sidecar written before compressed files were cut so (at access
 // points) is rebuilt, and its epochs become those of the decompressed
-// copies.
+// copies. A zstd file of one access point may be one block, as scanWith
+// serves a file of one frame (its index does not tell a file of one frame
+// from one whose blocks all start in its first frame, so both cuts pass).
 func (ix *Index) checkCompressedCuts() error {
 	if ix.Probed || ix.BlockSize <= 0 {
 		return nil
@@ -568,7 +578,8 @@ func (ix *Index) checkCompressedCuts() error {
 	prevFile, prev, prevEnd := int32(-1), int64(-1), int64(-1)
 	for b, blk := range ix.Blocks {
 		n := int(blk.Records)
-		if ix.Files[blk.File].Access == nil || r+n > len(ix.Frames) {
+		acc := ix.Files[blk.File].Access
+		if acc == nil || r+n > len(ix.Frames) {
 			r += n
 			prevFile = -1
 			continue
@@ -576,9 +587,10 @@ func (ix *Index) checkCompressedCuts() error {
 		if blk.File == prevFile && blk.Offset == prevEnd && ix.Blocks[b-1].Records != math.MaxInt32 && !Cuts(ix.BlockSize, prev, blk.Offset) {
 			return fmt.Errorf("block %d (%s at decompressed offset %d) does not start at a cut of block size %d", b, ix.Files[blk.File].Path, blk.Offset, ix.BlockSize)
 		}
+		whole := acc.Kind == zaccess.Zstd && len(acc.Points) == 1
 		off := blk.Offset
 		for k, fr := range ix.Frames[r : r+n] {
-			if k > 0 && Cuts(ix.BlockSize, prev, off) && blk.Records != math.MaxInt32 {
+			if k > 0 && !whole && Cuts(ix.BlockSize, prev, off) && blk.Records != math.MaxInt32 {
 				return fmt.Errorf("block %d (%s at decompressed offset %d) runs over the cut at %d of block size %d", b, ix.Files[blk.File].Path, blk.Offset, off, ix.BlockSize)
 			}
 			prev = off

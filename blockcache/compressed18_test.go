@@ -143,15 +143,22 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	}
 }
 
-// A zstd file of one frame is indexed with a warning that names it.
-func TestSingleFrameZstdWarningNamesTheFile(t *testing.T) {
+// A zstd file of one frame can restart decoding only at its start: cut
+// like its decompressed copy, each of its blocks would decode from there
+// at every load. It is one block, with a warning that names it, loads its
+// bytes, and its sidecar is taken back as it is (no rebuild at each open).
+func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *testing.T) {
 	plain := bigTFRecord(t, 5, 200<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
 	writeBytes(t, path, zstdFrames(1<<30)(t, plain))
-	ix, _, log := openLogged(t, root, Options{BlockSize: 32 << 10, CacheDir: t.TempDir()})
+	o := Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
+	ix, _, log := openLogged(t, root, o)
 	if n := len(ix.Files[0].Access.Points); n != 1 {
 		t.Fatalf("%d access points in a file of one frame", n)
+	}
+	if len(ix.Blocks) != 1 || ix.Blocks[0].Offset != 0 || ix.Blocks[0].Len != int64(len(plain)) {
+		t.Fatalf("blocks %+v, want one block of the whole file (%d bytes)", ix.Blocks, len(plain))
 	}
 	var line string
 	for l := range strings.Lines(log) {
@@ -159,11 +166,15 @@ func TestSingleFrameZstdWarningNamesTheFile(t *testing.T) {
 			line = l
 		}
 	}
-	if line == "" || !strings.Contains(line, path) || !strings.Contains(line, "level=WARN") {
-		t.Fatalf("no warning line naming %s:\n%s", path, log)
+	if line == "" || !strings.Contains(line, path) || !strings.Contains(line, "level=WARN") || !strings.Contains(line, "one block") {
+		t.Fatalf("no warning line naming %s and saying it is one block:\n%s", path, log)
 	}
 	if failed := loadEvery(t, ix, plain, path); len(failed) > 0 {
 		t.Fatalf("blocks %v failed", failed)
+	}
+	again, fromCache, log := openLogged(t, root, o)
+	if !fromCache || len(again.Blocks) != 1 {
+		t.Fatalf("reopened: from the sidecar %v, %d blocks, want the sidecar's one block\n%s", fromCache, len(again.Blocks), log)
 	}
 }
 

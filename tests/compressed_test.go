@@ -48,12 +48,20 @@ var compressTools = []compressTool{
 	}},
 	{"gzip-9", ".gz", func(in, out string) *exec.Cmd { return shell(`gzip -9 -c "$1" > "$2"`, in, out) }},
 	{"pigz", ".gz", func(in, out string) *exec.Cmd { return shell(`pigz -p 2 -b 32 -c "$1" > "$2"`, in, out) }},
-	{"zstd", ".zst", func(in, out string) *exec.Cmd { return shell(`zstd -q -c "$1" > "$2"`, in, out) }},
-	{"zstd-long", ".zst", func(in, out string) *exec.Cmd { return shell(`zstd -q --long=27 -c "$1" > "$2"`, in, out) }},
-	// A frame per 16 KiB chunk, each by the zstd CLI.
-	{"zstd-frames", ".zst", func(in, out string) *exec.Cmd {
-		return pyScript("import subprocess,sys\nd=open(sys.argv[1],'rb').read()\nopen(sys.argv[2],'wb').write(b''.join(subprocess.run(['zstd','-q','-c'],input=d[i:i+16384],capture_output=True,check=True).stdout for i in range(0,len(d),16384)))", in, out)
-	}},
+	// The zstd CLI writes a file as one frame, which corgifs serves as
+	// one block (TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt):
+	// here it compresses chunks, each a frame (the files are 32 KiB).
+	{"zstd", ".zst", zstdChunks(20000)},
+	{"zstd-long", ".zst", zstdChunks(12000, "--long=27")},
+	{"zstd-frames", ".zst", zstdChunks(16384)},
+}
+
+// zstdChunks writes a frame per chunk bytes of the input, each by the
+// zstd CLI with args.
+func zstdChunks(chunk int, args ...string) func(in, out string) *exec.Cmd {
+	return func(in, out string) *exec.Cmd {
+		return pyScript("import subprocess,sys\nd=open(sys.argv[1],'rb').read()\nn=int(sys.argv[3])\nopen(sys.argv[2],'wb').write(b''.join(subprocess.run(['zstd','-q','-c']+sys.argv[4:],input=d[i:i+n],capture_output=True,check=True).stdout for i in range(0,len(d),n)))", append([]string{in, out, fmt.Sprint(chunk)}, args...)...)
+	}
 }
 
 // compressedCopy writes every file of src compressed by one of the tools,
@@ -81,8 +89,9 @@ func compressedCopy(t *testing.T, src string) string {
 	return dst
 }
 
-// Files compressed by gzip, pigz, zstd (with and without --long, in one
-// frame or many) and Python's gzip and zlib modules, as TensorFlow writes
+// Files compressed by gzip, pigz, zstd (with and without --long, in
+// frames larger and smaller than a block, never one frame: see
+// TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt) and Python's gzip and zlib modules, as TensorFlow writes
 // GZIP and ZLIB TFRecord files, are served decompressed by every strategy:
 // each epoch holds every record of the decompressed copy exactly once and
 // equals the decompressed copy's epoch byte for byte (the blocks are cut
@@ -132,6 +141,73 @@ func TestCompressedSourcesServeEveryRecordOfTheirDecompressedCopyExactlyOnce(t *
 				}
 			}
 		})
+	}
+}
+
+// A zstd file of one frame can restart decoding only at its start, so it
+// is one block (not cut like its decompressed copy, whose blocks would each
+// decode from the file's start at every load): the mount's log warns,
+// naming the file, and an epoch serves every record exactly once.
+func TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt(t *testing.T) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		testenv.Missing(t, "zstd is not installed (Debian package zstd)")
+	}
+	plain := genSynthetic(t, 600, 24, 4, 3, "clustered")
+	names, _ := filepath.Glob(filepath.Join(plain, "*.tfrecord"))
+	src := filepath.Join(t.TempDir(), "src")
+	os.Mkdir(src, 0o755)
+	var single []string
+	for i, n := range names {
+		script, ext := `gzip -6 -c "$1" > "$2"`, ".gz"
+		switch i {
+		case 0:
+			script, ext = `zstd -q -c "$1" > "$2"`, ".zst"
+		case 1:
+			script, ext = `zstd -q --long=27 -c "$1" > "$2"`, ".zst"
+		}
+		out := filepath.Join(src, filepath.Base(n)+ext)
+		if b, err := shell(script, n, out).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, b)
+		}
+		if ext == ".zst" {
+			single = append(single, out)
+		}
+	}
+	const parts = 2
+	m := startMount(t, src, "--parts", fmt.Sprint(parts), "--strategy", "corgipile", "--block-size", "16KiB", "--seed", "7")
+	var got [][32]byte
+	for i := range parts {
+		got = append(got, hashes(frames(t, m.read(0, i, parts)))...)
+	}
+	if !slices.Equal(sortedHashes(got), sortedHashes(sourceRecords(t, plain))) {
+		t.Fatalf("epoch 0 serves %d records, not each of the decompressed copy's once", len(got))
+	}
+
+	ix, err := blockcache.Build(t.Context(), src, blockcache.Options{BlockSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := make(map[string]int)
+	for _, b := range ix.Blocks {
+		blocks[filepath.Join(src, ix.Files[b.File].Path)]++
+	}
+	log := m.log.String()
+	for _, path := range single {
+		fi := slices.IndexFunc(ix.Files, func(f blockcache.File) bool { return filepath.Join(src, f.Path) == path })
+		if size := ix.Files[fi].Access.Size; size <= 16<<10 {
+			t.Fatalf("%s: %d bytes decompressed, want more than a block", path, size)
+		}
+		if blocks[path] != 1 {
+			t.Fatalf("%s: %d blocks, want 1", path, blocks[path])
+		}
+		if !slices.ContainsFunc(slices.Collect(strings.Lines(log)), func(l string) bool {
+			return strings.Contains(l, "one frame") && strings.Contains(l, "one block") && strings.Contains(l, path)
+		}) {
+			t.Fatalf("no warning naming %s:\n%s", path, log)
+		}
+	}
+	if gz := filepath.Join(src, filepath.Base(names[2])+".gz"); blocks[gz] < 2 {
+		t.Fatalf("%s: %d blocks, want it cut", gz, blocks[gz])
 	}
 }
 
