@@ -257,48 +257,21 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 		return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
 	}
 	out.head, out.from, out.to = h, h.Start, h.Start
-	sum := !format.Checksummed()
-	var chunk []byte
-	cur := Block{File: fi, Offset: -1}
-	flush := func() {
-		if cur.Records > 0 {
-			out.blocks = append(out.blocks, cur)
+	c := newBlockCutter(&out, fi, ix.BlockSize, "decompressed offset")
+	c.whole, c.started = whole, cut
+	if !format.Checksummed() {
+		var chunk []byte
+		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
+			return sumDecompressed(ra, &chunk, rec, block)
 		}
-		cur = Block{File: fi, Offset: -1}
 	}
-	first := true
 	sc := format.Scan(ra, h, h.Start, h.End)
 	var last int64
-	prev := int64(-1) // the start of the record before, as in scanFile
 	for {
 		for sc.Next() {
-			rec := sc.Record()
-			if first {
-				out.from, first = rec.Offset, false
+			if err := c.add(sc.Record()); err != nil {
+				return out, fmt.Errorf("index: %s: %w", path, err)
 			}
-			if cur.Records > 0 && (!whole && Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == math.MaxInt32) {
-				flush()
-			}
-			prev = rec.Offset
-			if cur.Offset < 0 {
-				cur.Offset = rec.Offset
-				cut(rec.Offset)
-			}
-			cur.Len += rec.Len
-			cur.Records++
-			out.records++
-			if rec.Len+int64(len(h.Tail)) > math.MaxUint32 {
-				return out, fmt.Errorf("index: %s: record of %d bytes at decompressed offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
-			}
-			out.frames = append(out.frames, uint32(rec.Len))
-			if sum {
-				rc, err := sumDecompressed(ra, &chunk, rec, &cur.CRC)
-				if err != nil {
-					return out, fmt.Errorf("index: %s: %w", path, err)
-				}
-				out.crcs = append(out.crcs, rc)
-			}
-			out.to = rec.Offset + rec.Len
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
 				progress(last)
@@ -316,22 +289,15 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 		if !o.SkipCorrupt {
 			return out, fmt.Errorf("index: %s (decompressed): %w (pass --skip-corrupt to leave damaged records out)", path, err)
 		}
-		flush()
 		from, to, rerr := rs.Resync()
 		if rerr != nil {
 			return out, fmt.Errorf("index: %s (decompressed): %w", path, rerr)
 		}
-		if first {
-			out.from, first = from, false
-		}
-		out.to = to
+		c.skip(from, to)
 		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
 		o.Logger.Warn("skipping damaged bytes", "file", path, "decompressed_from", from, "decompressed_to", to, "reason", ce.Reason)
 	}
-	flush()
-	if n := len(out.frames); n > 0 && len(out.blocks) > 0 && out.to == h.End {
-		out.frames[n-1] += uint32(len(h.Tail))
-	}
+	c.finish(h.End)
 	if ks, ok := sc.(keyScanner); ok {
 		out.keys = ks.Keys()
 	}

@@ -555,6 +555,96 @@ type fileScan struct {
 	access   *zaccess.Index   // of a compressed file
 }
 
+// blockCutter turns the records of one file, in order, into its blocks,
+// frames and CRCs. The scan of a plain file and of a decompressed stream
+// both use it, so the two cut blocks and account records identically.
+type blockCutter struct {
+	out       *fileScan
+	fi        int32
+	blockSize int64
+	// whole keeps the file one block: it is cut only where a block would
+	// hold more records than a Block counts (a one-frame zstd file).
+	whole bool
+	tail  int64  // len(Head.Tail), served with the file's last record
+	at    string // how an offset is named in errors ("offset", "decompressed offset")
+	// sum, if set, checksums rec (a format without its own checksums),
+	// adding it to the block's CRC.
+	sum func(rec formats.Record, block *uint32) (uint32, error)
+	// started, if set, is told the offset of each block's first record.
+	started func(off int64)
+
+	cur   Block
+	prev  int64 // the start of the record before, the boundary before the next
+	first bool  // nothing found yet: From is where the first record or damage starts
+}
+
+func newBlockCutter(out *fileScan, fi int32, blockSize int64, at string) *blockCutter {
+	return &blockCutter{
+		out: out, fi: fi, blockSize: blockSize, tail: int64(len(out.head.Tail)), at: at,
+		cur: Block{File: fi, Offset: -1}, prev: -1, first: true,
+	}
+}
+
+// add puts rec, the next record of the file, into the current block, or
+// into a new one where the block is cut before it.
+func (c *blockCutter) add(rec formats.Record) error {
+	if c.first {
+		c.out.from, c.first = rec.Offset, false
+	}
+	if c.cur.Records > 0 && (!c.whole && Cuts(c.blockSize, c.prev, rec.Offset) || c.cur.Records == math.MaxInt32) {
+		c.flush()
+	}
+	c.prev = rec.Offset
+	if c.cur.Offset < 0 {
+		c.cur.Offset = rec.Offset
+		if c.started != nil {
+			c.started(rec.Offset)
+		}
+	}
+	c.cur.Len += rec.Len
+	c.cur.Records++
+	c.out.records++
+	if rec.Len+c.tail > math.MaxUint32 {
+		return fmt.Errorf("record of %d bytes at %s %d: records over 4 GiB are not supported", rec.Len, c.at, rec.Offset)
+	}
+	c.out.frames = append(c.out.frames, uint32(rec.Len))
+	if c.sum != nil {
+		rc, err := c.sum(rec, &c.cur.CRC)
+		if err != nil {
+			return err
+		}
+		c.out.crcs = append(c.out.crcs, rc)
+	}
+	c.out.to = rec.Offset + rec.Len
+	return nil
+}
+
+// skip records damaged bytes [from, to) skipped: a block never spans damage.
+func (c *blockCutter) skip(from, to int64) {
+	c.flush()
+	if c.first {
+		c.out.from, c.first = from, false
+	}
+	c.out.to = to
+}
+
+// finish ends the last block; end is Head.End.
+func (c *blockCutter) finish(end int64) {
+	c.flush()
+	if n := len(c.out.frames); n > 0 && len(c.out.blocks) > 0 && c.out.to == end {
+		// The file's last record is served with the tail (a text file's
+		// missing line end).
+		c.out.frames[n-1] += uint32(c.tail)
+	}
+}
+
+func (c *blockCutter) flush() {
+	if c.cur.Records > 0 {
+		c.out.blocks = append(c.out.blocks, c.cur)
+	}
+	c.cur = Block{File: c.fi, Offset: -1}
+}
+
 // keyScanner is the scanner of a format whose records have keys that must
 // be unique across files (WebDataset samples).
 type keyScanner interface {
@@ -604,47 +694,20 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	// Formats without checksums get a CRC32C per block and per record,
 	// summed from the bytes the scanner has just read (still in rd's
 	// chunks), so the file is read once.
-	sum := !format.Checksummed()
-	var chunk []byte // for bytes rd no longer holds; made when first needed
-	cur := Block{File: fi, Offset: -1}
-	flush := func() {
-		if cur.Records > 0 {
-			out.blocks = append(out.blocks, cur)
+	c := newBlockCutter(&out, fi, ix.BlockSize, "offset")
+	if !format.Checksummed() {
+		var chunk []byte // for bytes rd no longer holds; made when first needed
+		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
+			return sumRecord(rd, &chunk, rec, block)
 		}
-		cur = Block{File: fi, Offset: -1}
 	}
-	first := true // nothing found yet: From is where the first record or damage starts
 	sc := format.Scan(rd, h, h.Start, h.End)
 	var last int64
-	prev := int64(-1) // the start of the record before, the boundary before rec
 	for {
 		for sc.Next() {
-			rec := sc.Record()
-			if first {
-				out.from, first = rec.Offset, false
+			if err := c.add(sc.Record()); err != nil {
+				return out, fmt.Errorf("index: %s: %w", path, err)
 			}
-			if cur.Records > 0 && (Cuts(ix.BlockSize, prev, rec.Offset) || cur.Records == 1<<31-1) {
-				flush()
-			}
-			prev = rec.Offset
-			if cur.Offset < 0 {
-				cur.Offset = rec.Offset
-			}
-			cur.Len += rec.Len
-			cur.Records++
-			out.records++
-			if rec.Len+int64(len(h.Tail)) > math.MaxUint32 {
-				return out, fmt.Errorf("index: %s: record of %d bytes at offset %d: records over 4 GiB are not supported", path, rec.Len, rec.Offset)
-			}
-			out.frames = append(out.frames, uint32(rec.Len))
-			if sum {
-				rc, err := sumRecord(rd, &chunk, rec, &cur.CRC)
-				if err != nil {
-					return out, fmt.Errorf("index: %s: %w", path, err)
-				}
-				out.crcs = append(out.crcs, rc)
-			}
-			out.to = rec.Offset + rec.Len
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
 				progress(last)
@@ -665,24 +728,15 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		if !o.SkipCorrupt {
 			return out, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
 		}
-		flush() // a block never spans damage
 		from, to, rerr := rs.Resync()
 		if rerr != nil {
 			return out, fmt.Errorf("index: %s: %w", path, rerr)
 		}
-		if first {
-			out.from, first = from, false
-		}
-		out.to = to
+		c.skip(from, to)
 		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
 		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
 	}
-	flush()
-	if n := len(out.frames); n > 0 && len(out.blocks) > 0 && out.to == h.End {
-		// The file's last record is served with the tail (a text file's
-		// missing line end).
-		out.frames[n-1] += uint32(len(h.Tail))
-	}
+	c.finish(h.End)
 	if ks, ok := sc.(keyScanner); ok {
 		out.keys = ks.Keys()
 	}
