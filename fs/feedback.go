@@ -43,8 +43,7 @@ var (
 )
 
 func (d *fbDirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	setTimes(&out.Attr, d.root.mtime)
+	d.root.dirAttr(&out.Attr, 0o555)
 	return 0
 }
 
@@ -54,10 +53,7 @@ func (d *fbDirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 
 func (d *fbDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if name == statusJSON {
-		f := &ctlFile{counted: counted{&d.root.inodes}, content: d.root.feedbackStatus, mtime: d.root.mtime}
-		f.attr(&out.Attr)
-		d.root.cacheName(&d.Inode, name, out, true)
-		return d.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+		return d.root.lookupCtlFile(ctx, &d.Inode, name, d.root.feedbackStatus, out), 0
 	}
 	e, ok := parseEpoch(name)
 	if !ok {
@@ -68,10 +64,7 @@ func (d *fbDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	// Writable directories: 0755, so that a trainer's access(W_OK) check
 	// passes.
-	out.Mode = syscall.S_IFDIR | 0o755
-	setTimes(&out.Attr, d.root.mtime)
-	d.root.cacheName(&d.Inode, name, out, false)
-	return d.NewInode(ctx, &fbEpochNode{counted: counted{&d.root.inodes}, root: d.root, epoch: e}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	return d.root.lookupDir(ctx, &d.Inode, name, &fbEpochNode{counted: counted{&d.root.inodes}, root: d.root, epoch: e}, 0o755, false, out), 0
 }
 
 // Create refuses a file beside the epoch directories, with a status entry
@@ -106,8 +99,7 @@ var (
 )
 
 func (d *fbEpochNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o755
-	setTimes(&out.Attr, d.root.mtime)
+	d.root.dirAttr(&out.Attr, 0o755)
 	return 0
 }
 

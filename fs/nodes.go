@@ -60,6 +60,31 @@ func (r *rootNode) cacheName(dir *gofs.Inode, name string, out *fuse.EntryOut, l
 	r.forget.add(dir, name)
 }
 
+// dirAttr fills the attributes of one of the mount's directories: perm is
+// 0o555 but for the feedback epochs, which a trainer writes into.
+func (r *rootNode) dirAttr(a *fuse.Attr, perm uint32) {
+	a.Mode = syscall.S_IFDIR | perm
+	setTimes(a, r.mtime)
+}
+
+// lookupDir answers a Lookup in parent that found the directory node, so
+// that every directory is given the same attributes and cache rule
+// (listed, as for cacheName).
+func (r *rootNode) lookupDir(ctx context.Context, parent *gofs.Inode, name string, node gofs.InodeEmbedder, perm uint32, listed bool, out *fuse.EntryOut) *gofs.Inode {
+	r.dirAttr(&out.Attr, perm)
+	r.cacheName(parent, name, out, listed)
+	return parent.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFDIR})
+}
+
+// lookupCtlFile answers a Lookup in parent that found a listed control
+// file, whose bytes content makes.
+func (r *rootNode) lookupCtlFile(ctx context.Context, parent *gofs.Inode, name string, content func() []byte, out *fuse.EntryOut) *gofs.Inode {
+	f := &ctlFile{counted: counted{&r.inodes}, content: content, mtime: r.mtime}
+	f.attr(&out.Attr)
+	r.cacheName(parent, name, out, true)
+	return parent.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG})
+}
+
 var (
 	_ gofs.NodeLookuper  = (*rootNode)(nil)
 	_ gofs.NodeReaddirer = (*rootNode)(nil)
@@ -69,8 +94,7 @@ var (
 const ctlDir = ".corgifs"
 
 func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	setTimes(&out.Attr, r.mtime)
+	r.dirAttr(&out.Attr, 0o555)
 	return 0
 }
 
@@ -88,21 +112,15 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		panic("test hook: lookup of " + name + " (CORGIFS_TEST_PANIC_LOOKUP)")
 	}
 	if name == ctlDir {
-		out.Mode = syscall.S_IFDIR | 0o555
-		setTimes(&out.Attr, r.mtime)
-		r.cacheName(&r.Inode, name, out, true)
-		return r.NewInode(ctx, &ctlNode{counted: counted{&r.inodes}, root: r}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+		return r.lookupDir(ctx, &r.Inode, name, &ctlNode{counted: counted{&r.inodes}, root: r}, 0o555, true, out), 0
 	}
 	e, ok := parseEpoch(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	out.Mode = syscall.S_IFDIR | 0o555
-	setTimes(&out.Attr, r.mtime)
 	// Every epoch directory may be cached (within maxCachedInodes), also
 	// past --epochs: a trainer walks into it for each of its parts.
-	r.cacheName(&r.Inode, name, out, true)
-	return r.NewInode(ctx, &epochNode{counted: counted{&r.inodes}, root: r, epoch: e}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	return r.lookupDir(ctx, &r.Inode, name, &epochNode{counted: counted{&r.inodes}, root: r, epoch: e}, 0o555, true, out), 0
 }
 
 type epochNode struct {
@@ -122,8 +140,7 @@ var (
 )
 
 func (d *epochNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	setTimes(&out.Attr, d.root.mtime)
+	d.root.dirAttr(&out.Attr, 0o555)
 	return 0
 }
 
@@ -347,10 +364,7 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if c.root.cfg.Feedback == nil {
 			return nil, syscall.ENOENT
 		}
-		out.Mode = syscall.S_IFDIR | 0o555
-		setTimes(&out.Attr, c.root.mtime)
-		c.root.cacheName(&c.Inode, name, out, true)
-		return c.NewInode(ctx, &fbDirNode{counted: counted{&c.root.inodes}, root: c.root}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+		return c.root.lookupDir(ctx, &c.Inode, name, &fbDirNode{counted: counted{&c.root.inodes}, root: c.root}, 0o555, true, out), 0
 	case "config.json":
 		content = func() []byte { return c.root.info }
 	case "stats.json":
@@ -358,10 +372,7 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	default:
 		return nil, syscall.ENOENT
 	}
-	f := &ctlFile{counted: counted{&c.root.inodes}, content: content, mtime: c.root.mtime}
-	f.attr(&out.Attr)
-	c.root.cacheName(&c.Inode, name, out, true)
-	return c.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+	return c.root.lookupCtlFile(ctx, &c.Inode, name, content, out), 0
 }
 
 // processStats are the daemon-wide counters served beside the loader's in
