@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,63 +148,21 @@ func probeRemoteSize(ctx context.Context, files []RemoteFile, size int64, o Prob
 		t.Skipped = "no object is this large"
 		return t, nil
 	}
-	var issued, read, reads atomic.Int64
-	var firstErr error
-	var emu sync.Mutex
-	deadline := time.Now().Add(o.Time)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range o.InFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, size)
-			rng := rand.New(rand.NewPCG(o.Seed, salt<<16|uint64(w)))
-			for {
-				if issued.Add(size)-size >= o.Bytes || time.Now().After(deadline) || ctx.Err() != nil {
-					return
-				}
-				k := rng.Int64N(offsets)
-				j := 0
-				for weights[j] <= k {
-					j++
-				}
-				var prev int64
-				if j > 0 {
-					prev = weights[j-1]
-				}
-				// 4 KiB aligned where the object allows, as a block edge
-				// usually is not: the store should not care.
-				off := (k - prev) &^ (dioAlignRemote - 1)
-				f := files[idx[j]]
-				n, err := f.R.ReadAt(buf, off)
-				if err != nil && n < len(buf) {
-					emu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("probe: reading %d bytes of %s at offset %d: %w", size, f.Name, off, err)
-					}
-					emu.Unlock()
-					return
-				}
-				read.Add(int64(n))
-				reads.Add(1)
-				progress(int64(n))
-			}
-		}()
+	bufs := make([][]byte, o.InFlight)
+	for w := range bufs {
+		bufs[w] = make([]byte, size)
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return t, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return t, err
-	}
-	t.Seconds = time.Since(start).Seconds()
-	t.Reads, t.Bytes = reads.Load(), read.Load()
-	if t.Seconds > 0 {
-		t.MBps = float64(t.Bytes) / t.Seconds / 1e6
-	}
-	return t, nil
+	return randomReads(ctx, t, o, o.Bytes, weights, salt, bufs, func(buf []byte, j int, slot int64) (int, error) {
+		// 4 KiB aligned where the object allows, as a block edge
+		// usually is not: the store should not care.
+		off := slot &^ (dioAlignRemote - 1)
+		f := files[idx[j]]
+		n, err := f.R.ReadAt(buf, off)
+		if err != nil && n < len(buf) {
+			return n, fmt.Errorf("probe: reading %d bytes of %s at offset %d: %w", size, f.Name, off, err)
+		}
+		return n, nil
+	}, progress)
 }
 
 const dioAlignRemote = 4096

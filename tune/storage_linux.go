@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -173,67 +172,28 @@ func probeSize(ctx context.Context, files []ProbeFile, fds []*os.File, size int6
 		return t, nil
 	}
 	budget := min(o.Bytes, eligible(files, size))
-	var issued, read, reads atomic.Int64
-	var firstErr error
-	var emu sync.Mutex
-	deadline := time.Now().Add(o.Time)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range o.InFlight {
+	bufs := make([][]byte, 0, o.InFlight)
+	defer func() {
+		for _, b := range bufs {
+			unix.Munmap(b)
+		}
+	}()
+	for range o.InFlight {
 		buf, err := alignedBuf(size)
 		if err != nil {
 			return t, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer unix.Munmap(buf)
-			rng := rand.New(rand.NewPCG(o.Seed, salt<<16|uint64(w)))
-			for {
-				// Claim a read first, so that the budget is not overshot by
-				// the reads in flight.
-				if issued.Add(size)-size >= budget || time.Now().After(deadline) || ctx.Err() != nil {
-					return
-				}
-				k := rng.Int64N(offsets)
-				j := 0
-				for weights[j] <= k {
-					j++
-				}
-				var prev int64
-				if j > 0 {
-					prev = weights[j-1]
-				}
-				off := (k - prev) * dioAlign
-				fi := idx[j]
-				n, err := fds[fi].ReadAt(buf, off)
-				if err != nil && n < len(buf) {
-					emu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("probe: reading %d bytes of %s at offset %d: %w", size, files[fi].Path, off, err)
-					}
-					emu.Unlock()
-					return
-				}
-				read.Add(int64(n))
-				reads.Add(1)
-				progress(int64(n))
-			}
-		}()
+		bufs = append(bufs, buf)
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return t, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return t, err
-	}
-	t.Seconds = time.Since(start).Seconds()
-	t.Reads, t.Bytes = reads.Load(), read.Load()
-	if t.Seconds > 0 {
-		t.MBps = float64(t.Bytes) / t.Seconds / 1e6
-	}
-	return t, nil
+	return randomReads(ctx, t, o, budget, weights, salt, bufs, func(buf []byte, j int, slot int64) (int, error) {
+		off := slot * dioAlign
+		fi := idx[j]
+		n, err := fds[fi].ReadAt(buf, off)
+		if err != nil && n < len(buf) {
+			return n, fmt.Errorf("probe: reading %d bytes of %s at offset %d: %w", size, files[fi].Path, off, err)
+		}
+		return n, nil
+	}, progress)
 }
 
 // cachedFraction returns the fraction of the files' bytes in the page
