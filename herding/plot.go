@@ -3,10 +3,9 @@ package herding
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
+
+	"github.com/corgifs/corgifs/internal/plotfile"
 
 	// As validator/report.go: gonum/plot draws real axes, legends and both
 	// SVG and PNG from one drawing.
@@ -15,8 +14,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Plot draws the bounds per round, one line per method, on a log scale
@@ -35,16 +32,11 @@ func PlotTraining(r TrainResult, path string) error {
 		"epoch", "training loss", TrainMethods, r.Loss, false)
 }
 
-func plotLines(path, title, xlabel, ylabel string, names []string, values [][]float64, logY bool) (err error) {
+func plotLines(path, title, xlabel, ylabel string, names []string, values [][]float64, logY bool) error {
 	const w, h = 8 * vg.Inch, 5 * vg.Inch
-	var c vg.CanvasWriterTo
-	switch ext := strings.ToLower(filepath.Ext(path)); ext {
-	case ".svg":
-		c = vgsvg.New(w, h)
-	case ".png":
-		c = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	default:
-		return fmt.Errorf("herding: plot: %s: unsupported extension %q, want .svg or .png", path, ext)
+	c, err := plotfile.Canvas(path, w, h)
+	if err != nil {
+		return fmt.Errorf("herding: plot: %w", err)
 	}
 	p := plot.New()
 	p.Title.Text = title
@@ -98,17 +90,8 @@ func plotLines(path, title, xlabel, ylabel string, names []string, values [][]fl
 		}
 	}
 	p.Draw(draw.New(c))
-	f, err := os.Create(path)
-	if err != nil {
+	if err := plotfile.Write(path, c); err != nil {
 		return fmt.Errorf("herding: plot: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("herding: plot: %w", cerr)
-		}
-	}()
-	if _, err := c.WriteTo(f); err != nil {
-		return fmt.Errorf("herding: plot: writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -4,11 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"text/tabwriter"
+
+	"github.com/corgifs/corgifs/internal/plotfile"
 
 	// gonum/plot draws real axes (ticks chosen for the data range, labels),
 	// legends, titles and line styles, and writes both SVG and PNG from one
@@ -18,8 +17,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // A Report holds the runs of one comparison, one per strategy.
@@ -182,18 +179,13 @@ type PlotOptions struct {
 }
 
 // PlotWith is Plot with options.
-func PlotWith(r Report, path string, o PlotOptions) (err error) {
+func PlotWith(r Report, path string, o PlotOptions) error {
 	if len(r.Runs) == 0 {
 		return errors.New("validator: plot: the report has no runs")
 	}
-	var c vg.CanvasWriterTo
-	switch ext := strings.ToLower(filepath.Ext(path)); ext {
-	case ".svg":
-		c = vgsvg.New(plotWidth, plotHeight)
-	case ".png":
-		c = vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
-	default:
-		return fmt.Errorf("validator: plot: %s: unsupported extension %q, want .svg or .png", path, ext)
+	c, err := plotfile.Canvas(path, plotWidth, plotHeight)
+	if err != nil {
+		return fmt.Errorf("validator: plot: %w", err)
 	}
 
 	title := "Test accuracy after each epoch"
@@ -267,17 +259,8 @@ func PlotWith(r Report, path string, o PlotOptions) (err error) {
 		p.Draw(canvases[0][i])
 	}
 
-	f, err := os.Create(path)
-	if err != nil {
+	if err := plotfile.Write(path, c); err != nil {
 		return fmt.Errorf("validator: plot: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("validator: plot: %w", cerr)
-		}
-	}()
-	if _, err := c.WriteTo(f); err != nil {
-		return fmt.Errorf("validator: plot: writing %s: %w", path, err)
 	}
 	return nil
 }
