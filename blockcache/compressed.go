@@ -257,7 +257,7 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 		return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
 	}
 	out.head, out.from, out.to = h, h.Start, h.Start
-	c := newBlockCutter(&out, fi, ix.BlockSize, "decompressed offset")
+	c := newBlockCutter(&out, fi, ix.BlockSize, true)
 	c.whole, c.started = whole, cut
 	if !format.Checksummed() {
 		var chunk []byte
@@ -266,36 +266,8 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 		}
 	}
 	sc := format.Scan(ra, h, h.Start, h.End)
-	var last int64
-	for {
-		for sc.Next() {
-			if err := c.add(sc.Record()); err != nil {
-				return out, fmt.Errorf("index: %s: %w", path, err)
-			}
-			if sc.Offset()-last >= 4<<20 {
-				last = sc.Offset()
-				progress(last)
-			}
-		}
-		err := sc.Err()
-		if err == nil {
-			break
-		}
-		var ce *formats.CorruptError
-		rs, ok := sc.(formats.Resyncer)
-		if !errors.As(err, &ce) || !ok {
-			return out, fmt.Errorf("index: %s (decompressed): %w", path, err)
-		}
-		if !o.SkipCorrupt {
-			return out, fmt.Errorf("index: %s (decompressed): %w (pass --skip-corrupt to leave damaged records out)", path, err)
-		}
-		from, to, rerr := rs.Resync()
-		if rerr != nil {
-			return out, fmt.Errorf("index: %s (decompressed): %w", path, rerr)
-		}
-		c.skip(from, to)
-		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
-		o.Logger.Warn("skipping damaged bytes", "file", path, "decompressed_from", from, "decompressed_to", to, "reason", ce.Reason)
+	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
+		return out, err
 	}
 	c.finish(h.End)
 	if ks, ok := sc.(keyScanner); ok {

@@ -565,8 +565,10 @@ type blockCutter struct {
 	// whole keeps the file one block: it is cut only where a block would
 	// hold more records than a Block counts (a one-frame zstd file).
 	whole bool
-	tail  int64  // len(Head.Tail), served with the file's last record
-	at    string // how an offset is named in errors ("offset", "decompressed offset")
+	tail  int64 // len(Head.Tail), served with the file's last record
+	// decompressed: the records are offsets of a compressed file's
+	// decompressed stream, as errors and the log say.
+	decompressed bool
 	// sum, if set, checksums rec (a format without its own checksums),
 	// adding it to the block's CRC.
 	sum func(rec formats.Record, block *uint32) (uint32, error)
@@ -578,9 +580,9 @@ type blockCutter struct {
 	first bool  // nothing found yet: From is where the first record or damage starts
 }
 
-func newBlockCutter(out *fileScan, fi int32, blockSize int64, at string) *blockCutter {
+func newBlockCutter(out *fileScan, fi int32, blockSize int64, decompressed bool) *blockCutter {
 	return &blockCutter{
-		out: out, fi: fi, blockSize: blockSize, tail: int64(len(out.head.Tail)), at: at,
+		out: out, fi: fi, blockSize: blockSize, tail: int64(len(out.head.Tail)), decompressed: decompressed,
 		cur: Block{File: fi, Offset: -1}, prev: -1, first: true,
 	}
 }
@@ -605,7 +607,11 @@ func (c *blockCutter) add(rec formats.Record) error {
 	c.cur.Records++
 	c.out.records++
 	if rec.Len+c.tail > math.MaxUint32 {
-		return fmt.Errorf("record of %d bytes at %s %d: records over 4 GiB are not supported", rec.Len, c.at, rec.Offset)
+		at := "offset"
+		if c.decompressed {
+			at = "decompressed offset"
+		}
+		return fmt.Errorf("record of %d bytes at %s %d: records over 4 GiB are not supported", rec.Len, at, rec.Offset)
 	}
 	c.out.frames = append(c.out.frames, uint32(rec.Len))
 	if c.sum != nil {
@@ -617,6 +623,47 @@ func (c *blockCutter) add(rec formats.Record) error {
 	}
 	c.out.to = rec.Offset + rec.Len
 	return nil
+}
+
+// scan cuts the records of sc, of the file at path (file as listed),
+// into blocks, leaving damaged bytes out where o.SkipCorrupt allows, and
+// calls progress with the offset scanned now and then.
+func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path string, progress func(int64)) error {
+	name, from, to := path, "from", "to"
+	if c.decompressed {
+		name, from, to = path+" (decompressed)", "decompressed_from", "decompressed_to"
+	}
+	var last int64
+	for {
+		for sc.Next() {
+			if err := c.add(sc.Record()); err != nil {
+				return fmt.Errorf("index: %s: %w", path, err)
+			}
+			if sc.Offset()-last >= 4<<20 {
+				last = sc.Offset()
+				progress(last)
+			}
+		}
+		err := sc.Err()
+		if err == nil {
+			return nil
+		}
+		var ce *formats.CorruptError
+		rs, ok := sc.(formats.Resyncer)
+		if !errors.As(err, &ce) || !ok {
+			return fmt.Errorf("index: %s: %w", name, err)
+		}
+		if !o.SkipCorrupt {
+			return fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", name, err)
+		}
+		dfrom, dto, rerr := rs.Resync()
+		if rerr != nil {
+			return fmt.Errorf("index: %s: %w", name, rerr)
+		}
+		c.skip(dfrom, dto)
+		c.out.damaged = append(c.out.damaged, Damage{File: file, From: dfrom, To: dto, Reason: ce.Reason})
+		o.Logger.Warn("skipping damaged bytes", "file", path, from, dfrom, to, dto, "reason", ce.Reason)
+	}
 }
 
 // skip records damaged bytes [from, to) skipped: a block never spans damage.
@@ -694,7 +741,7 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	// Formats without checksums get a CRC32C per block and per record,
 	// summed from the bytes the scanner has just read (still in rd's
 	// chunks), so the file is read once.
-	c := newBlockCutter(&out, fi, ix.BlockSize, "offset")
+	c := newBlockCutter(&out, fi, ix.BlockSize, false)
 	if !format.Checksummed() {
 		var chunk []byte // for bytes rd no longer holds; made when first needed
 		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
@@ -702,39 +749,8 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		}
 	}
 	sc := format.Scan(rd, h, h.Start, h.End)
-	var last int64
-	for {
-		for sc.Next() {
-			if err := c.add(sc.Record()); err != nil {
-				return out, fmt.Errorf("index: %s: %w", path, err)
-			}
-			if sc.Offset()-last >= 4<<20 {
-				last = sc.Offset()
-				progress(last)
-			}
-		}
-		err := sc.Err()
-		if err == nil {
-			break
-		}
-		var ce *formats.CorruptError
-		if !errors.As(err, &ce) {
-			return out, fmt.Errorf("index: %s: %w", path, err)
-		}
-		rs, ok := sc.(formats.Resyncer)
-		if !ok {
-			return out, fmt.Errorf("index: %s: %w", path, err)
-		}
-		if !o.SkipCorrupt {
-			return out, fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", path, err)
-		}
-		from, to, rerr := rs.Resync()
-		if rerr != nil {
-			return out, fmt.Errorf("index: %s: %w", path, rerr)
-		}
-		c.skip(from, to)
-		out.damaged = append(out.damaged, Damage{File: f.Path, From: from, To: to, Reason: ce.Reason})
-		o.Logger.Warn("skipping damaged bytes", "file", path, "from", from, "to", to, "reason", ce.Reason)
+	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
+		return out, err
 	}
 	c.finish(h.End)
 	if ks, ok := sc.(keyScanner); ok {
