@@ -74,3 +74,24 @@ func randomReads(ctx context.Context, t Throughput, o ProbeOptions, budget int64
 	}
 	return t, nil
 }
+
+// probeProgress returns the progress callback of a probe's workers, which
+// adds up their bytes and reports the sum to o.Progress one call at a time,
+// and the total it counts to: each size's budget, as far as files hold
+// reads of that size.
+func probeProgress(o ProbeOptions, files []ProbeFile) (func(int64), int64) {
+	var total int64
+	for _, s := range o.Sizes {
+		total += min(o.Bytes, eligible(files, s))
+	}
+	var done atomic.Int64
+	var pmu sync.Mutex
+	return func(n int64) {
+		d := done.Add(n)
+		if o.Progress != nil {
+			pmu.Lock()
+			o.Progress(d, total)
+			pmu.Unlock()
+		}
+	}, total
+}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -46,20 +44,7 @@ func ProbeRemote(ctx context.Context, files []RemoteFile, o ProbeOptions) (Stora
 	for i, f := range files {
 		sizes[i] = ProbeFile{Path: f.Name, Size: f.Size}
 	}
-	var total int64
-	for _, s := range o.Sizes {
-		total += min(o.Bytes, eligible(sizes, s))
-	}
-	var done atomic.Int64
-	var pmu sync.Mutex
-	progress := func(n int64) {
-		d := done.Add(n)
-		if o.Progress != nil {
-			pmu.Lock()
-			o.Progress(d, total)
-			pmu.Unlock()
-		}
-	}
+	progress, total := probeProgress(o, sizes)
 	measure := func(size int64, inFlight int, salt uint64) ([]Throughput, error) {
 		var ts []Throughput
 		round := o

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,20 +44,7 @@ func Probe(ctx context.Context, files []ProbeFile, o ProbeOptions) (StorageRepor
 	rep.Direct = direct
 	rep.Warm = !direct && rep.Cached > 0.5
 
-	var total int64
-	for _, s := range o.Sizes {
-		total += min(o.Bytes, eligible(files, s))
-	}
-	var done atomic.Int64
-	var pmu sync.Mutex
-	progress := func(n int64) {
-		d := done.Add(n)
-		if o.Progress != nil {
-			pmu.Lock()
-			o.Progress(d, total)
-			pmu.Unlock()
-		}
-	}
+	progress, total := probeProgress(o, files)
 	// Every size is measured in o.Rounds rounds over all sizes, and its
 	// figure is the median of its rounds: on a shared machine a burst of
 	// someone else's I/O then spoils one round of a size, not its figure.
