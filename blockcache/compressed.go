@@ -262,7 +262,7 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 	if !format.Checksummed() {
 		var chunk []byte
 		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
-			return sumDecompressed(ra, &chunk, rec, block)
+			return sumReadAt(ra, &chunk, rec, block, "decompressed offset")
 		}
 	}
 	sc := format.Scan(ra, h, h.Start, h.End)
@@ -276,8 +276,10 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 	return out, nil
 }
 
-// sumDecompressed is sumRecord over a decompressed stream.
-func sumDecompressed(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32) (uint32, error) {
+// sumReadAt is sumRecord for bytes that must be read again, into chunk
+// (made when first needed), from r: a file or a decompressed stream, as at
+// names its offsets.
+func sumReadAt(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32, at string) (uint32, error) {
 	if *chunk == nil {
 		*chunk = make([]byte, 256<<10)
 	}
@@ -289,7 +291,7 @@ func sumDecompressed(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *ui
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return 0, fmt.Errorf("checksum the record at decompressed offset %d: %w", rec.Offset, err)
+			return 0, fmt.Errorf("checksum the record at %s %d: %w", at, rec.Offset, err)
 		}
 		crc = formats.UpdateChecksum(crc, b)
 		*block = formats.UpdateChecksum(*block, b)

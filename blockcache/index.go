@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"log/slog"
 	"math"
@@ -781,25 +780,7 @@ func sumRecord(r *aheadReader, chunk *[]byte, rec formats.Record, block *uint32)
 		*block = formats.UpdateChecksum(*block, b)
 		return formats.UpdateChecksum(0, b), nil
 	}
-	if *chunk == nil {
-		*chunk = make([]byte, 256<<10)
-	}
-	var crc uint32
-	for off, n := rec.Offset, rec.Len; n > 0; {
-		b := (*chunk)[:min(n, int64(len(*chunk)))]
-		k, err := r.ReadAt(b, off)
-		if k < len(b) {
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return 0, fmt.Errorf("checksum the record at offset %d: %w", rec.Offset, err)
-		}
-		crc = formats.UpdateChecksum(crc, b)
-		*block = formats.UpdateChecksum(*block, b)
-		off += int64(k)
-		n -= int64(k)
-	}
-	return crc, nil
+	return sumReadAt(r, chunk, rec, block, "offset")
 }
 
 // records computes the record tables on first use: they are derived from
