@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -308,4 +309,16 @@ func orderFrames(t *testing.T, src, out string) []orderFrame {
 		frames = append(frames, orderFrame{line: l, file: f[0], frame: files[f[0]][off : off+n]})
 	}
 	return frames
+}
+
+// waitLog waits up to d for the daemon's log to match re: a reader's EIO
+// can reach the test before the line that explains it has crossed the
+// log pipe.
+func (m *mount) waitLog(re *regexp.Regexp, d time.Duration) bool {
+	for deadline := time.Now().Add(d); !re.MatchString(m.log.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }

@@ -261,7 +261,7 @@ func TestSourceChangedAfterIndexingGivesEIONeverWrongBytes(t *testing.T) {
 			if s := m.stats(); s.LoadErrors == 0 {
 				t.Errorf("stats.json counts no load_errors")
 			}
-			if !c.check.MatchString(m.log.String()) {
+			if !m.waitLog(c.check, 10*time.Second) {
 				t.Errorf("log does not name the file, offset and check (%s):\n%s", c.check, m.log)
 			}
 			// The daemon keeps serving after the errors.
