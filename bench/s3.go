@@ -289,6 +289,23 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			res.clientCPU[key] = append(res.clientCPU[key], (client()-c0)/gib)
 		}
 	}
+	// coldCat times `cat` of epoch r's one part through d, mounted
+	// fresh, with the page cache dropped, measuring d's CPU as key; it
+	// stops d and returns MB/s.
+	coldCat := func(d *daemon, r int, key string) (float64, error) {
+		if err := dropCaches(); err != nil {
+			d.kill()
+			return 0, err
+		}
+		done := measure(key, func() float64 { return pidCPU(d.pid()) })
+		secs, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, r, 0, 1))
+		if err != nil {
+			d.kill()
+			return 0, err
+		}
+		done()
+		return mbps(secs), d.stop()
+	}
 	res.load[0] = loadAverage()
 	for r := range e.o.runs {
 		// Sequential whole-object GETs, one at a time.
@@ -381,20 +398,11 @@ func (e *runEnv) runS3(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := dropCaches(); err != nil {
-			d4.kill()
+		v, err := coldCat(d4, r, "prefetch4")
+		if err != nil {
 			return err
 		}
-		done = measure("prefetch4", func() float64 { return pidCPU(d4.pid()) })
-		if secs, err = timeCmd(ctx, nil, "cat", partPath(d4.mnt, r, 0, 1)); err != nil {
-			d4.kill()
-			return err
-		}
-		done()
-		if err := d4.stop(); err != nil {
-			return err
-		}
-		res.prefetch4 = append(res.prefetch4, mbps(secs))
+		res.prefetch4 = append(res.prefetch4, v)
 
 		// With the block size tune recommends for object stores: four
 		// times fewer GETs, each costing the server as much CPU.
@@ -402,20 +410,10 @@ func (e *runEnv) runS3(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := dropCaches(); err != nil {
-			d8.kill()
+		if v, err = coldCat(d8, r, "block8"); err != nil {
 			return err
 		}
-		done = measure("block8", func() float64 { return pidCPU(d8.pid()) })
-		if secs, err = timeCmd(ctx, nil, "cat", partPath(d8.mnt, r, 0, 1)); err != nil {
-			d8.kill()
-			return err
-		}
-		done()
-		if err := d8.stop(); err != nil {
-			return err
-		}
-		res.block8 = append(res.block8, mbps(secs))
+		res.block8 = append(res.block8, v)
 
 		// The same epoch through corgifs from the local directory: what
 		// the mount itself costs, with no object store.
@@ -423,20 +421,10 @@ func (e *runEnv) runS3(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := dropCaches(); err != nil {
-			l.kill()
+		if v, err = coldCat(l, r, "local"); err != nil {
 			return err
 		}
-		done = measure("local", func() float64 { return pidCPU(l.pid()) })
-		if secs, err = timeCmd(ctx, nil, "cat", partPath(l.mnt, r, 0, 1)); err != nil {
-			l.kill()
-			return err
-		}
-		done()
-		if err := l.stop(); err != nil {
-			return err
-		}
-		res.coldLocal = append(res.coldLocal, mbps(secs))
+		res.coldLocal = append(res.coldLocal, v)
 		e.logf("run %d: sequential GETs %.0f MB/s, parallel GETs %.0f MB/s, corgifs %.0f MB/s (%d GETs), --prefetch 4 %.0f MB/s, 8 MiB blocks %.0f MB/s, corgifs of the local directory %.0f MB/s",
 			r, res.seq[r], res.par[r], res.corgifs[r], g1-g0, res.prefetch4[r], res.block8[r], res.coldLocal[r])
 	}
