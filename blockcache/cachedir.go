@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -14,6 +15,39 @@ import (
 // anyone else who can write it could plant an index that serves records
 // twice or never, or a symbolic link that makes corgifs overwrite a file.
 var ErrUnsafeCacheDir = errors.New("unsafe cache directory")
+
+// unsafeDirError refuses the directory path for the reason why. Several
+// flags name directories that openCacheDir checks (--cache-dir for the
+// index, feedback and orders; --disk-cache for blocks): the message names
+// no flag unless the caller says which one with forFlag, so that a refused
+// --disk-cache is not blamed on --cache-dir and the index.
+type unsafeDirError struct {
+	path, why string
+	// flag and keeps, when set, name the flag that gave the directory
+	// and what corgifs keeps in it.
+	flag, keeps string
+}
+
+func (e *unsafeDirError) Error() string {
+	if e.flag == "" {
+		return fmt.Sprintf("%v: directory %s %s; corgifs must be the only one able to write the files it keeps there: use a directory that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafeCacheDir, e.path, e.why)
+	}
+	return fmt.Sprintf("%v: cache directory %s %s; corgifs keeps %s there and must be the only one able to write it: pass a %s that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafeCacheDir, e.path, e.why, e.keeps, e.flag)
+}
+
+func (e *unsafeDirError) Unwrap() error { return ErrUnsafeCacheDir }
+
+// forFlag makes an unsafeDirError in err name flag and what corgifs keeps
+// in the directory; other errors are returned as they are.
+func forFlag(err error, flag, keeps string) error {
+	var u *unsafeDirError
+	if errors.As(err, &u) {
+		c := *u
+		c.flag, c.keeps = flag, keeps
+		return &c
+	}
+	return err
+}
 
 // readSmall reads at most limit bytes of name, opened as open does.
 func (d *cacheDir) readSmall(name string, limit int64) ([]byte, error) {

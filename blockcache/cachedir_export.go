@@ -27,7 +27,8 @@ func OpenCacheDir(dir, root string) (*CacheDir, error) {
 	}
 	d, err := openCacheDir(path)
 	if err != nil {
-		return nil, err
+		// Its users keep their directories inside --cache-dir.
+		return nil, forFlag(err, "--cache-dir", "files of this mount (feedback, orders)")
 	}
 	return &CacheDir{d: d}, nil
 }

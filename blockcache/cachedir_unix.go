@@ -28,7 +28,8 @@ type cacheDir struct {
 
 // openCacheDir creates (with mode 0700) and opens the cache directory path,
 // which resolveCacheDir returned. A directory that another user owns or
-// that others may write gives an error wrapping ErrUnsafeCacheDir.
+// that others may write gives an *unsafeDirError, which names no flag
+// (see forFlag).
 func openCacheDir(path string) (*cacheDir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func openCacheDir(path string) (*cacheDir, error) {
 	}
 	if why := untrusted(&st); why != "" {
 		f.Close()
-		return nil, fmt.Errorf("%w: cache directory %s %s; corgifs keeps its index there and must be the only one able to write it: pass a --cache-dir that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafeCacheDir, path, why)
+		return nil, &unsafeDirError{path: path, why: why}
 	}
 	return &cacheDir{path: path, f: f}, nil
 }

@@ -114,7 +114,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 		}
 		dir, noDir = openCacheDir(path)
 		if errors.Is(noDir, ErrUnsafeCacheDir) {
-			return nil, false, noDir
+			return nil, false, forFlag(noDir, "--cache-dir", "its index")
 		}
 		if dir != nil {
 			defer dir.Close()
@@ -213,7 +213,7 @@ func MarkStale(root string, o Options, reason string) error {
 	}
 	dir, err := openCacheDir(path)
 	if err != nil {
-		return err
+		return forFlag(err, "--cache-dir", "its index")
 	}
 	defer dir.Close()
 	h := header(sidecarRoot(root, o), o)

@@ -98,6 +98,7 @@ type key struct{ epoch, part, parts int }
 // partState is what the store knows of the uploads of one part of one epoch.
 type partState struct {
 	state   string // receiving, accepted or refused
+	uid     uint32 // the writer of the latest upload
 	records int    // served records
 	dim     int
 	bytes   int64

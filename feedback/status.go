@@ -10,10 +10,12 @@ import (
 
 // PartStatus is what status.json says of one part of one epoch.
 type PartStatus struct {
-	Epoch   int    `json:"epoch"`
-	Part    int    `json:"part"`
-	Parts   int    `json:"parts"`
-	State   string `json:"state"` // receiving, accepted or refused
+	Epoch int    `json:"epoch"`
+	Part  int    `json:"part"`
+	Parts int    `json:"parts"`
+	State string `json:"state"` // receiving, accepted or refused
+	// UID is the user who wrote the part's latest upload.
+	UID     uint32 `json:"uid"`
 	Records int    `json:"records"`
 	Dim     int    `json:"dim,omitempty"`
 	Bytes   int64  `json:"bytes,omitempty"`
@@ -38,7 +40,7 @@ func (s *Store) Status() Status {
 	defer s.mu.Unlock()
 	st.Parts = make([]PartStatus, 0, len(s.parts))
 	for k, p := range s.parts {
-		st.Parts = append(st.Parts, PartStatus{Epoch: k.epoch, Part: k.part, Parts: k.parts, State: p.state,
+		st.Parts = append(st.Parts, PartStatus{Epoch: k.epoch, Part: k.part, Parts: k.parts, State: p.state, UID: p.uid,
 			Records: p.records, Dim: p.dim, Bytes: p.bytes, Kept: p.file != "", Reason: p.reason, Time: p.at.UTC()})
 	}
 	slices.SortFunc(st.Parts, func(a, b PartStatus) int {

@@ -52,6 +52,7 @@ const uploadPrefix = "upload"
 type Upload struct {
 	s      *Store
 	k      key
+	uid    uint32 // the writer's, for status.json
 	served []int32
 	limit  int64 // the largest file the budget allows
 
@@ -66,18 +67,24 @@ type Upload struct {
 
 type span struct{ lo, hi int64 }
 
-// Begin starts the upload of the feedback of part of parts in epoch, whose
-// served records are served (record ids in served order; the store keeps
-// the slice). It refuses a part that is unknown, being written or
-// accepted already.
+// Begin is BeginBy for a writer in this process (its uid).
 func (s *Store) Begin(epoch, part, parts int, served []int32) (*Upload, error) {
+	return s.BeginBy(uint32(os.Getuid()), epoch, part, parts, served)
+}
+
+// BeginBy starts the upload, by the user uid, of the feedback of part of
+// parts in epoch, whose served records are served (record ids in served
+// order; the store keeps the slice). It refuses a part that is unknown,
+// being written or accepted already. status.json names uid with the
+// part's state and each refusal.
+func (s *Store) BeginBy(uid uint32, epoch, part, parts int, served []int32) (*Upload, error) {
 	k := key{epoch, part, parts}
 	if epoch < 0 || parts < 1 || part < 0 || part >= parts {
-		return nil, s.refuseOther(k, "unknown epoch or part: want epoch >= 0 and part < parts", nil)
+		return nil, s.refuseOther(k, uid, "unknown epoch or part: want epoch >= 0 and part < parts", nil)
 	}
 	for _, id := range served {
 		if id < 0 || int64(id) >= s.records {
-			return nil, s.refuse(k, "", fmt.Sprintf("the plan serves record %d, which the dataset of %d records does not hold", id, s.records))
+			return nil, s.refuse(k, uid, "", fmt.Sprintf("the plan serves record %d, which the dataset of %d records does not hold", id, s.records))
 		}
 	}
 	s.mu.Lock()
@@ -92,18 +99,18 @@ func (s *Store) Begin(epoch, part, parts int, served []int32) (*Upload, error) {
 		why, kind = "this part's feedback was accepted already (at "+p.at.UTC().Format(time.RFC3339)+"); it is final, since orders may have been planned from it", ErrFinal
 	}
 	if why == "" {
-		s.parts[k] = &partState{state: stateReceiving, records: len(served), at: time.Now(), ids: served}
+		s.parts[k] = &partState{state: stateReceiving, uid: uid, records: len(served), at: time.Now(), ids: served}
 	}
 	if why != "" {
 		defer s.mu.Unlock()
-		return nil, s.noteLocked(k, "", why, kind)
+		return nil, s.noteLocked(k, uid, "", why, kind)
 	}
 	s.mu.Unlock()
 	f, tmp, err := s.dir.CreateTemp(uploadPrefix)
 	if err != nil {
-		return nil, s.refuse(k, "", fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
+		return nil, s.refuse(k, uid, "", fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
 	}
-	return &Upload{s: s, k: k, served: served, f: f, tmp: tmp,
+	return &Upload{s: s, k: k, uid: uid, served: served, f: f, tmp: tmp,
 		limit: HeaderSize + int64(len(served))*int64(s.maxDim)*4}, nil
 }
 
@@ -114,14 +121,14 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
-		return 0, u.s.refuseOther(u.k, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off), ErrClosed)
+		return 0, u.s.refuseOther(u.k, u.uid, fmt.Sprintf("write of %d bytes at offset %d after the file was closed; ignored", len(p), off), ErrClosed)
 	}
 	if u.failed != nil {
 		return 0, u.failed
 	}
 	if off < 0 || off+int64(len(p)) > u.limit {
 		// Refused at once, so that the status says why the write failed.
-		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
+		u.failed = u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf(budgetReason+": a write of %d bytes at offset %d goes past %d bytes, the header and %d vectors of dimension %d (the largest dimension the budget holds)",
 			len(p), off, u.limit, len(u.served), u.s.maxDim))
 		return 0, u.failed
 	}
@@ -130,7 +137,7 @@ func (u *Upload) WriteAt(p []byte, off int64) (int, error) {
 		u.spans = addSpan(u.spans, span{off, off + int64(n)})
 	}
 	if err != nil {
-		u.failed = u.s.refuse(u.k, u.tmp, fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
+		u.failed = u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("cannot stage the upload in the cache directory: %v", err))
 		return n, u.failed
 	}
 	return n, nil
@@ -177,39 +184,39 @@ func (u *Upload) closeLocked() error {
 		return u.failed
 	}
 	if size < HeaderSize || u.spans[0].lo > 0 || u.spans[0].hi < HeaderSize {
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("no header: the file must start with the %d-byte header (%q, version, dimension, 0); %d bytes arrived", HeaderSize, Magic, size))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("no header: the file must start with the %d-byte header (%q, version, dimension, 0); %d bytes arrived", HeaderSize, Magic, size))
 	}
 	var h [HeaderSize]byte
 	if _, err := u.f.ReadAt(h[:], 0); err != nil {
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 	}
 	magic, version, dim, reserved := string(h[:4]), binary.LittleEndian.Uint32(h[4:]), binary.LittleEndian.Uint32(h[8:]), binary.LittleEndian.Uint32(h[12:])
 	switch {
 	case magic != Magic:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("wrong magic %q: a feedback file starts with %q", magic, Magic))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("wrong magic %q: a feedback file starts with %q", magic, Magic))
 	case version != Version:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("wrong version %d: this corgifs reads version %d", version, Version))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("wrong version %d: this corgifs reads version %d", version, Version))
 	case reserved != 0:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("the reserved header field (bytes 12-15) is %d, not 0", reserved))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("the reserved header field (bytes 12-15) is %d, not 0", reserved))
 	case dim == 0:
-		return u.s.refuse(u.k, u.tmp, "wrong dimension 0")
+		return u.s.refuse(u.k, u.uid, u.tmp, "wrong dimension 0")
 	case int64(dim) > int64(u.s.maxDim):
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf(budgetReason+": dimension %d; the memory for feedback holds at most dimension %d for %d records", dim, u.s.maxDim, u.s.records))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf(budgetReason+": dimension %d; the memory for feedback holds at most dimension %d for %d records", dim, u.s.maxDim, u.s.records))
 	}
 	d := int(dim)
 	if fixed := u.s.Dim(); fixed != 0 && d != fixed {
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, fixed))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, fixed))
 	}
 	body, vec := size-HeaderSize, int64(4*d)
 	switch {
 	case body%vec != 0:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("%d bytes after the header are not a whole number of %d-byte vectors (dimension %d); the part served %d records", body, vec, d, n))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("%d bytes after the header are not a whole number of %d-byte vectors (dimension %d); the part served %d records", body, vec, d, n))
 	case body/vec < n:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("too few vectors: %d of dimension %d for the %d records the part served", body/vec, d, n))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("too few vectors: %d of dimension %d for the %d records the part served", body/vec, d, n))
 	case body/vec > n:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("too many vectors: %d of dimension %d for the %d records the part served", body/vec, d, n))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("too many vectors: %d of dimension %d for the %d records the part served", body/vec, d, n))
 	case len(u.spans) > 1:
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("bytes %d to %d were never written", u.spans[0].hi, u.spans[1].lo))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("bytes %d to %d were never written", u.spans[0].hi, u.spans[1].lo))
 	}
 	// The vectors are checked before any is taken: a refused file leaves
 	// the latest vectors as they were.
@@ -225,10 +232,10 @@ func (u *Upload) closeLocked() error {
 			}
 		}
 	}); err != nil {
-		return u.s.refuse(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
+		return u.s.refuse(u.k, u.uid, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 	}
 	if bad != "" {
-		return u.s.refuse(u.k, u.tmp, bad)
+		return u.s.refuse(u.k, u.uid, u.tmp, bad)
 	}
 	return u.s.accept(u, d)
 }
@@ -247,7 +254,7 @@ func (s *Store) accept(u *Upload, d int) error {
 		}
 	} else if s.dim != d {
 		// Another upload of another dimension was accepted meanwhile.
-		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, s.dim))
+		return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("wrong dimension %d: this mount's feedback has dimension %d (fixed by the first accepted file)", d, s.dim))
 	}
 	if s.keep {
 		stamp := int32(min(u.k.epoch+1, math.MaxInt32))
@@ -258,21 +265,21 @@ func (s *Store) accept(u *Upload, d int) error {
 				s.stamp[id] = stamp
 			}
 		}); err != nil {
-			return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
+			return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 		}
 	}
 	if err := s.dir.Rename(u.tmp, name); err != nil {
-		return s.refuseLocked(u.k, u.tmp, fmt.Sprintf("cannot keep the upload in the cache directory: %v", err))
+		return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("cannot keep the upload in the cache directory: %v", err))
 	}
 	p := s.parts[u.k]
 	if p == nil { // the part was pruned meanwhile
 		p = &partState{}
 		s.parts[u.k] = p
 	}
-	*p = partState{state: stateAccepted, records: len(u.served), dim: d, bytes: HeaderSize + int64(len(u.served))*int64(4*d),
+	*p = partState{state: stateAccepted, uid: u.uid, records: len(u.served), dim: d, bytes: HeaderSize + int64(len(u.served))*int64(4*d),
 		at: time.Now(), ids: u.served, file: name}
 	s.stats.Accepted++
-	s.log.Info("feedback accepted", "epoch", u.k.epoch, "part", u.k.part, "parts", u.k.parts, "records", len(u.served), "dim", d)
+	s.log.Info("feedback accepted", "uid", u.uid, "epoch", u.k.epoch, "part", u.k.part, "parts", u.k.parts, "records", len(u.served), "dim", d)
 	if u.k.epoch > s.newest {
 		s.newest = u.k.epoch
 		s.pruneLocked()
@@ -310,6 +317,8 @@ func (s *Store) pruneLocked() {
 
 // Refusal is a refused upload or write, for status.json.
 type Refusal struct {
+	// UID is the user whose open or write was refused.
+	UID    uint32    `json:"uid"`
 	Epoch  int       `json:"epoch"`
 	Part   int       `json:"part"`
 	Parts  int       `json:"parts"`
@@ -321,37 +330,43 @@ type Refusal struct {
 // maxRefusals bounds the refusals status.json lists.
 const maxRefusals = 64
 
-// Refuse records a refusal that the file system decided (a name that is no
-// part, an open that cannot write a feedback file), logs it and returns it
-// as an error. epoch, part and parts are -1 where the name holds none.
+// Refuse is RefuseBy for a writer in this process (its uid).
 func (s *Store) Refuse(epoch, part, parts int, name, reason string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.noteLocked(key{epoch, part, parts}, name, reason, nil)
+	return s.RefuseBy(uint32(os.Getuid()), epoch, part, parts, name, reason)
 }
 
-// refuse refuses the upload of k, whose staged file is tmp.
-func (s *Store) refuse(k key, tmp, reason string) error {
+// RefuseBy records a refusal that the file system decided (a name that is
+// no part, an open that cannot write a feedback file, a user who may not
+// write feedback) for the user uid, logs it and returns it as an error.
+// epoch, part and parts are -1 where the name holds none.
+func (s *Store) RefuseBy(uid uint32, epoch, part, parts int, name, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.refuseLocked(k, tmp, reason)
+	return s.noteLocked(key{epoch, part, parts}, uid, name, reason, nil)
 }
 
-func (s *Store) refuseLocked(k key, tmp, reason string) error {
+// refuse refuses the upload of k by uid, whose staged file is tmp.
+func (s *Store) refuse(k key, uid uint32, tmp, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refuseLocked(k, uid, tmp, reason)
+}
+
+func (s *Store) refuseLocked(k key, uid uint32, tmp, reason string) error {
 	p := s.parts[k]
 	if p == nil {
 		p = &partState{}
 		s.parts[k] = p
 	}
 	if p.state != stateAccepted {
-		*p = partState{state: stateRefused, records: p.records, reason: reason, at: time.Now()}
+		*p = partState{state: stateRefused, uid: uid, records: p.records, reason: reason, at: time.Now()}
 		s.forgetRefusedLocked()
 	}
 	var kind error
 	if strings.HasPrefix(reason, budgetReason) {
 		kind = ErrTooLarge
 	}
-	return s.noteLocked(k, "", reason, kind)
+	return s.noteLocked(k, uid, "", reason, kind)
 }
 
 // forgetRefusedLocked keeps at most maxRefusals refused parts, forgetting
@@ -377,20 +392,20 @@ func (s *Store) forgetRefusedLocked() {
 
 // refuseOther records a refusal that leaves the part's state alone (a
 // second writer, a write after close).
-func (s *Store) refuseOther(k key, reason string, kind error) error {
+func (s *Store) refuseOther(k key, uid uint32, reason string, kind error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.noteLocked(k, "", reason, kind)
+	return s.noteLocked(k, uid, "", reason, kind)
 }
 
-func (s *Store) noteLocked(k key, name, reason string, kind error) error {
+func (s *Store) noteLocked(k key, uid uint32, name, reason string, kind error) error {
 	s.stats.Refused++
-	r := Refusal{Epoch: k.epoch, Part: k.part, Parts: k.parts, Name: name, Reason: reason, Time: time.Now().UTC()}
+	r := Refusal{UID: uid, Epoch: k.epoch, Part: k.part, Parts: k.parts, Name: name, Reason: reason, Time: time.Now().UTC()}
 	if len(s.refusals) == maxRefusals {
 		s.refusals = slices.Delete(s.refusals, 0, 1)
 	}
 	s.refusals = append(s.refusals, r)
-	s.log.Warn("feedback refused", "epoch", k.epoch, "part", k.part, "parts", k.parts, "name", name, "reason", reason)
+	s.log.Warn("feedback refused", "uid", uid, "epoch", k.epoch, "part", k.part, "parts", k.parts, "name", name, "reason", reason)
 	msg := fmt.Sprintf("feedback for epoch %d part %d of %d refused: %s", k.epoch, k.part, k.parts, reason)
 	if name != "" {
 		msg = fmt.Sprintf("feedback file %s refused: %s", name, reason)

@@ -58,19 +58,28 @@ func (d *fbDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	e, ok := parseEpoch(name)
 	if !ok {
 		// Said in status.json and the log: a trainer that writes to a
-		// misnamed directory otherwise sees only ENOENT.
-		d.root.cfg.Feedback.Refuse(-1, -1, -1, feedbackDir+"/"+name, "unknown epoch: feedback goes in "+feedbackDir+"/epoch-EEEE (four or more decimal digits, as the epoch directories are named)")
+		// misnamed directory otherwise sees only ENOENT. Not for users who
+		// may not write feedback, whose lookups would only crowd out the
+		// writers' refusals.
+		if uid, ok := d.root.feedbackCaller(ctx); ok {
+			d.root.cfg.Feedback.RefuseBy(uid, -1, -1, -1, feedbackDir+"/"+name, "unknown epoch: feedback goes in "+feedbackDir+"/epoch-EEEE (four or more decimal digits, as the epoch directories are named)")
+		}
 		return nil, syscall.ENOENT
 	}
-	// Writable directories: 0755, so that a trainer's access(W_OK) check
-	// passes.
-	return d.root.lookupDir(ctx, &d.Inode, name, &fbEpochNode{counted: counted{&d.root.inodes}, root: d.root, epoch: e}, 0o755, false, out), 0
+	// Writable directories, so that a trainer's access(W_OK) check passes.
+	in := d.root.lookupDir(ctx, &d.Inode, name, &fbEpochNode{counted: counted{&d.root.inodes}, root: d.root, epoch: e}, 0o755, false, out)
+	d.root.epochDirAttr(&out.Attr)
+	return in, 0
 }
 
 // Create refuses a file beside the epoch directories, with a status entry
 // that says where feedback files go.
 func (d *fbDirNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	d.root.cfg.Feedback.Refuse(-1, -1, -1, feedbackDir+"/"+name, "not a feedback file: they go in "+feedbackDir+"/epoch-EEEE/part-IIIII-of-KKKKK"+feedbackExt)
+	uid, ok := d.root.feedbackCaller(ctx)
+	if !ok {
+		return nil, nil, 0, d.root.refuseCaller(uid, -1, -1, -1, feedbackDir+"/"+name)
+	}
+	d.root.cfg.Feedback.RefuseBy(uid, -1, -1, -1, feedbackDir+"/"+name, "not a feedback file: they go in "+feedbackDir+"/epoch-EEEE/part-IIIII-of-KKKKK"+feedbackExt)
 	return nil, nil, 0, syscall.EINVAL
 }
 
@@ -99,7 +108,7 @@ var (
 )
 
 func (d *fbEpochNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.root.dirAttr(&out.Attr, 0o755)
+	d.root.epochDirAttr(&out.Attr)
 	return 0
 }
 
@@ -114,12 +123,18 @@ func (d *fbEpochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 
 func (d *fbEpochNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	fb := d.root.cfg.Feedback
+	// Who asks is checked first: a user who may not write feedback learns
+	// nothing about names and epochs.
+	uid, ok := d.root.feedbackCaller(ctx)
+	if !ok {
+		return nil, nil, 0, d.root.refuseCaller(uid, d.epoch, -1, -1, name)
+	}
 	i, k, ok := parsePart(name, feedbackExt)
 	if !ok {
-		fb.Refuse(d.epoch, -1, -1, name, fmt.Sprintf("unknown part: a feedback file is named part-IIIII-of-KKKKK%s with I < K <= %d", feedbackExt, MaxParts))
+		fb.RefuseBy(uid, d.epoch, -1, -1, name, fmt.Sprintf("unknown part: a feedback file is named part-IIIII-of-KKKKK%s with I < K <= %d", feedbackExt, MaxParts))
 		return nil, nil, 0, syscall.EINVAL
 	}
-	h, errno := d.root.beginFeedback(d.epoch, i, k, flags)
+	h, errno := d.root.beginFeedback(uid, d.epoch, i, k, flags)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -131,26 +146,26 @@ func (d *fbEpochNode) Create(ctx context.Context, name string, flags, mode uint3
 }
 
 // beginFeedback starts the upload of part of parts in epoch for an open
-// with flags.
-func (r *rootNode) beginFeedback(epoch, part, parts int, flags uint32) (*fbHandle, syscall.Errno) {
+// with flags by uid, a user who may write feedback.
+func (r *rootNode) beginFeedback(uid uint32, epoch, part, parts int, flags uint32) (*fbHandle, syscall.Errno) {
 	fb := r.cfg.Feedback
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
-		fb.Refuse(epoch, part, parts, "", "opened for reading: feedback files are written, never read back (status.json says what arrived)")
+		fb.RefuseBy(uid, epoch, part, parts, "", "opened for reading: feedback files are written, never read back (status.json says what arrived)")
 		return nil, syscall.EACCES
 	}
 	if flags&syscall.O_APPEND != 0 {
-		fb.Refuse(epoch, part, parts, "", "opened with O_APPEND: write the file from offset 0 (open it with \"wb\")")
+		fb.RefuseBy(uid, epoch, part, parts, "", "opened with O_APPEND: write the file from offset 0 (open it with \"wb\")")
 		return nil, syscall.EINVAL
 	}
 	// Acquire of an epoch not yet served would wait for the previous
 	// epoch's feedback and then fix this epoch's order: refuse at once.
 	if !r.cfg.Planner.Fixed(epoch, parts) {
-		fb.Refuse(epoch, part, parts, "", fmt.Sprintf("epoch %d has not been served yet: its order depends on epoch %d's feedback, not complete yet; write feedback for an epoch after reading it", epoch, epoch-1))
+		fb.RefuseBy(uid, epoch, part, parts, "", fmt.Sprintf("epoch %d has not been served yet: its order depends on epoch %d's feedback, not complete yet; write feedback for an epoch after reading it", epoch, epoch-1))
 		return nil, syscall.EINVAL
 	}
 	plan, err := r.cfg.Planner.Acquire(epoch, part, parts)
 	if err != nil {
-		fb.Refuse(epoch, part, parts, "", fmt.Sprintf("no plan for this part: %v", err))
+		fb.RefuseBy(uid, epoch, part, parts, "", fmt.Sprintf("no plan for this part: %v", err))
 		return nil, syscall.EINVAL
 	}
 	ids := make([]int32, 0, plan.Records)
@@ -160,10 +175,10 @@ func (r *rootNode) beginFeedback(epoch, part, parts int, flags uint32) (*fbHandl
 	})
 	r.cfg.Planner.Release(plan)
 	if err != nil {
-		fb.Refuse(epoch, part, parts, "", fmt.Sprintf("no plan for this part: %v", err))
+		fb.RefuseBy(uid, epoch, part, parts, "", fmt.Sprintf("no plan for this part: %v", err))
 		return nil, syscall.EIO
 	}
-	u, err := fb.Begin(epoch, part, parts, ids)
+	u, err := fb.BeginBy(uid, epoch, part, parts, ids)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -227,7 +242,11 @@ func (n *fbFileNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.Se
 }
 
 func (n *fbFileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	h, errno := n.root.beginFeedback(n.epoch, n.part, n.parts, flags)
+	uid, ok := n.root.feedbackCaller(ctx)
+	if !ok {
+		return nil, 0, n.root.refuseCaller(uid, n.epoch, n.part, n.parts, "")
+	}
+	h, errno := n.root.beginFeedback(uid, n.epoch, n.part, n.parts, flags)
 	if errno != 0 {
 		return nil, 0, errno
 	}

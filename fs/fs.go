@@ -40,7 +40,11 @@ type Config struct {
 	// feedback.go): set it for feedback strategies only. The mount is
 	// then read-write, and every other change EROFS (readOnly).
 	Feedback *feedback.Store
-	Debug    bool
+	// FeedbackGroup, when set, lets the members of this group write
+	// feedback files too; else only the mount's owner (the daemon's uid)
+	// and root may (see feedback_perm.go).
+	FeedbackGroup *uint32
+	Debug         bool
 
 	// PanicOnLookup is a test hook, never set in normal use: when it is not
 	// empty, a lookup of exactly this name in the root panics, so that the
@@ -113,7 +117,7 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount: config.json: %w", err)
 	}
-	root := &rootNode{cfg: &cfg, info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index()), forget: newForgetter()}
+	root := &rootNode{cfg: &cfg, owner: uint32(os.Getuid()), info: append(info, '\n'), mtime: mountTime(cfg.Planner.Index()), forget: newForgetter()}
 	timeout := entryTimeout
 	opts := &gofs.Options{
 		// No EntryTimeout: a lookup that sets none gives the kernel 0, so

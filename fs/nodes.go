@@ -27,6 +27,8 @@ type rootNode struct {
 	cfg   *Config
 	info  []byte
 	mtime time.Time
+	// owner is the mount's owner, the daemon's uid: it may write feedback.
+	owner uint32
 	// replies recycles the sliceReplies of part reads.
 	replies sync.Pool
 	// served counts the bytes of parts served, sliced those of them the

@@ -94,7 +94,7 @@ func TestPlantedSidecarWithReorderedBlocksIsNeverServed(t *testing.T) {
 			corgifs(t, append([]string{"index", src}, flags...)...)
 			plantSidecar(t, cache, tc.spoil)
 			m := startMount(t, src, append(flags, "--seed", "1", "--parts", "2")...)
-			if log := m.log.String(); !strings.Contains(log, "rebuilding index") || !strings.Contains(log, "does not match how its blocks must cut the files") {
+			if log, ok := m.logHas("rebuilding index", "does not match how its blocks must cut the files"); !ok {
 				t.Errorf("the mount does not log why it rebuilt the index:\n%s", log)
 			}
 			var served [][]byte

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -39,7 +38,7 @@ func TestProbedCSVMountServesTheBytesOfAFullMount(t *testing.T) {
 	if pc := readProbeConfig(t, probed); pc.Dataset.Index != "probe" {
 		t.Fatalf("config.json of the probed mount: %+v; want index probe", pc.Dataset)
 	}
-	if log := probed.log.String(); !strings.Contains(log, "scanning them whole") || !strings.Contains(log, "files=1") {
+	if log, ok := probed.logHas("scanning them whole", "files=1"); !ok {
 		t.Fatalf("the log does not say one file was scanned whole:\n%s", log)
 	}
 }

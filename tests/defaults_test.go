@@ -52,8 +52,7 @@ func TestMountLowersTheDefaultBlockSizeSoABufferHolds16Blocks(t *testing.T) {
 		t.Fatalf("a buffer of %d bytes holds %d blocks of %d, a part of %d bytes %d buffers: want at least 16 and 2",
 			c.BufferPart, c.BufferPart/c.BlockSize, c.BlockSize, c.Dataset.Bytes, c.Dataset.Bytes/c.BufferPart)
 	}
-	log := m.log.String()
-	if !strings.Contains(log, "block size lowered") || !strings.Contains(log, `from="8.0 MiB"`) {
+	if log, ok := m.logHas("block size lowered", `from="8.0 MiB"`); !ok {
 		t.Fatalf("the mount does not log that it lowered the block size:\n%s", log)
 	}
 }
@@ -66,8 +65,9 @@ func TestExplicitBlockSizeTooLargeForTheBufferWarns(t *testing.T) {
 	if c := readBlockConfig(t, m); c.BlockSize != 1<<20 || c.BlockSizeFrom != 0 {
 		t.Fatalf("config.json block_size %d (lowered from %d): want the 1 MiB given", c.BlockSize, c.BlockSizeFrom)
 	}
-	log := m.log.String()
-	for _, want := range []string{"level=WARN", "block size too large", "use --block-size 4.0 KiB or less", "blocks_per_buffer=0", `buffer="127 KiB"`} {
+	want := []string{"level=WARN", "block size too large", "use --block-size 4.0 KiB or less", "blocks_per_buffer=0", `buffer="127 KiB"`}
+	log, _ := m.logHas(want...)
+	for _, want := range want {
 		if !strings.Contains(log, want) {
 			t.Fatalf("the mount log lacks %q:\n%s", want, log)
 		}
@@ -89,7 +89,7 @@ func TestMorePartsThanBlocksWarnsAtMountAndOrder(t *testing.T) {
 		t.Fatalf("%d blocks, want 8 (the test needs fewer blocks than parts)", c.Dataset.Blocks)
 	}
 	const warning = "--parts is larger than the number of blocks"
-	if log := m.log.String(); !strings.Contains(log, warning) || !strings.Contains(log, "parts=16 blocks=8") {
+	if log, ok := m.logHas(warning, "parts=16 blocks=8"); !ok {
 		t.Fatalf("mount does not warn of 16 parts for 8 blocks:\n%s", log)
 	}
 	_, stderr, code := run(append([]string{"order", src, "--part", "3", "--cache-dir", t.TempDir()}, flags...)...)

@@ -162,7 +162,7 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 	if n := p.gets.Load() - before; n != 2 {
 		t.Fatalf("epoch 2 after a remount made %d GETs, want 2 (the damaged entries' blocks)\n%s", n, m2.log)
 	}
-	if n := strings.Count(m2.log.String(), "disk cache entry damaged"); n != 2 {
+	if n := m2.logCount("disk cache entry damaged", 2); n != 2 {
 		t.Fatalf("%d log lines about damaged entries, want 2:\n%s", n, m2.log)
 	}
 	if d := m2.settled().DiskCache; d.Damaged != 2 {
@@ -261,7 +261,7 @@ func TestDiskCacheThatIsFullReadOnlyOrNotADirectoryDegradesToNoCachingWithOneLog
 			if st.DiskCache.Disabled == "" {
 				t.Fatalf("stats.json does not say the disk cache stopped: %+v", *st.DiskCache)
 			}
-			if n := strings.Count(m.log.String(), c.line); n != 1 {
+			if n := m.logCount(c.line, 1); n != 1 {
 				t.Fatalf("%d log lines saying %q, want 1:\n%s", n, c.line, m.log)
 			}
 		})

@@ -54,10 +54,12 @@ type feedbackStatus struct {
 	Parts    []struct {
 		Epoch, Part, Parts, Records int
 		State, Reason               string
+		UID                         uint32
 	} `json:"parts"`
 	Refusals []struct {
 		Epoch, Part, Parts int
 		Name, Reason       string
+		UID                uint32
 	} `json:"refusals"`
 }
 

@@ -411,7 +411,7 @@ func TestAFlippedSourceByteIsEIOInItsPartOnly(t *testing.T) {
 			if len(failed) != 1 {
 				t.Fatalf("parts %v failed with EIO, want exactly one\n%s", failed, m.log)
 			}
-			if log := m.log.String(); !strings.Contains(log, path) || !strings.Contains(log, "checksum") {
+			if log, ok := m.logHas(path, "checksum"); !ok {
 				t.Fatalf("the log does not name %s and the checksum:\n%s", path, log)
 			}
 		})

@@ -221,8 +221,8 @@ func TestFeedbackTimeoutThroughAMountServesARandomReshuffle(t *testing.T) {
 	if n := fallbacks(t, d); n != 1 {
 		t.Errorf("stats.json counts %d fallbacks, want 1\n%s", n, d.Log())
 	}
-	if !strings.Contains(d.Log(), "did not arrive in time") {
-		t.Errorf("the fallback is not logged\n%s", d.Log())
+	if log, ok := awaitLog(d.Log, hasAll("did not arrive in time")); !ok {
+		t.Errorf("the fallback is not logged\n%s", log)
 	}
 }
 

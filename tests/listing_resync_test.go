@@ -40,7 +40,7 @@ func TestSkipCorruptNeverServesAFrameEmbeddedInADamagedRecord(t *testing.T) {
 			t.Errorf("epoch %d served %d records, want the %d intact ones exactly once", e, len(got), len(want))
 		}
 	}
-	if log := m.log.String(); !strings.Contains(log, fmt.Sprintf("from=%d to=%d", len(good1), len(good1)+len(bad))) {
+	if log, ok := m.logHas(fmt.Sprintf("from=%d to=%d", len(good1), len(good1)+len(bad))); !ok {
 		t.Errorf("the log does not report the damaged record as one range [%d,%d):\n%s", len(good1), len(good1)+len(bad), log)
 	}
 }
@@ -95,7 +95,7 @@ func TestFileReachedTwiceIsServedOncePerEpoch(t *testing.T) {
 			t.Errorf("epoch %d: %d records served, %d of them more than once; want each of the %d once", e, len(got), twice, len(want))
 		}
 	}
-	if log := m.log.String(); !strings.Contains(log, "alias.tfrecord") || !strings.Contains(log, "reached again") {
+	if log, ok := m.logHas("alias.tfrecord", "reached again"); !ok {
 		t.Errorf("the log does not say which alias was skipped:\n%s", log)
 	}
 }

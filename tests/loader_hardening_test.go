@@ -70,7 +70,7 @@ func TestSourceFileReplacedByANamedPipeGivesEIOAndTheRestServes(t *testing.T) {
 			t.Errorf("part %d: %d bytes, not the %d bytes of its file", i, len(got[i]), len(data[i]))
 		}
 	}
-	if log := m.log.String(); !strings.Contains(log, "not a regular file") || !strings.Contains(log, pipe) {
+	if log, ok := m.logHas("not a regular file", pipe); !ok {
 		t.Errorf("the log does not name %s as not a regular file:\n%s", pipe, log)
 	}
 }

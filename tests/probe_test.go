@@ -109,8 +109,8 @@ func TestS3MountProbesByDefaultAndReprobesOnlyAReplacedObject(t *testing.T) {
 	}
 	local = startMount(t, src, flags...)
 	remote = startMount(t, "s3://data/probe", remoteFlags...)
-	log := remote.log.String()
-	if !strings.Contains(log, "probing it again, alone") || !strings.Contains(log, replaced) {
+	log, ok := remote.logHas("probing it again, alone", replaced)
+	if !ok {
 		t.Fatalf("no log line says %s alone is probed again:\n%s", replaced, log)
 	}
 	for i, n := range names {

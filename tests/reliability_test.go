@@ -293,7 +293,7 @@ func TestSourceChangedAfterIndexingGivesEIONeverWrongBytes(t *testing.T) {
 				return
 			}
 			m2 := startMount(t, src, mflags...)
-			if log := m2.log.String(); !strings.Contains(log, "rebuilding index") || !strings.Contains(log, c.reason) || !strings.Contains(log, victim) {
+			if log, ok := m2.logHas("rebuilding index", c.reason, victim); !ok {
 				t.Errorf("remount does not say why it rebuilds the index (want %q and the file):\n%s", c.reason, log)
 			}
 			wantAll := sortedHashes(sourceRecords(t, src))
@@ -745,8 +745,8 @@ func TestSymlinksOutOfSourceAreFollowedOnlyWithFollowSymlinks(t *testing.T) {
 	if got, err := readUntilErr(m.part(0, 0, 1)); !errors.Is(err, syscall.EIO) || len(got) != 0 {
 		t.Errorf("a file swapped for a link out of SRC: read %d bytes, error %v; want EIO", len(got), err)
 	}
-	if !strings.Contains(m.log.String(), "escapes") {
-		t.Errorf("the log does not say the path escapes the source:\n%s", m.log)
+	if log, ok := m.logHas("escapes"); !ok {
+		t.Errorf("the log does not say the path escapes the source:\n%s", log)
 	}
 }
 
@@ -1161,8 +1161,8 @@ func TestPanicInLookupIsRecoveredAsEIOAndDaemonKeepsServing(t *testing.T) {
 			t.Fatalf("lookup that panics: %v, want EIO", err)
 		}
 	}
-	log := m.log.String()
-	if !strings.Contains(log, "panic in FUSE handler") || !strings.Contains(log, "test hook: lookup of "+name) || !strings.Contains(log, "(*rootNode).Lookup") {
+	// The EIO can reach the test before the log line that explains it.
+	if log, ok := m.logHas("panic in FUSE handler", "test hook: lookup of "+name, "(*rootNode).Lookup"); !ok {
 		t.Errorf("the panic is not logged with its stack:\n%s", log)
 	}
 	if n := len(frames(t, m.read(0, 0, 1))); n != 1000 {
@@ -1205,7 +1205,7 @@ func TestDamagedOrForeignSidecarIsLoggedAndRebuilt(t *testing.T) {
 				// Through a mount once; the index command opens the index
 				// the same way and is quicker.
 				m := startMount(t, src, "--seed", "1", "--cache-dir", cache)
-				if log := m.log.String(); !strings.Contains(log, "rebuilding index") || !strings.Contains(log, c.reason) {
+				if log, ok := m.logHas("rebuilding index", c.reason); !ok {
 					t.Errorf("mount does not log why it rebuilds (want %q):\n%s", c.reason, log)
 				}
 				if n := len(frames(t, m.read(0, 0, 1))); n != 1000 {

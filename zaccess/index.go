@@ -46,12 +46,17 @@ type Index struct {
 
 // Sniff says which kind of compressed stream head starts, from its magic
 // bytes: gzip and zstd only, whose magic numbers plain data does not
-// start with; a zlib header is two bytes that text can begin with too.
+// start with; a zlib header is two bytes that text can begin with too. A
+// zstd skippable frame (magic 0x184D2A50 to 0x184D2A5F, little-endian)
+// counts as zstd: pzstd starts every file with one (it holds the size of
+// the frame that follows), and zstd decoders skip them.
 func Sniff(head []byte) (Kind, bool) {
 	switch {
 	case len(head) >= 3 && head[0] == 0x1f && head[1] == 0x8b && head[2] == 8:
 		return Gzip, true
 	case len(head) >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd:
+		return Zstd, true
+	case len(head) >= 4 && head[0]&0xf0 == 0x50 && head[1] == 0x2a && head[2] == 0x4d && head[3] == 0x18:
 		return Zstd, true
 	}
 	return 0, false

@@ -768,6 +768,20 @@ func (d *inflater) trailer() error {
 			return err
 		}
 	}
+	if d.kind == Gzip {
+		// Zero bytes after a member are padding (tape blocks, files
+		// preallocated or padded to a block size): gzip(1) ignores them
+		// at the end ("trailing zeros"), and Python's gzip module skips
+		// them before another member, which is decoded.
+		for !ended() && d.bits&0xff == 0 {
+			d.drop(8)
+			if !ended() {
+				if err := d.need(8); err != nil && !ended() {
+					return err
+				}
+			}
+		}
+	}
 	if ended() {
 		d.st = stDone
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/dustin/go-humanize"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -75,11 +76,23 @@ func nextZstdFrame(br *bufio.Reader, off int64) (zstdFrame, error) {
 	if fhd&0x08 != 0 {
 		return f, bad("reserved bit of a zstd frame header set")
 	}
-	skip := 0
 	if fhd&0x20 == 0 {
-		skip++ // window descriptor
+		// The window descriptor (RFC 8878 section 3.1.1.1.2), checked
+		// here so that a frame no decoder here may decode is refused
+		// with the reason, at indexing, even where its output is not
+		// decoded then (ZstdFrames).
+		wd, err := br.ReadByte()
+		if err != nil {
+			return f, short()
+		}
+		f.n++
+		log := 10 + int(wd>>3)
+		base := int64(1) << log
+		if w := base + base/8*int64(wd&7); w > MaxZstdWindow {
+			return f, &WindowError{Offset: off, Window: w, Log: log}
+		}
 	}
-	skip += [4]int{0, 1, 2, 4}[fhd&3] // dictionary ID
+	skip := [4]int{0, 1, 2, 4}[fhd&3] // dictionary ID
 	if k, _ := br.Discard(skip); k < skip {
 		f.n += int64(k)
 		return f, short()
@@ -142,8 +155,24 @@ func nextZstdFrame(br *bufio.Reader, off int64) (zstdFrame, error) {
 // MaxZstdWindow is the largest zstd window decoded: zstd --long's
 // default (27), which every decoder may hold in memory besides the
 // loader's budget. A file written with a larger one (--long=31) is refused
-// at indexing, by klauspost/compress's error.
-const MaxZstdWindow = 1 << 27
+// at indexing with a WindowError.
+const MaxZstdWindow = 1 << maxZstdWindowLog
+
+// WindowError refuses a zstd frame whose window is larger than
+// MaxZstdWindow.
+type WindowError struct {
+	Offset int64 // of the frame
+	Window int64 // bytes
+	Log    int   // the window log, what zstd --long=N sets
+}
+
+func (e *WindowError) Error() string {
+	return fmt.Sprintf("zstd frame at byte %d needs a window of %s (window log %d, as zstd --long=%d writes), more than the %s (window log %d, zstd --long's default) corgifs decodes, so that each decoder fits beside --max-memory: recompress the file without --long, or with --long=%d or less",
+		e.Offset, humanize.IBytes(uint64(e.Window)), e.Log, e.Log, humanize.IBytes(MaxZstdWindow), maxZstdWindowLog, maxZstdWindowLog)
+}
+
+// maxZstdWindowLog is log2(MaxZstdWindow).
+const maxZstdWindowLog = 27
 
 func newZstdReader() (*zstd.Decoder, error) {
 	// One goroutine: the loader runs one decoder per block already.

@@ -157,6 +157,8 @@ the next).`, stderr)
 	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
+	feedbackGroup := fset.String("feedback-group", "", "let the members of `group` (a name or a GID) write feedback files too (feedback strategies,\n"+
+		"with --allow-other); by default only the mount's owner and root may, and other users get EACCES")
 	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
 	var dc diskCacheFlags
@@ -172,6 +174,10 @@ the next).`, stderr)
 		return fmt.Errorf("--epochs must be >= 0")
 	}
 	if err := checkParts(*parts); err != nil {
+		return err
+	}
+	fbGroup, err := d.feedbackGroup(*feedbackGroup, *allowOther)
+	if err != nil {
 		return err
 	}
 	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
@@ -240,7 +246,7 @@ the next).`, stderr)
 	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback,
+		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback, FeedbackGroup: fbGroup,
 		// Test hook: the end-to-end tests make a lookup panic on purpose.
 		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
 		SourceStats:   d.sourceStats(),
