@@ -310,12 +310,14 @@ func (o *object) get(p []byte, off int64) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// The body ended, cleanly, before the length it announced
-			// or, with none announced, before the range.
+		if hdr.Get("Content-Length") == "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			// With no length announced, the body ended before the
+			// range: the server's answer, not a connection cut.
 			return o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), errShortBody), status, hdr, off, len(p))
 		}
-		return fmt.Errorf("body cut off after %d bytes: %w", n, err)
+		// Short of the length announced (checked equal to the range):
+		// the connection was cut.
+		return fmt.Errorf("body cut off after %d of %d bytes: %w", n, len(p), err)
 	}
 	// Nothing past the range: a longer body is not the range asked for.
 	var one [1]byte

@@ -30,8 +30,9 @@ type Stats struct {
 	Failed int64 `json:"failed"`
 	// BadResponses are the answers to a ranged GET refused because they
 	// were not the range asked for: not a 206, another Content-Range, no
-	// ETag, or a body of another length (cut off included). Their bytes
-	// are never served nor cached.
+	// ETag, a Content-Length or a body of another length than the range
+	// (a body cut short of the length it announced is a connection cut,
+	// not counted here). Their bytes are never served nor cached.
 	BadResponses int64 `json:"bad_responses"`
 }
 
