@@ -156,10 +156,11 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	// Reads are tried by ReadAt's loop alone, each try one request
 	// (MaxRetries 1 is one attempt), so that a read costs at most
 	// Attempts GETs and "retries" counts every GET past the first. The
-	// region is the one the check found, not asked again.
+	// region is the one the check found (cached by minio-go, no
+	// request), else the read client finds it itself.
 	if region == "" {
-		if region, err = cl.GetBucketLocation(cctx, bucket); err != nil {
-			return nil, s.explain(err)
+		if loc, err := cl.GetBucketLocation(cctx, bucket); err == nil {
+			region = loc
 		}
 	}
 	if s.reads, err = client(region, 1); err != nil {
@@ -328,7 +329,7 @@ func (o *object) get(p []byte, off int64) error {
 }
 
 // bad counts and logs an answer whose bytes are not the range asked for,
-// and returns err: it never reaches the caller's buffer as data.
+// and returns err: the read fails, and nothing of it is served or cached.
 func (o *object) bad(err error, status int, hdr http.Header, off int64, n int) error {
 	o.s.count.badResponses.Add(1)
 	o.s.log.Warn("S3 answer to a ranged GET refused: not the bytes asked for", "object", o.Name(), "offset", off, "length", n,
