@@ -211,10 +211,13 @@ func TestS3RangedGETAnsweredWithOtherBytesGivesEIOOrTheRightBytesAndIsNeverCache
 	}{{"whole object", rangeWholeObject}, {"shifted range", rangeShifted}, {"short body", rangeShortBody}} {
 		t.Run(c.name, func(t *testing.T) {
 			p := startRangeProxy(t, s)
-			dc := filepath.Join(t.TempDir(), "disk-cache")
-			remote := append(slices.Clone(flags), "--s3-endpoint", p.srv.URL, "--cache-dir", t.TempDir(), "--disk-cache", dc, "--s3-timeout", "5s")
-			m := startMount(t, "s3://data/ranges", remote...) // indexed through a healthy proxy
+			remote := append(slices.Clone(flags), "--s3-endpoint", p.srv.URL, "--cache-dir", t.TempDir(), "--s3-timeout", "5s")
+			// Indexed through a healthy proxy; the mount under faults
+			// reuses the index and makes every ranged GET of its own.
+			startMount(t, "s3://data/ranges", remote...).stop()
+			remote = append(remote, "--disk-cache", filepath.Join(t.TempDir(), "disk-cache"))
 			p.set(c.mode, 2)
+			m := startMount(t, "s3://data/ranges", remote...)
 			var good, eio int
 			for e := range 2 {
 				g, x := readEIOOrExact(t, m.part(e, 0, 1), want[e])
