@@ -55,7 +55,8 @@ type Config struct {
 type Source struct {
 	bucket, prefix string // prefix ends in "/" unless empty
 	endpoint       string
-	core           minio.Core
+	core           minio.Core    // listing and checks, with minio-go's retries
+	reads          *minio.Client // ranged GETs: one request a try
 	sem            chan struct{}
 	timeout        time.Duration
 	attempts       int
@@ -128,14 +129,18 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		ResponseHeaderTimeout: c.Timeout,
 	}
 	count := &counters{}
-	opts := &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: countingTransport{tr, count}, BucketLookup: lookup,
-		Region: region,
-		// Reads are retried here, pinned to the ETag; a few tries for
-		// listing and the checks at mount.
-		MaxRetries: 3}
-	cl, err := minio.New(u.Host, opts)
+	client := func(region string, retries int) (*minio.Client, error) {
+		cl, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "https", Transport: countingTransport{tr, count},
+			BucketLookup: lookup, Region: region, MaxRetries: retries})
+		if err != nil {
+			return nil, fmt.Errorf("S3 client for %s: %w", endpoint, err)
+		}
+		return cl, nil
+	}
+	// Listing and the checks at mount get minio-go's few tries.
+	cl, err := client(region, 3)
 	if err != nil {
-		return nil, fmt.Errorf("S3 client for %s: %w", endpoint, err)
+		return nil, err
 	}
 	s := &Source{bucket: bucket, prefix: prefix, endpoint: u.Scheme + "://" + u.Host, core: minio.Core{Client: cl},
 		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count}
@@ -147,6 +152,19 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	}
 	if !exists {
 		return nil, fmt.Errorf("%s: bucket %q does not exist at %s", s, bucket, s.endpoint)
+	}
+	// Reads are tried by ReadAt's loop alone, each try one request
+	// (MaxRetries 1 is one attempt), so that a read costs at most
+	// Attempts GETs and "retries" counts every GET past the first. The
+	// region is the one the check found (cached by minio-go, no
+	// request), else the read client finds it itself.
+	if region == "" {
+		if loc, err := cl.GetBucketLocation(cctx, bucket); err == nil {
+			region = loc
+		}
+	}
+	if s.reads, err = client(region, 1); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -265,7 +283,9 @@ func (o *object) get(p []byte, off int64) error {
 		}
 	}
 	o.s.count.gets.Add(1)
-	body, info, _, err := o.s.core.GetObject(ctx, o.s.bucket, o.key, opts)
+	var status int
+	ctx = withStatus(ctx, &status)
+	body, info, hdr, err := minio.Core{Client: o.s.reads}.GetObject(ctx, o.s.bucket, o.key, opts)
 	if err != nil {
 		er := minio.ToErrorResponse(err)
 		switch {
@@ -283,18 +303,44 @@ func (o *object) get(p []byte, off int64) error {
 		// A server that ignores If-Match.
 		return fmt.Errorf("ETag is now %q, was %q: %w", info.ETag, o.etag, source.ErrChanged)
 	}
-	if _, err := io.ReadFull(body, p); err != nil {
+	if err := checkRange(status, hdr, off, int64(len(p)), o.etag); err != nil {
+		return o.bad(err, status, hdr, off, len(p))
+	}
+	n, err := io.ReadFull(body, p)
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
 		}
-		return fmt.Errorf("body cut off: %w", err)
+		if hdr.Get("Content-Length") == "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			// With no length announced, the body ended before the
+			// range: the server's answer, not a connection cut.
+			return o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), errShortBody), status, hdr, off, len(p))
+		}
+		// Short of the length announced (checked equal to the range):
+		// the connection was cut.
+		return fmt.Errorf("body cut off after %d of %d bytes: %w", n, len(p), err)
+	}
+	// Nothing past the range: a longer body is not the range asked for.
+	var one [1]byte
+	if k, _ := body.Read(one[:]); k > 0 {
+		return o.bad(fmt.Errorf("body longer than %d bytes: %w", len(p), errShortBody), status, hdr, off, len(p))
 	}
 	return nil
 }
 
+// bad counts and logs an answer whose bytes are not the range asked for,
+// and returns err: the read fails, and nothing of it is served or cached.
+func (o *object) bad(err error, status int, hdr http.Header, off int64, n int) error {
+	o.s.count.badResponses.Add(1)
+	o.s.log.Warn("S3 answer to a ranged GET refused: not the bytes asked for", "object", o.Name(), "offset", off, "length", n,
+		"status", status, "content_range", hdr.Get("Content-Range"), "content_length", hdr.Get("Content-Length"), "etag", hdr.Get("ETag"), "err", err)
+	return err
+}
+
 // retryable reports whether a failed GET may succeed if tried again.
 func retryable(err error) bool {
-	if errors.Is(err, source.ErrChanged) {
+	if errors.Is(err, source.ErrChanged) || errors.Is(err, errBadResponse) {
+		// A server that ignored Range or rewrote it does the same again.
 		return false
 	}
 	er := minio.ToErrorResponse(err)
