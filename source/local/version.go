@@ -62,8 +62,13 @@ func parseVersion(v string) (size, mtime int64, id string, err error) {
 }
 
 // checkVersion says how the file fi, just opened, differs from version,
-// or nil. A version without an identity (written by hand, or on a system
-// without inodes) is checked on size and modification time alone.
+// or nil: in size, modification time, device or inode. The change time is
+// left out here: it tells the index (which then rebuilds) and the disk
+// cache (whose keys hold it) that a file changed, while a file open for
+// reads is checked by the checksums of its records, which see bit rot
+// (that leaves every time alone) and a write alike. A version without an
+// identity (written by hand, or on a system without inodes) is checked on
+// size and modification time alone.
 func checkVersion(fi fs.FileInfo, size, mtime int64, id string) error {
 	if fi.Size() != size || fi.ModTime().UnixNano() != mtime {
 		return fmt.Errorf("size %d, was %d; modified %s, was %s",
@@ -72,8 +77,20 @@ func checkVersion(fi fs.FileInfo, size, mtime int64, id string) error {
 	if id == "" {
 		return nil
 	}
-	if got, ok := identity(fi); ok && got != id {
-		return fmt.Errorf("same size and modification time, but device:inode:change-time %s, was %s: rewritten in place or replaced, with its modification time put back", got, id)
+	got, ok := identity(fi)
+	if !ok {
+		return nil
+	}
+	if g, w := fileOf(got), fileOf(id); g != w {
+		return fmt.Errorf("same size and modification time, but device:inode %s, was %s: another file was put in its place, with the old modification time", g, w)
 	}
 	return nil
+}
+
+// fileOf returns the "DEV:INODE" of an identity.
+func fileOf(id string) string {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 && strings.Count(id, ":") == 2 {
+		return id[:i]
+	}
+	return id
 }
