@@ -137,7 +137,9 @@ type DiskCache struct {
 	maxWait int64
 
 	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
-	mismatchLogged                                                                        atomic.Bool
+	// mismatchLogged: the first entry of other bytes is logged, the
+	// rest only counted.
+	mismatchLogged atomic.Bool
 }
 
 type diskName [16]byte
