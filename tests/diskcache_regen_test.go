@@ -108,19 +108,21 @@ func TestDiskCacheAfterADatasetRegeneratedWithEqualSizesAndMtimesServesTheNewRec
 				t.Fatalf("epoch 0 after the regeneration: %d bytes served differ from the %d `corgifs order` gives for the new data (%d disk-cache hits)\n%s",
 					len(got), len(want), st.DiskCache.Hits, m2.log)
 			}
-			// Hits of the next epoch's prefetch (new bytes, from the
-			// write queue) may count already: epoch 0's bytes say it all.
+			// A block loaded twice in the epoch (prefetched, dropped from
+			// memory, loaded again) may come from the disk cache the second
+			// time, with the new bytes: every byte must have come from the
+			// source once.
 			st := m2.settled()
-			if e, d := st.Epochs["0"], st.DiskCache; e.Disk != 0 || e.Source == 0 || d.Mismatched != 0 || d.Damaged != 0 {
-				t.Fatalf("stats.json epoch 0 %+v, disk_cache %+v: want every byte from the source, no mismatch and no damage (every key changed with the files)", e, *d)
+			if e, d := st.Epochs["0"], st.DiskCache; e.Source < int64(len(want)) || d.Mismatched != 0 || d.Damaged != 0 {
+				t.Fatalf("stats.json epoch 0 %+v, disk_cache %+v: want all %d bytes from the source, no mismatch and no damage (every key changed with the files)", e, *d, len(want))
 			}
 			// The new bytes are cached and served in the next epoch.
 			want1 := orderPart(t, src, append(slices.Clone(flags), "--cache-dir", t.TempDir()), 1, 0, 1).data
 			if got := m2.read(1, 0, 1); !bytes.Equal(got, want1) {
 				t.Fatalf("epoch 1: %d bytes served differ from the %d `corgifs order` gives", len(got), len(want1))
 			}
-			if e := m2.cacheStats().Epochs["1"]; e.Source != 0 || e.Disk == 0 {
-				t.Fatalf("stats.json epoch 1: %+v, want every byte from the disk cache", e)
+			if st := m2.cacheStats(); st.Epochs["1"].Disk == 0 || st.DiskCache.Mismatched != 0 {
+				t.Fatalf("stats.json epoch 1: %+v, disk_cache %+v: want bytes from the disk cache, none mismatched", st.Epochs["1"], *st.DiskCache)
 			}
 		})
 	}
@@ -156,8 +158,8 @@ func TestDiskCacheEntryWithItsRecordsSwappedIsRefetchedNeverServed(t *testing.T)
 		t.Fatalf("epoch 1: %d bytes served differ from the %d `corgifs order` gives\n%s", len(got), len(want), m2.log)
 	}
 	st = m2.settled()
-	if e, d := st.Epochs["1"], st.DiskCache; d.Mismatched != int64(len(entries)) || e.Disk != 0 || d.Damaged != 0 {
-		t.Fatalf("stats.json epoch 1 %+v, disk_cache %+v: want %d mismatched entries, no byte of epoch 1 from the disk cache, no damage", e, *d, len(entries))
+	if e, d := st.Epochs["1"], st.DiskCache; d.Mismatched != int64(len(entries)) || e.Source < int64(len(want)) || d.Damaged != 0 {
+		t.Fatalf("stats.json epoch 1 %+v, disk_cache %+v: want %d mismatched entries, all %d bytes of epoch 1 from the source, no damage", e, *d, len(entries), len(want))
 	}
 	if n := strings.Count(m2.log.String(), "disk cache entry holds other bytes"); n != 1 {
 		t.Fatalf("%d log lines about entries of other bytes, want 1:\n%s", n, m2.log)
