@@ -259,11 +259,10 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 	out.head, out.from, out.to = h, h.Start, h.Start
 	c := newBlockCutter(&out, fi, ix.BlockSize, true)
 	c.whole, c.started = whole, cut
-	if !format.Checksummed() {
-		var chunk []byte
-		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
-			return sumReadAt(ra, &chunk, rec, block, "decompressed offset")
-		}
+	c.records = !format.Checksummed()
+	var chunk []byte
+	c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
+		return sumReadAt(ra, &chunk, rec, block, c.records, "decompressed offset")
 	}
 	sc := format.Scan(ra, h, h.Start, h.End)
 	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
@@ -278,8 +277,8 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 
 // sumReadAt is sumRecord for bytes that must be read again, into chunk
 // (made when first needed), from r: a file or a decompressed stream, as at
-// names its offsets.
-func sumReadAt(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32, at string) (uint32, error) {
+// names its offsets; the record's own CRC is computed only if record.
+func sumReadAt(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32, record bool, at string) (uint32, error) {
 	if *chunk == nil {
 		*chunk = make([]byte, 256<<10)
 	}
@@ -293,7 +292,9 @@ func sumReadAt(r io.ReaderAt, chunk *[]byte, rec formats.Record, block *uint32, 
 			}
 			return 0, fmt.Errorf("checksum the record at %s %d: %w", at, rec.Offset, err)
 		}
-		crc = formats.UpdateChecksum(crc, b)
+		if record {
+			crc = formats.UpdateChecksum(crc, b)
+		}
 		*block = formats.UpdateChecksum(*block, b)
 		off += int64(k)
 		n -= int64(k)

@@ -24,11 +24,14 @@ import (
 // The disk cache keeps blocks read from a slow or remote source on local
 // disk, one file per block, so that later epochs and later mounts read
 // them from there. An entry is named by a hash of its key: the source's
-// identity, the file's path and version (an ETag, or size and
-// modification time) and the block's byte range, so a changed file never
-// meets an entry of its old bytes. The key is also stored in the entry
-// and compared, so that neither a hash collision nor a file renamed into
-// the directory is served as another block.
+// identity, the file's path and version (an object's ETag; a local file's
+// size, modification time, device, inode and change time) and the block's
+// byte range, so a changed file never meets an entry of its old bytes. The
+// key is also stored in the entry and compared, so that neither a hash
+// collision nor a file renamed into the directory is served as another
+// block. And every entry read is checked against the CRC32C that the index
+// took of the block when it scanned the source (checkBlock): an entry of
+// other bytes under a key that did not change is a miss.
 //
 // An entry is
 //
@@ -92,10 +95,13 @@ type DiskCacheStats struct {
 	NotAdmitted  int64  `json:"not_admitted"`  // read again later than every entry kept
 	Evictions    int64  `json:"evictions"`
 	Damaged      int64  `json:"damaged"` // entries dropped for a bad length or checksum
-	Entries      int    `json:"entries"`
-	BytesHeld    int64  `json:"bytes_held"`
-	PeakHeld     int64  `json:"peak_bytes_held"`
-	MaxBytes     int64  `json:"max_bytes"`
+	// Mismatched counts the entries dropped, though intact, because their
+	// bytes are not those the index checksummed (checkBlock).
+	Mismatched int64 `json:"mismatched"`
+	Entries    int   `json:"entries"`
+	BytesHeld  int64 `json:"bytes_held"`
+	PeakHeld   int64 `json:"peak_bytes_held"`
+	MaxBytes   int64 `json:"max_bytes"`
 	// Disabled says why the cache stopped writing, if it did.
 	Disabled string `json:"disabled,omitempty"`
 }
@@ -130,7 +136,10 @@ type DiskCache struct {
 	done    chan struct{}
 	maxWait int64
 
-	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged atomic.Int64
+	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
+	// mismatchLogged: the first entry of other bytes is logged, the
+	// rest only counted.
+	mismatchLogged atomic.Bool
 }
 
 type diskName [16]byte
@@ -222,8 +231,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 }
 
 // sourceIdentity names the source of ix in the keys: its ID for a remote
-// source, the absolute root for a local one (whose files' versions are
-// their sizes and modification times).
+// source, the absolute root for a local one.
 func sourceIdentity(ix *Index) string {
 	if !isLocal(ix.src) {
 		return "remote:" + ix.src.ID()
@@ -239,11 +247,10 @@ func (c *DiskCache) key(e extent) []byte {
 	k = append(k, 0)
 	k = append(k, f.Path...)
 	k = append(k, 0)
-	if !isLocal(c.ix.src) {
-		// A local file's version is its size and mtime, keyed below:
-		// entries stored before local files had versions still hit.
-		k = append(k, f.Version...)
-	}
+	// A local file's version holds its device, inode and change time
+	// besides size and mtime: a dataset rewritten with sizes and mtimes
+	// put back gets keys of its own.
+	k = append(k, f.Version...)
 	for _, v := range []int64{f.Size, f.Mtime, e.off, e.n} {
 		k = append(k, 0)
 		k = strconv.AppendInt(k, v, 10)
@@ -348,7 +355,8 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		c.misses.Add(1)
 		return false
 	}
-	if why := c.readEntry(name, key, dst); why != "" {
+	crc, why := c.readEntry(name, key, dst)
+	if why != "" {
 		c.misses.Add(1)
 		if why == entryGone {
 			// Removed by someone else, such as another mount sharing
@@ -362,49 +370,54 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		c.drop(name, ent)
 		return false
 	}
+	if !c.checkBlock(name, ent, e, crc) {
+		return false
+	}
 	c.hits.Add(1)
 	c.hitBytes.Add(e.n)
 	return true
 }
 
 // readEntry reads entry name into dst and checks it against key; it
-// returns why the entry cannot be used, or "".
-func (c *DiskCache) readEntry(name diskName, key, dst []byte) string {
+// returns the CRC32C of the bytes read and why the entry cannot be used,
+// or "".
+func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	f, err := c.dir.open(name.String())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return entryGone
+			return 0, entryGone
 		}
-		return err.Error()
+		return 0, err.Error()
 	}
 	defer f.Close()
 	hdr := make([]byte, diskHeader+len(key))
 	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return fmt.Sprintf("header: %v", err)
+		return 0, fmt.Sprintf("header: %v", err)
 	}
 	if string(hdr[:8]) != diskMagic {
-		return "not an entry (bad magic)"
+		return 0, "not an entry (bad magic)"
 	}
 	crc := binary.LittleEndian.Uint32(hdr[8:])
 	klen := binary.LittleEndian.Uint32(hdr[12:])
 	dlen := binary.LittleEndian.Uint64(hdr[16:])
 	if int(klen) != len(key) || !bytes.Equal(hdr[diskHeader:], key) {
-		return "holds another block (key differs)"
+		return 0, "holds another block (key differs)"
 	}
 	if dlen != uint64(len(dst)) {
-		return fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
+		return 0, fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
 	}
 	n, err := f.ReadAt(dst, int64(len(hdr)))
 	if n < len(dst) {
-		return fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), err)
+		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), err)
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(hdr)+len(dst)) {
-		return "its length does not match its header"
+		return 0, "its length does not match its header"
 	}
-	if got := formats.UpdateChecksum(0, dst); got != crc {
-		return fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", got, crc)
+	got := formats.UpdateChecksum(0, dst)
+	if got != crc {
+		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", got, crc)
 	}
-	return ""
+	return got, ""
 }
 
 // entryGone is readEntry's answer for an entry whose file is not there.
@@ -585,5 +598,5 @@ func (c *DiskCache) Stats() DiskCacheStats {
 	defer c.mu.Unlock()
 	return DiskCacheStats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
 		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
-		Damaged: c.damaged.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
+		Damaged: c.damaged.Load(), Mismatched: c.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
 }

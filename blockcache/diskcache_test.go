@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/corgifs/corgifs/formats"
 )
 
 // lockedBuffer is a log sink safe for the cache's writer goroutine.
@@ -191,8 +193,10 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 	t.Helper()
 	root := t.TempDir()
 	ix := &Index{Root: root, Files: []File{{Path: "f", Size: 100_000, Mtime: 1}}}
+	data := bytes.Repeat([]byte{7}, 100)
 	for i := range 10 {
-		ix.Blocks = append(ix.Blocks, Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100})
+		// Every block holds data, as its CRC says.
+		ix.Blocks = append(ix.Blocks, Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
 	}
 	c, err := OpenDiskCache(ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
 	if err != nil {
@@ -204,7 +208,6 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 		return extent{file: 0, block: id, off: b.Offset, n: b.Len}
 	}
 	c.max = int64(capacity) * int64(diskHeader+len(c.key(ext(0)))+100)
-	data := bytes.Repeat([]byte{7}, 100)
 	dst := make([]byte, 100)
 	for e, blocks := range plan {
 		for _, id := range blocks {

@@ -354,7 +354,7 @@ func TestRecordCRCsAreRightAcrossReadAheadChunks(t *testing.T) {
 		if _, err := rd.ReadAt(make([]byte, rec.Len), rec.Offset); err != nil {
 			t.Fatal(err)
 		}
-		got, err := sumRecord(&rd, &chunk, rec, &block)
+		got, err := sumRecord(&rd, &chunk, rec, &block, true)
 		want := formats.UpdateChecksum(0, data[rec.Offset:rec.Offset+rec.Len])
 		if err != nil || got != want || block != want {
 			t.Fatalf("record %+v: CRC %08x (block %08x), %v; want %08x", rec, got, block, err, want)

@@ -32,8 +32,8 @@ type File struct {
 	Size  int64
 	Mtime int64 // modification time, Unix nanoseconds
 	// Version is the source's version of the file, which every read is
-	// pinned to: the ETag of an object, local.Version (size and Mtime) of
-	// a local file.
+	// pinned to: the ETag of an object; for a local file its size, Mtime,
+	// device, inode and change time (source/local/version.go).
 	Version string
 	Records int64
 	// Head is what the format read from the file's header: where its
@@ -57,9 +57,12 @@ type Block struct {
 	Records int32
 	Offset  int64
 	Len     int64 // stored bytes; see Index.BlockBytes for the served ones
-	// CRC is the CRC32C of the block's stored bytes, for formats whose
-	// records carry no checksum of their own (formats.Format.Checksummed
-	// false); the loader checks it. 0 otherwise.
+	// CRC is the CRC32C of the block's stored bytes (of the decompressed
+	// stream, for a compressed file), in every full index: the loader
+	// checks it for formats whose records carry no checksum of their own
+	// (formats.Format.Checksummed false), and the disk cache checks every
+	// entry it serves against it, for every format. 0 in a probed index,
+	// which never reads every byte.
 	CRC uint32
 }
 
@@ -568,9 +571,10 @@ type blockCutter struct {
 	// decompressed: the records are offsets of a compressed file's
 	// decompressed stream, as errors and the log say.
 	decompressed bool
-	// sum, if set, checksums rec (a format without its own checksums),
-	// adding it to the block's CRC.
-	sum func(rec formats.Record, block *uint32) (uint32, error)
+	// sum checksums rec, adding it to the block's CRC, and returns its
+	// own CRC when records is set (a format without checksums of its own).
+	sum     func(rec formats.Record, block *uint32) (uint32, error)
+	records bool
 	// started, if set, is told the offset of each block's first record.
 	started func(off int64)
 
@@ -618,7 +622,9 @@ func (c *blockCutter) add(rec formats.Record) error {
 		if err != nil {
 			return err
 		}
-		c.out.crcs = append(c.out.crcs, rc)
+		if c.records {
+			c.out.crcs = append(c.out.crcs, rc)
+		}
 	}
 	c.out.to = rec.Offset + rec.Len
 	return nil
@@ -737,15 +743,14 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 		return out, fmt.Errorf("index: %s: %w", path, err)
 	}
 	out.head, out.from, out.to = h, h.Start, h.Start
-	// Formats without checksums get a CRC32C per block and per record,
-	// summed from the bytes the scanner has just read (still in rd's
-	// chunks), so the file is read once.
+	// Every block gets a CRC32C, and formats without checksums one per
+	// record too, summed from the bytes the scanner has just read (still
+	// in rd's chunks), so the file is read once.
 	c := newBlockCutter(&out, fi, ix.BlockSize, false)
-	if !format.Checksummed() {
-		var chunk []byte // for bytes rd no longer holds; made when first needed
-		c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
-			return sumRecord(rd, &chunk, rec, block)
-		}
+	c.records = !format.Checksummed()
+	var chunk []byte // for bytes rd no longer holds; made when first needed
+	c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
+		return sumRecord(rd, &chunk, rec, block, c.records)
 	}
 	sc := format.Scan(rd, h, h.Start, h.End)
 	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
@@ -771,16 +776,19 @@ func Cuts(blockSize, prev, at int64) bool {
 	return prev >= 0 && at/blockSize > prev/blockSize
 }
 
-// sumRecord returns the CRC32C of the stored bytes of rec and adds them to
-// the CRC of its block: in place in r's chunk when it holds them all, else
-// read a piece at a time into *chunk.
-func sumRecord(r *aheadReader, chunk *[]byte, rec formats.Record, block *uint32) (uint32, error) {
+// sumRecord adds the stored bytes of rec to the CRC32C of its block and,
+// if record, returns their own CRC32C: in place in r's chunk when it holds
+// them all, else read a piece at a time into *chunk.
+func sumRecord(r *aheadReader, chunk *[]byte, rec formats.Record, block *uint32, record bool) (uint32, error) {
 	if b, ok := r.view(rec.Offset, rec.Len); ok {
 		// The bytes the scanner has just read, still in r's chunk.
 		*block = formats.UpdateChecksum(*block, b)
+		if !record {
+			return 0, nil
+		}
 		return formats.UpdateChecksum(0, b), nil
 	}
-	return sumReadAt(r, chunk, rec, block, "offset")
+	return sumReadAt(r, chunk, rec, block, record, "offset")
 }
 
 // records computes the record tables on first use: they are derived from

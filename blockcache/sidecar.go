@@ -20,7 +20,10 @@ import (
 // sidecarVersion changes whenever the saved Index layout or the way blocks
 // are cut changes, so that an old sidecar is rebuilt rather than misread.
 // 6: local files have a Version (local.Version).
-const sidecarVersion = 6
+// 7: every block of a full index has a CRC (TFRecord's too), which the disk
+// cache checks its entries against; local versions hold the device, inode
+// and change time.
+const sidecarVersion = 7
 
 const sidecarMagic = "corgifs-index"
 

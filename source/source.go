@@ -23,8 +23,8 @@ type Object struct {
 	Size  int64
 	Mtime int64 // modification time, Unix nanoseconds
 	// Version changes whenever the content may have changed: the ETag of
-	// an object in a store, the size and modification time of a local
-	// file (local.Version).
+	// an object in a store; the size, modification time, device, inode
+	// and change time of a local file (local/version.go).
 	Version string
 }
 

@@ -62,6 +62,7 @@ type cacheStats struct {
 		NotAdmitted  int64  `json:"not_admitted"`
 		Evictions    int64  `json:"evictions"`
 		Damaged      int64  `json:"damaged"`
+		Mismatched   int64  `json:"mismatched"`
 		Entries      int    `json:"entries"`
 		BytesHeld    int64  `json:"bytes_held"`
 		PeakHeld     int64  `json:"peak_bytes_held"`

@@ -49,7 +49,7 @@ func (s *Source) List(ctx context.Context, match func(base string) bool) ([]sour
 			first[key] = rel
 		}
 		mtime := fi.ModTime().UnixNano()
-		files = append(files, source.Object{Path: rel, Size: fi.Size(), Mtime: mtime, Version: Version(fi.Size(), mtime)})
+		files = append(files, source.Object{Path: rel, Size: fi.Size(), Mtime: mtime, Version: versionOf(fi)})
 		return nil
 	}
 	var err error

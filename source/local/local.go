@@ -3,7 +3,8 @@
 // the directory by the symbolic-link rules of corgifs, opens them without
 // blocking and only if they are regular files, beneath the directory unless
 // links are followed, and checks every file opened against its version: its
-// size and modification time when it was indexed.
+// size, modification time, device, inode and change time when it was
+// indexed (version.go).
 //
 // Its files have the fast paths of local storage as optional methods
 // (source.DirectReader, source.PageCached): O_DIRECT reads that leave the
@@ -23,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/corgifs/corgifs/source"
 )
@@ -80,36 +80,23 @@ func (s *Source) ID() string { return s.root }
 func (s *Source) Path(rel string) string { return filepath.Join(s.root, filepath.FromSlash(rel)) }
 
 // Version returns the version of a local file of size bytes last modified
-// at mtime (Unix nanoseconds): a file rewritten in place almost always
-// changes one or the other.
+// at mtime (Unix nanoseconds), without the device, inode and change time
+// that List adds where the system has them (see versionOf). Open checks
+// a version of this form on size and modification time alone.
 func Version(size, mtime int64) string {
 	return strconv.FormatInt(size, 10) + "-" + strconv.FormatInt(mtime, 10)
 }
 
-// parseVersion returns the size and modification time of a Version.
-func parseVersion(v string) (size, mtime int64, err error) {
-	a, b, ok := strings.Cut(v, "-")
-	if ok {
-		if size, err = strconv.ParseInt(a, 10, 64); err == nil {
-			mtime, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
-		return 0, 0, fmt.Errorf("version %q is not a local file's (size-mtime)", v)
-	}
-	return size, mtime, nil
-}
-
 // Open opens the file at rel for reading, checking that it is a regular
-// file still at version: its size and modification time when it was
-// listed. A file changed or gone since gives an error wrapping
+// file still at version: its size, modification time, device, inode and
+// change time when it was listed. A file changed or gone since gives an error wrapping
 // source.ErrChanged; one that is not a regular file (a named pipe put in
 // its place) an error wrapping ErrNotRegular and EIO. The descriptor
 // reads the very file that was checked, whatever happens to its path
 // since; a file rewritten in place after Open is caught by the checksums
 // of the records read.
 func (s *Source) Open(rel, version string) (source.File, error) {
-	size, mtime, err := parseVersion(version)
+	size, mtime, id, err := parseVersion(version)
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +115,9 @@ func (s *Source) Open(rel, version string) (source.File, error) {
 	case err != nil:
 		return nil, err
 	}
-	if fi.Size() != size || fi.ModTime().UnixNano() != mtime {
+	if err := checkVersion(fi, size, mtime, id); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("file %w (size %d, was %d; modified %s, was %s); remount to reindex",
-			source.ErrChanged, fi.Size(), size, fi.ModTime().Format(time.RFC3339Nano), time.Unix(0, mtime).Format(time.RFC3339Nano))
+		return nil, fmt.Errorf("file %w (%w); remount to reindex", source.ErrChanged, err)
 	}
 	return &File{f: f}, nil
 }

@@ -1,0 +1,50 @@
+package blockcache
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// The disk cache's last check: an entry is served only if its bytes are
+// the ones the index took the checksum of. Its key (the file's version)
+// changes whenever the file does, so this fails only for an entry filled
+// from other bytes under a key that did not change: a local file rewritten
+// by a tool that restores even the change time (a clock set back, a raw
+// copy of a disk image), an object store that reuses ETags, an entry
+// copied in from another machine's cache. Such an entry is intact, so it is
+// not damage: it is a miss, and the block is read from the source.
+
+// blockCRC returns the CRC32C the index took of the stored bytes of
+// extent e, or false when it has none: a probed index reads only a little
+// of each file, so its blocks have no checksum, and its entries are kept
+// apart by their keys alone.
+func (c *DiskCache) blockCRC(e extent) (uint32, bool) {
+	ix := c.ix
+	if ix.Probed || e.block < 0 || int(e.block) >= len(ix.Blocks) {
+		return 0, false
+	}
+	blk := ix.Blocks[e.block]
+	if blk.File != e.file || blk.Offset != e.off || blk.Len != e.n {
+		return 0, false
+	}
+	return blk.CRC, true
+}
+
+// checkBlock reports whether crc, the CRC32C of the bytes of entry name
+// (ent in the table) read for extent e, is the index's for that block.
+// If not, the entry is counted, dropped so that the source's bytes take its
+// place, and the first such entry of the mount is logged.
+func (c *DiskCache) checkBlock(name diskName, ent *diskEntry, e extent, crc uint32) bool {
+	want, ok := c.blockCRC(e)
+	if !ok || crc == want {
+		return true
+	}
+	c.misses.Add(1)
+	c.mismatched.Add(1)
+	if c.mismatchLogged.CompareAndSwap(false, true) {
+		c.log.Warn("disk cache entry holds other bytes than the index's block (the source was rewritten without changing the file's version, or the entry was filled from other data): dropped, and the block read from the source; later such entries are counted in stats.json disk_cache.mismatched, not logged",
+			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "crc32c", fmt.Sprintf("%08x", crc), "index_crc32c", fmt.Sprintf("%08x", want))
+	}
+	c.drop(name, ent)
+	return false
+}
