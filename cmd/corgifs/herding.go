@@ -10,6 +10,7 @@ import (
 
 	"github.com/corgifs/corgifs/grab"
 	"github.com/corgifs/corgifs/herding"
+	"github.com/corgifs/corgifs/internal/charts"
 )
 
 func runHerding(args []string, stdout, stderr io.Writer) error {
@@ -71,7 +72,7 @@ full-pass training loss after every epoch.`, stderr)
 			return err
 		}
 		if *plotPath != "" {
-			if err := herding.PlotTraining(res, *plotPath); err != nil {
+			if err := charts.HerdingTraining(res, *plotPath); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)
@@ -94,7 +95,7 @@ full-pass training loss after every epoch.`, stderr)
 		return err
 	}
 	if *plotPath != "" {
-		if err := herding.Plot(res, *plotPath); err != nil {
+		if err := charts.Herding(res, *plotPath); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)

@@ -21,6 +21,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/charts"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/validator"
 	"github.com/dustin/go-humanize"
@@ -185,7 +186,7 @@ func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) er
 		}
 	}
 	if v.plot != "" {
-		if err := validator.PlotWith(report, v.plot, validator.PlotOptions{Zoom: v.plotZoom}); err != nil {
+		if err := charts.ValidationWith(report, v.plot, charts.ValidationOptions{Zoom: v.plotZoom}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", v.plot)
