@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -20,8 +21,8 @@ func TestMountHelperTurnsEveryOptionIntoAMountFlag(t *testing.T) {
 		// boolean flag, include's globs are separated by ':'.
 		{[]string{"/src", "/mnt", "-o", "rw,defaults,noauto,nofail,_netdev,user,x-systemd.automount,max_memory=2GiB,skip_corrupt,include=*.csv:*.jsonl,direct-io=false", "-t", "fuse.corgifs"},
 			[]string{"mount", "--max-memory=2GiB", "--skip-corrupt", "--include=*.csv,*.jsonl", "--direct-io=false", "--background", "/src", "/mnt"}, false},
-		{[]string{"-ofoo=1,foreground", "-n", "/src", "/mnt"},
-			[]string{"mount", "--foo=1", "/src", "/mnt"}, false},
+		{[]string{"-oseed=1,foreground", "-n", "/src", "/mnt"},
+			[]string{"mount", "--seed=1", "/src", "/mnt"}, false},
 		{[]string{"/src", "/mnt", "-fv", "-o", "ro"},
 			[]string{"mount", "--background", "/src", "/mnt"}, true},
 	}
@@ -35,6 +36,29 @@ func TestMountHelperTurnsEveryOptionIntoAMountFlag(t *testing.T) {
 		if _, _, err := helperArgs(bad); err == nil {
 			t.Errorf("helperArgs(%q) accepted", bad)
 		}
+	}
+}
+
+func TestMountHelperNamesAnUnknownOptionAndTheValidOnesInOneLine(t *testing.T) {
+	_, _, err := helperArgs([]string{"/src", "/mnt", "-o", "seed=7,buffr=5%"})
+	if err == nil {
+		t.Fatal("buffr accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{`unknown option "buffr"`, "buffer", "parts", "max-memory", "cache-dir", "foreground", "_netdev"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error spans lines: %q", msg)
+	}
+	var stderr strings.Builder
+	if code := run([]string{"mount-helper", "/src", "/mnt", "-o", "buffr=5%"}, io.Discard, &stderr); code != 2 || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("mount-helper with an unknown option: exit %d, stderr (want one line):\n%s", code, stderr.String())
+	}
+	if _, _, err := helperArgs([]string{"/src", "/mnt", "-o", "parts"}); err == nil || !strings.Contains(err.Error(), `option "parts" needs a value: parts=VALUE`) {
+		t.Errorf("bare parts: %v", err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/corgifs/corgifs/grab"
 	"github.com/corgifs/corgifs/herding"
-	"github.com/corgifs/corgifs/internal/charts"
 )
 
 func runHerding(args []string, stdout, stderr io.Writer) error {
@@ -56,6 +55,11 @@ full-pass training loss after every epoch.`, stderr)
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}
+	if *plotPath != "" {
+		if err := checkPlotPath(*plotPath); err != nil {
+			return err
+		}
+	}
 	r, ok := grab.ParseRule(*rule)
 	if !ok {
 		return fmt.Errorf("--balance-rule %q: want deterministic or randomized", *rule)
@@ -72,7 +76,7 @@ full-pass training loss after every epoch.`, stderr)
 			return err
 		}
 		if *plotPath != "" {
-			if err := charts.HerdingTraining(res, *plotPath); err != nil {
+			if err := drawPlot(ctx, "herding", res, *plotPath, "--train"); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)
@@ -95,7 +99,7 @@ full-pass training loss after every epoch.`, stderr)
 		return err
 	}
 	if *plotPath != "" {
-		if err := charts.Herding(res, *plotPath); err != nil {
+		if err := drawPlot(ctx, "herding", res, *plotPath); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)
