@@ -66,13 +66,20 @@ func TestVersionNamesTheModuleVersionAndTheCommit(t *testing.T) {
 	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
 		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-23T01:00:00Z"}, {Key: "vcs.modified", Value: "true"},
 	}}
-	got := formatVersion(bi)
-	for _, want := range []string{"corgifs v1.2.3", "revision 0123456789ab,", "2026-11-23T01:00:00Z", "modified", "go1.26.8"} {
+	got := formatVersion(bi, "1.2.3", "")
+	for _, want := range []string{"corgifs v1.2.3 (revision 0123456789ab,", "2026-11-23T01:00:00Z", "modified", "go1.26.8"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("formatVersion = %q, want it to contain %q", got, want)
 		}
 	}
-	if got := formatVersion(&debug.BuildInfo{}); !strings.Contains(got, "(devel)") || !strings.Contains(got, "no vcs revision") {
+	if got := formatVersion(&debug.BuildInfo{}, "0.1.0", ""); !strings.HasPrefix(got, "corgifs v0.1.0 (no vcs revision recorded)") {
 		t.Errorf("formatVersion without build settings = %q", got)
+	}
+	// A release build: -buildvcs=false, the commit stamped by the builder.
+	if got := formatVersion(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "0.1.0", "fedcba9876543210"); !strings.HasPrefix(got, "corgifs v0.1.0 (revision fedcba987654)") {
+		t.Errorf("formatVersion of a stamped build = %q", got)
+	}
+	if got := formatVersion(&debug.BuildInfo{Main: debug.Module{Version: "v0.1.1-0.20261127000000-abcdef123456"}}, "0.1.0", ""); !strings.Contains(got, "(module v0.1.1-0.20261127000000-abcdef123456)") {
+		t.Errorf("formatVersion of a pseudo-version = %q", got)
 	}
 }
