@@ -6,4 +6,8 @@
 // validate's and herding's reports); see README.md.
 //
 // This package holds only what every build shares: the release version.
+//
+// corgifs is licensed under the Apache License, Version 2.0: see the
+// LICENSE file at the root of the module, or
+// https://www.apache.org/licenses/LICENSE-2.0.
 package corgifs
