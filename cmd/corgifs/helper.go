@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -79,6 +80,9 @@ func helperArgs(args []string) (out []string, fake bool, err error) {
 			continue
 		}
 		name = strings.ReplaceAll(name, "_", "-")
+		if err := checkHelperOption(name, hasValue); err != nil {
+			return nil, false, err
+		}
 		if name == "include" {
 			value = strings.ReplaceAll(value, ":", ",")
 		}
@@ -93,6 +97,33 @@ func helperArgs(args []string) (out []string, fake bool, err error) {
 		out = append(out, "--background")
 	}
 	return append(out, pos...), fake, nil
+}
+
+// checkHelperOption refuses an -o option that is no flag of corgifs
+// mount, or a bare name of a flag that needs a value, in one line that
+// lists the valid options: mount's own error would be followed by its
+// whole usage, 150 lines of --flags where -o options were given.
+func checkHelperOption(name string, hasValue bool) error {
+	fset, _ := newMountFlagSet(io.Discard)
+	f := fset.Lookup(name)
+	switch {
+	case f == nil || name == "background" || name == "version":
+		var valid []string
+		fset.VisitAll(func(f *flag.Flag) {
+			if f.Name != "background" && f.Name != "version" {
+				valid = append(valid, f.Name)
+			}
+		})
+		return fmt.Errorf("unknown option %q; valid: %s, foreground, and mount(8)'s generic options (defaults, noauto, nofail, _netdev, x-*, ...)", name, strings.Join(valid, ", "))
+	case !hasValue && !isBoolFlag(f):
+		return fmt.Errorf("option %q needs a value: %s=VALUE (default %s)", name, name, f.DefValue)
+	}
+	return nil
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func runMountHelper(args []string, stdout, stderr io.Writer) error {

@@ -55,6 +55,11 @@ full-pass training loss after every epoch.`, stderr)
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}
+	if *plotPath != "" {
+		if err := checkPlotPath(*plotPath); err != nil {
+			return err
+		}
+	}
 	r, ok := grab.ParseRule(*rule)
 	if !ok {
 		return fmt.Errorf("--balance-rule %q: want deterministic or randomized", *rule)
@@ -71,7 +76,7 @@ full-pass training loss after every epoch.`, stderr)
 			return err
 		}
 		if *plotPath != "" {
-			if err := herding.PlotTraining(res, *plotPath); err != nil {
+			if err := drawPlot(ctx, "herding", res, *plotPath, "--train"); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)
@@ -94,7 +99,7 @@ full-pass training loss after every epoch.`, stderr)
 		return err
 	}
 	if *plotPath != "" {
-		if err := herding.Plot(res, *plotPath); err != nil {
+		if err := drawPlot(ctx, "herding", res, *plotPath); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", *plotPath)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -141,7 +142,21 @@ func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info
 	return in
 }
 
-func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
+// mountFlags are the flags of corgifs mount.
+type mountFlags struct {
+	d                    datasetFlags
+	epochs, parts        *int
+	allowOther, nonempty *bool
+	cpuprofile           *string
+	feedbackGroup        *string
+	dc                   diskCacheFlags
+	sys                  sysFlags
+}
+
+// newMountFlagSet returns the flag set of corgifs mount, which the mount
+// helper also checks its -o options against.
+func newMountFlagSet(stderr io.Writer) (*flag.FlagSet, *mountFlags) {
+	m := new(mountFlags)
 	fset := newFlagSet("mount", "SRC MNT", `Mounts SRC, a directory of record files (TFRecord, CSV, JSONL, LIBSVM, text
 lines, WebDataset tar, .npy or fixed-size records; see --format) or s3://BUCKET/PREFIX,
 read-only at MNT and serves it in the foreground until SIGINT, SIGTERM or SIGHUP
@@ -150,21 +165,25 @@ MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
 the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
 parts of an epoch hold every record once (mrs: once in the epoch it scans it or
 the next).`, stderr)
-	var d datasetFlags
-	d.register(fset, true)
-	d.registerFormat(fset)
-	d.registerPrefetch(fset)
-	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
-	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
-	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
-	feedbackGroup := fset.String("feedback-group", "", "let the members of `group` (a name or a GID) write feedback files too (feedback strategies,\n"+
+	m.d.register(fset, true)
+	m.d.registerFormat(fset)
+	m.d.registerPrefetch(fset)
+	m.epochs = fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
+	m.parts = fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
+	m.allowOther = fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
+	m.feedbackGroup = fset.String("feedback-group", "", "let the members of `group` (a name or a GID) write feedback files too (feedback strategies,\n"+
 		"with --allow-other); by default only the mount's owner and root may, and other users get EACCES")
-	nonempty := fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
-	cpuprofile := fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
-	var dc diskCacheFlags
-	dc.register(fset)
-	var sys sysFlags
-	sys.register(fset)
+	m.nonempty = fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
+	m.cpuprofile = fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
+	m.dc.register(fset)
+	m.sys.register(fset)
+	return fset, m
+}
+
+func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
+	fset, m := newMountFlagSet(stderr)
+	d, dc, sys := &m.d, &m.dc, &m.sys
+	epochs, parts, allowOther, nonempty, cpuprofile, feedbackGroup := m.epochs, m.parts, m.allowOther, m.nonempty, m.cpuprofile, m.feedbackGroup
 	pos, err := parse(fset, args, 2)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -39,7 +40,19 @@ type counters struct {
 		MaxBytes  int64  `json:"max_bytes"`
 		Disabled  string `json:"disabled"`
 	} `json:"disk_cache"`
+	// Bytes loaded per epoch, by where they came from.
+	Epochs map[int]epochCounters `json:"epochs"`
 }
+
+type epochCounters struct {
+	SourceBytes    int64 `json:"source_bytes"`
+	DiskCacheBytes int64 `json:"disk_cache_bytes"`
+	MemoryBytes    int64 `json:"memory_bytes"`
+}
+
+// statsEpochRows is how many epochs the terminal view lists, the latest:
+// a mount serves hundreds, and the screen would scroll.
+const statsEpochRows = 8
 
 type statsSample struct {
 	at  time.Time
@@ -179,16 +192,41 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	if c.LoadErrors > 0 {
 		fmt.Fprintf(w, "  %-21s %d (see the daemon's log)\n", "load errors", c.LoadErrors)
 	}
-	// Counters this version does not know, such as per-epoch source
-	// bytes, are shown as they are.
+	drawEpochs(w, c.Epochs)
+	// Other per-epoch counters, which this version does not know, are
+	// shown as they are.
 	var keys []string
 	for k := range s.raw {
-		if strings.Contains(k, "epoch") {
+		if strings.Contains(k, "epoch") && k != "epochs" {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		fmt.Fprintf(w, "  %-21s %s\n", k, s.raw[k])
+	}
+}
+
+// drawEpochs writes the bytes loaded per epoch as a table, the latest
+// statsEpochRows epochs, with the share each epoch found in memory or the
+// disk cache rather than at the source.
+func drawEpochs(w io.Writer, epochs map[int]epochCounters) {
+	if len(epochs) == 0 {
+		return
+	}
+	es := slices.Sorted(maps.Keys(epochs))
+	fmt.Fprintf(w, "\n  %-7s %12s %12s %12s %10s\n", "epoch", "source", "disk cache", "memory", "not source")
+	if len(es) > statsEpochRows {
+		fmt.Fprintf(w, "  (%d earlier epochs not shown)\n", len(es)-statsEpochRows)
+		es = es[len(es)-statsEpochRows:]
+	}
+	mb := func(v int64) string { return humanize.IBytes(uint64(max(0, v))) }
+	for _, e := range es {
+		c := epochs[e]
+		share := "-"
+		if all := c.SourceBytes + c.DiskCacheBytes + c.MemoryBytes; all > 0 {
+			share = fmt.Sprintf("%.1f %%", 100*float64(all-c.SourceBytes)/float64(all))
+		}
+		fmt.Fprintf(w, "  %-7d %12s %12s %12s %10s\n", e, mb(c.SourceBytes), mb(c.DiskCacheBytes), mb(c.MemoryBytes), share)
 	}
 }

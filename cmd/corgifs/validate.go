@@ -86,7 +86,7 @@ func (v *validateFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&v.jsonOut, "json", "", "write the results as JSON to `file`")
 	fs.StringVar(&v.plot, "plot", "", "draw test accuracy and training loss per epoch to `file` (.svg or .png)")
-	fs.BoolVar(&v.plotZoom, "plot-zoom", false, "let the plot's axes span the measured values instead of starting at 0, for small differences")
+	fs.BoolVar(&v.plotZoom, "plot-zoom", true, "let the plot's axes span the measured values, so that small differences show; false: accuracy on 0 to 1 and loss from 0")
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
@@ -132,6 +132,11 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	if err := d.checkCacheDir(); err != nil {
 		return err
 	}
+	if v.plot != "" {
+		if err := checkPlotPath(v.plot); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// A reader that goes away (validate 2>&1 | head) must not leave the
@@ -153,7 +158,7 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	if err != nil {
 		return err
 	}
-	return writeReport(stdout, report, &v)
+	return writeReport(ctx, stdout, report, &v)
 }
 
 // epipeCancels writes to w, and cancels the run when w's reader has gone
@@ -171,7 +176,7 @@ func (e *epipeCancels) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) error {
+func writeReport(ctx context.Context, stdout io.Writer, report validator.Report, v *validateFlags) error {
 	if err := validator.WriteTable(stdout, report); err != nil {
 		return err
 	}
@@ -185,7 +190,7 @@ func writeReport(stdout io.Writer, report validator.Report, v *validateFlags) er
 		}
 	}
 	if v.plot != "" {
-		if err := validator.PlotWith(report, v.plot, validator.PlotOptions{Zoom: v.plotZoom}); err != nil {
+		if err := drawPlot(ctx, "validate", report, v.plot, fmt.Sprintf("--zoom=%t", v.plotZoom)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "plot written to %s\n", v.plot)

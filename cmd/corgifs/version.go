@@ -6,23 +6,37 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/corgifs/corgifs"
 )
 
-// versionLine says which corgifs this is: the module version, the commit it
-// was built from when the build recorded one (go build in a git clone;
-// -buildvcs=false or a git worktree leaves it out), and the Go toolchain.
+// commit is the git commit a release build was made from, stamped by the
+// release builder with -ldflags "-X main.commit=...": builds with
+// -buildvcs=false (as reproducible release builds are, and as GOFLAGS
+// sets on some machines) and builds in a git worktree record none in the
+// build information. Set only at link time, never written.
+var commit string
+
+// versionLine says which corgifs this is: the release (corgifs.Version),
+// the commit it was built from when the build recorded or was stamped
+// with one, and the Go toolchain.
 func versionLine() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return fmt.Sprintf("corgifs (unknown version, no build information) %s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		bi = &debug.BuildInfo{GoVersion: runtime.Version()}
 	}
-	return formatVersion(bi)
+	return formatVersion(bi, corgifs.Version, commit)
 }
 
-func formatVersion(bi *debug.BuildInfo) string {
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
+// formatVersion formats the version line of release and the build
+// information bi; stamped, if not empty, is the commit the release
+// builder stamped, used when bi records none.
+func formatVersion(bi *debug.BuildInfo, release, stamped string) string {
+	v := "v" + strings.TrimPrefix(release, "v")
+	if mv := bi.Main.Version; mv != "" && mv != "(devel)" && !strings.HasPrefix(mv, v) {
+		// go install ...@version of another tag or a pseudo-version:
+		// the module version says which source this is.
+		v += " (module " + mv + ")"
 	}
 	var rev, at string
 	modified := false
@@ -35,6 +49,9 @@ func formatVersion(bi *debug.BuildInfo) string {
 		case "vcs.modified":
 			modified = s.Value == "true"
 		}
+	}
+	if rev == "" {
+		rev = stamped
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "corgifs %s", v)
@@ -77,7 +94,7 @@ func wantsVersion(args []string) bool {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("version", "", "Prints the version of corgifs: module version, vcs revision, Go version.", stderr)
+	fset := newFlagSet("version", "", "Prints the version of corgifs: release, commit, Go version.", stderr)
 	if _, err := parse(fset, args, 0); err != nil {
 		return err
 	}

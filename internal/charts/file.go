@@ -1,7 +1,8 @@
-// Package plotfile writes a gonum/plot drawing to the file a user names,
-// SVG or PNG by its extension, for the packages that draw reports
-// (validator, herding) without either importing the other.
-package plotfile
+// Package charts draws the reports of validate and herding with gonum/plot
+// into the file a user names, SVG or PNG by its extension. Only the
+// corgifs-plot command imports it: gonum/plot and its fonts are most of a
+// binary's size, and the daemon has no use for them.
+package charts
 
 import (
 	"fmt"

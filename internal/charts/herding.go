@@ -1,13 +1,13 @@
-package herding
+package charts
 
 import (
 	"fmt"
 	"math"
 	"strconv"
 
-	"github.com/corgifs/corgifs/internal/plotfile"
+	"github.com/corgifs/corgifs/herding"
 
-	// As validator/report.go: gonum/plot draws real axes, legends and both
+	// As validation.go: gonum/plot draws real axes, legends and both
 	// SVG and PNG from one drawing.
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -16,25 +16,25 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Plot draws the bounds per round, one line per method, on a log scale
+// Herding draws the bounds per round, one line per method, on a log scale
 // (D-RR's bound is orders of magnitude above CD-GraB's), into path: SVG or
 // PNG by its extension.
-func Plot(r Result, path string) error {
+func Herding(r herding.Result, path string) error {
 	c := r.Config
 	return plotLines(path, fmt.Sprintf("Parallel herding bound (n=%d per worker, m=%d, d=%d)", c.N, c.Workers, c.Dim),
-		"round", "max prefix ‖Σ z‖∞ (log scale)", Methods, r.Bounds, true)
+		"round", "max prefix ‖Σ z‖∞ (log scale)", herding.Methods, r.Bounds, true)
 }
 
-// PlotTraining draws the training loss per epoch, one line per method.
-func PlotTraining(r TrainResult, path string) error {
+// HerdingTraining draws the training loss per epoch, one line per method.
+func HerdingTraining(r herding.TrainResult, path string) error {
 	c := r.Config
 	return plotLines(path, fmt.Sprintf("Full-pass training loss (logistic regression, n=%d, d=%d, sorted by label)", c.N, c.Dim),
-		"epoch", "training loss", TrainMethods, r.Loss, false)
+		"epoch", "training loss", herding.TrainMethods, r.Loss, false)
 }
 
 func plotLines(path, title, xlabel, ylabel string, names []string, values [][]float64, logY bool) error {
 	const w, h = 8 * vg.Inch, 5 * vg.Inch
-	c, err := plotfile.Canvas(path, w, h)
+	c, err := Canvas(path, w, h)
 	if err != nil {
 		return fmt.Errorf("herding: plot: %w", err)
 	}
@@ -90,7 +90,7 @@ func plotLines(path, title, xlabel, ylabel string, names []string, values [][]fl
 		}
 	}
 	p.Draw(draw.New(c))
-	if err := plotfile.Write(path, c); err != nil {
+	if err := Write(path, c); err != nil {
 		return fmt.Errorf("herding: plot: %w", err)
 	}
 	return nil
