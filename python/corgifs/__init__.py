@@ -18,14 +18,14 @@ from .crc import HAVE_FAST_CRC, crc32c, masked_crc32c
 from .feedback import FeedbackRefused, FeedbackWriter, Projection, feedback_path, feedback_status
 from .formats import EXTENSIONS, FORMATS, Reader, read_records, reader
 from .mount import config, order, part_name, part_path, reader_of
-from .tfrecord import CorruptRecord, decode_example, frame, parse_example, read_tfrecords
+from .tfrecord import HAVE_FAST_DECODE, CorruptRecord, decode_example, frame, parse_example, read_tfrecords
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dataset", "DataLoader", "config", "order", "part_name", "part_path", "reader", "reader_of",
     "read_records", "read_tfrecords", "decode_example", "parse_example", "frame", "CorruptRecord",
-    "crc32c", "masked_crc32c", "HAVE_FAST_CRC", "FORMATS", "EXTENSIONS", "Reader",
+    "crc32c", "masked_crc32c", "HAVE_FAST_CRC", "HAVE_FAST_DECODE", "FORMATS", "EXTENSIONS", "Reader",
     "FeedbackWriter", "FeedbackRefused", "Projection", "feedback_path", "feedback_status",
 ]
 
