@@ -29,7 +29,11 @@ from .mount import config, order, part_name, part_path, reader_of
 from .daemon import MountError, binary, flag_args, mount
 from .tfrecord import HAVE_FAST_DECODE, CorruptRecord, decode_example, frame, parse_example, read_tfrecords
 
-__version__ = "0.1.0"
+try:  # the installed distribution's, which setup.py takes from version.go
+    from importlib.metadata import PackageNotFoundError, version as _dist_version
+    __version__ = _dist_version("corgifs")
+except PackageNotFoundError:  # run from the source tree
+    __version__ = "0.1.0"
 
 __all__ = [
     "mount", "MountError", "binary", "flag_args",
