@@ -5,6 +5,12 @@ synthetic` writes (int64 "id", int64 "label", a float "features" list), of
 about 1 KiB and 100 KiB, and 1 KiB records of 128 int64 values.
 
     /usr/bin/python3 python/bench_decode.py [--repeat 7]
+    /usr/bin/python3 python/bench_decode.py --loader [--records 200000]
+
+--loader instead times DataLoader epochs (batch 256) through a mount made
+with corgifs.mount() of a `corgifs gen synthetic` set of 1 KiB records, at
+num_workers 0 and 4, with each decoder (the C decoder must be installed:
+the workers import the package).
 
 Decodes a list of distinct records already in memory (so that a 100 KiB
 set does not sit in the CPU cache), median of --repeat passes, the two
@@ -25,8 +31,14 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from corgifs import tfrecord  # noqa: E402
+# The installed package when there is one (with its C decoder and binary;
+# DataLoader workers import it too), else the source tree's.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+try:
+    from corgifs import tfrecord
+except ImportError:
+    sys.path.insert(0, HERE)
+    from corgifs import tfrecord
 
 
 def c_decoder(tmp):
@@ -70,10 +82,42 @@ def rate(fn, recs):
     return len(recs) / (time.perf_counter() - start)
 
 
+def loader(args):
+    import torch
+    import corgifs
+    torch.set_num_threads(1)
+    decoders = [("pure-Python", tfrecord.decode_example_pure)]
+    if tfrecord.HAVE_FAST_DECODE:
+        decoders.append(("C", tfrecord.decode_example))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        subprocess.run([corgifs.binary(), "gen", "synthetic", src, "--records", str(args.records), "--features", "250",
+                        "--files", "8", "--seed", "1"], check=True, capture_output=True)
+        print("| num_workers | decoder | epoch s | records/s |")
+        print("| ---: | --- | ---: | ---: |")
+        with corgifs.mount(src, parts=4, block_size="1MiB", seed=1, cache_dir=os.path.join(tmp, "cache")) as mnt:
+            epoch = 0
+            for workers in (0, 4):
+                for name, decode in decoders:
+                    times = []
+                    for _ in range(args.repeat):
+                        ds = corgifs.Dataset(mnt, epoch=epoch, decode=decode)
+                        epoch += 1
+                        start = time.perf_counter()
+                        n = sum(len(b["id"]) for b in corgifs.DataLoader(ds, batch_size=256, num_workers=workers))
+                        times.append(time.perf_counter() - start)
+                    t = statistics.median(times)
+                    print(f"| {workers} | {name} | {t:.2f} | {n / t:,.0f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--loader", action="store_true", help="time DataLoader epochs through a mount")
+    ap.add_argument("--records", type=int, default=200000, help="records of the --loader set")
     args = ap.parse_args()
+    if args.loader:
+        return loader(args)
     rng = np.random.default_rng(1)
     sets = [
         ("1 KiB, 250 floats", [example(i, floats=rng.standard_normal(250)) for i in range(20000)]),
