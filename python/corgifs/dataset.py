@@ -1,14 +1,23 @@
 """corgifs.Dataset: the parts of a corgifs mount as a PyTorch IterableDataset."""
 
 import collections
+import errno
 import os
 
 import torch
 import torch.utils.data as tud
 
-from .mount import part_path, reader_of
+from .mount import config, part_path, reader_of
 
-__all__ = ["Dataset", "DataLoader"]
+__all__ = ["Dataset", "DataLoader", "PartOf", "RECORDS_XATTR"]
+
+# The extended attribute of a part file holding its record count, padding
+# included (fs/xattr.go).
+RECORDS_XATTR = "user.corgifs.records"
+
+PartOf = collections.namedtuple("PartOf", "epoch part parts")
+PartOf.__doc__ = """Where a batch of corgifs.DataLoader(..., with_part=True) came from:
+part `part` of `parts` of epoch `epoch` (what FeedbackWriter takes)."""
 
 
 def _dist_rank_world():
@@ -40,6 +49,17 @@ class Dataset(tud.IterableDataset):
     dict of numpy arrays, see decode_example), False for raw records, or a
     function of the raw record.
 
+    len(ds) is the records this rank reads in the epoch with the
+    num_workers of the corgifs.DataLoader it was given to (1 before),
+    padding included, from the exact part sizes the mount states (the
+    user.corgifs.records attribute of each part file); len() of a
+    corgifs.DataLoader is its steps per epoch.
+
+    With world > 1 the mount must have been made with --equal-parts, else
+    the ranks get different numbers of batches and the one with fewer
+    leaves the others waiting at their last collective: ValueError, unless
+    allow_unequal_parts=True (ranks that do not step in lock-step).
+
     state_dict()/load_state_dict() resume mid-epoch at the exact record:
     the state holds, for every part read so far, the byte offset of the next
     record and the count of records consumed. The Dataset knows what the
@@ -50,7 +70,7 @@ class Dataset(tud.IterableDataset):
     """
 
     def __init__(self, mount, epoch=0, rank=None, world=None, format=None, verify=True, decode=True,
-                 **format_options):
+                 allow_unequal_parts=False, **format_options):
         super().__init__()
         self.mount = os.fspath(mount)
         self.epoch = epoch
@@ -58,6 +78,12 @@ class Dataset(tud.IterableDataset):
         self.rank, self.world = rank, world
         self.reader = reader_of(self.mount, format=format, verify=verify, **format_options)
         self.decode = decode
+        self.allow_unequal_parts = allow_unequal_parts
+        try:
+            self._equal_parts = config(self.mount).get("equal_parts")
+        except (OSError, ValueError):
+            self._equal_parts = None  # no config.json: nothing to check against
+        self._workers = 1     # num_workers of the corgifs.DataLoader given this Dataset
         self._resume = None   # the state loaded, until its epoch is over
         self._consumed = {}   # part -> (next offset, records): consumed this epoch
         self._parts = None    # K of the epoch being read
@@ -70,6 +96,13 @@ class Dataset(tud.IterableDataset):
         self.world = self._world_arg if self._world_arg is not None else (rw[1] if rw else 1)
         if not 0 <= self.rank < self.world:
             raise ValueError(f"rank {self.rank} of world {self.world}: out of range")
+        if self.world > 1 and self._equal_parts is False and not self.allow_unequal_parts:
+            raise ValueError(
+                f"corgifs.Dataset: rank {self.rank} of a world of {self.world} reads {self.mount}, whose parts are "
+                "not of equal length (its .corgifs/config.json says equal_parts: false): the ranks would get "
+                "different numbers of batches, and the one with fewer would leave the others waiting at their "
+                "last collective until the timeout. Mount with --equal-parts (corgifs.mount(..., "
+                "equal_parts=True)), or pass allow_unequal_parts=True if the ranks do not step in lock-step")
 
     def set_epoch(self, epoch):
         """Reads epoch `epoch` on the next iteration. A state loaded for
@@ -82,6 +115,24 @@ class Dataset(tud.IterableDataset):
     def part(self, worker=0, workers=1):
         """The path of the part that `worker` of `workers` of this rank reads."""
         return part_path(self.mount, self.epoch, self.rank, self.world, worker, workers, self.reader.ext)
+
+    def part_records(self, worker=0, workers=1):
+        """The records (padding included) of the part that `worker` of
+        `workers` of this rank reads in this epoch, as the mount states."""
+        path = self.part(worker, workers)
+        try:
+            return int(os.getxattr(path, RECORDS_XATTR))
+        except OSError as e:
+            if e.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+            raise ValueError(
+                f"{path}: the mount does not state its record count ({RECORDS_XATTR}: {os.strerror(e.errno)}): "
+                "a corgifs daemon older than this package, or a probed index (--index probe, the default for "
+                "s3:// sources) that has not counted every block yet; mount with --index full") from None
+
+    def __len__(self):
+        self._resolve()
+        return sum(self.part_records(w, self._workers) for w in range(self._workers))
 
     def _start(self, workers):
         """Sets up the consumption record for an iteration of this epoch
@@ -167,10 +218,25 @@ class DataLoader(tud.DataLoader):
     corgifs.Dataset which records the training loop has taken, so that its
     state_dict() is exact with any num_workers. Every batch comes from
     one worker: the worker adds its part's position to the batch, and the
-    loader strips it before the training loop sees the batch."""
+    loader strips it before the training loop sees the batch.
 
-    def __init__(self, dataset, *args, collate_fn=None, **kwargs):
+    with_part=True yields (PartOf(epoch, part, parts), batch) instead of
+    the batch: the part the batch's records came from, in the order the
+    part served them, so that per-example feedback goes to that part's
+    FeedbackWriter with any num_workers:
+
+        for where, batch in corgifs.DataLoader(ds, batch_size=64, num_workers=4, with_part=True):
+            writers[where.part].write(vectors_of(batch))
+
+    len(loader) is the steps of the epoch: each worker batches its own
+    part, so it is the sum over the parts of ceil(records / batch_size)
+    (floor with drop_last)."""
+
+    def __init__(self, dataset, *args, collate_fn=None, with_part=False, **kwargs):
         self._corgi = isinstance(dataset, Dataset)
+        self.with_part = with_part
+        if with_part and not self._corgi:
+            raise ValueError("corgifs.DataLoader: with_part=True needs a corgifs.Dataset")
         if self._corgi:
             if kwargs.get("persistent_workers"):
                 raise ValueError("corgifs.DataLoader: persistent_workers would keep the workers' epoch; "
@@ -180,6 +246,23 @@ class DataLoader(tud.DataLoader):
                 collate_fn = tud.default_collate if batched else tud.default_convert
             collate_fn = _TaggingCollate(collate_fn, dataset)
         super().__init__(dataset, *args, collate_fn=collate_fn, **kwargs)
+        if self._corgi:
+            dataset._workers = max(1, self.num_workers)
+
+    def __len__(self):
+        if not self._corgi:
+            return super().__len__()
+        ds = self.dataset
+        ds._resolve()
+        workers = max(1, self.num_workers)
+        counts = [ds.part_records(w, workers) for w in range(workers)]
+        # What torch.utils.data.DataLoader.__len__ records, in samples.
+        self._IterableDataset_len_called = sum(counts)
+        if self.batch_size is None:
+            return sum(counts)
+        if self.drop_last:
+            return sum(n // self.batch_size for n in counts)
+        return sum(-(-n // self.batch_size) for n in counts)
 
     def __iter__(self):
         if not self._corgi:
@@ -188,9 +271,13 @@ class DataLoader(tud.DataLoader):
         ds = self.dataset
         ds._resolve()
         ds._start(max(1, self.num_workers))
+        epoch = ds.epoch
         for where, batch in super().__iter__():
             if where is not None:
-                i, _, nxt, count = where
+                i, k, nxt, count = where
                 ds._consumed[int(i)] = (int(nxt), int(count))
-            yield batch
+            if self.with_part:
+                yield PartOf(epoch, int(where[0]), int(where[1])), batch
+            else:
+                yield batch
         ds._end()

@@ -2,9 +2,9 @@
 
 import json
 import os
-import shutil
 import subprocess
 
+from .daemon import binary as _binary
 from .formats import canonical, reader
 
 __all__ = ["config", "part_name", "part_path", "order", "reader_of"]
@@ -96,7 +96,7 @@ def _order_flags(cfg):
 
 def order(src_or_mount, epoch=0, part=0, parts=None, binary=None, output="file", **flags):
     """The records of one part in the order a mount serves them, from the
-    `corgifs order` command (on PATH, or `binary`).
+    `corgifs order` command (`binary`, else as corgifs.binary() finds it).
 
     Given a mount, the order is that of its config.json: source, seed,
     strategy, block size, buffer, memory, equal parts, parts, and the data
@@ -110,9 +110,7 @@ def order(src_or_mount, epoch=0, part=0, parts=None, binary=None, output="file",
     line end, a CSV row, a tar sample with its headers, an array row); for
     output="dali" (TFRecord only), a list of (offset, size) of each frame in
     the served part, DALI's TFRecord index."""
-    binary = binary or shutil.which("corgifs")
-    if not binary:
-        raise FileNotFoundError("no corgifs command on PATH; pass binary=")
+    binary = binary or _binary()
     cfg = _config_or_none(src_or_mount)
     src = os.fspath(src_or_mount)
     opts = {}
