@@ -34,10 +34,11 @@ const (
 	// MinBlocks is the fewest blocks a buffer may hold before the mount
 	// warns: 143 cost 0.3 points of accuracy on label-sorted data.
 	MinBlocks = 128
-	// LocalFloor is the smallest default block of a local source: a read
-	// of a few pages costs little more than one page on a disk, and
-	// smaller blocks only grow the index.
-	LocalFloor = 32 << 10
+	// LocalFloor is the smallest default block of a local source: a page.
+	// It binds only on datasets under 256 pages a part (1 MiB), which the
+	// page cache holds: their many small reads cost little, and a part of
+	// few blocks would be a poor sample of the dataset.
+	LocalFloor = 4 << 10
 	// ObjectStoreFloor is the smallest default block of an object store:
 	// each block is one request, whose latency (tens of milliseconds) only
 	// megabytes amortise.
@@ -74,7 +75,8 @@ type Input struct {
 
 // Choice is what the rule chose.
 type Choice struct {
-	BlockSize int64
+	DatasetBytes int64 // the Input's
+	BlockSize    int64
 	Buffer    shuffler.BufferSize
 	// BufferBytes is the buffer a part gets; BlocksPerBuffer how many
 	// blocks of BlockSize it holds (estimated from DatasetBytes).
@@ -116,31 +118,39 @@ func Choose(in Input) Choice {
 	part := max(1, (in.DatasetBytes+k-1)/k)
 	limit := BufferLimit(max(1, in.MaxMemory/2))
 	floor := Floor(in.ObjectStore)
-	var c Choice
+	c := Choice{DatasetBytes: in.DatasetBytes}
 	var why []string
 
-	// The buffer.
+	// The buffer, and the one a strategy reading blocks would get, which
+	// the block size is chosen from whatever the strategy (so that every
+	// strategy of a dataset shares its index).
+	var blockBuf shuffler.BufferSize
 	switch {
 	case in.Buffer != (shuffler.BufferSize{}):
-		c.Buffer = in.Buffer
+		blockBuf = in.Buffer
 		why = append(why, "--buffer given")
-	case in.RecordStrategy:
-		c.Buffer = shuffler.BufferSize{Percent: RecordBuffer}
-		why = append(why, fmt.Sprintf("buffer %d%%: window and mrs read records one at a time; their window is a small share, as in tf.data and Bismarck", RecordBuffer))
 	case part <= limit:
-		c.Buffer = shuffler.BufferSize{Percent: 100}
+		blockBuf = shuffler.BufferSize{Percent: 100}
 		why = append(why, fmt.Sprintf("buffer 100%%: a part (%s) fits twice in half of --max-memory %s, so each part is an exact shuffle of its records",
 			humanize.IBytes(uint64(part)), humanize.IBytes(uint64(in.MaxMemory))))
 	default:
-		c.Buffer = shuffler.BufferSize{Bytes: limit}
+		blockBuf = shuffler.BufferSize{Bytes: limit}
 		why = append(why, fmt.Sprintf("buffer %s: the largest of which two fit in half of --max-memory %s (a part is %s)",
 			humanize.IBytes(uint64(limit)), humanize.IBytes(uint64(in.MaxMemory)), humanize.IBytes(uint64(part))))
 	}
-	c.BufferBytes = c.Buffer.Bytes
-	if c.BufferBytes <= 0 {
-		c.BufferBytes = int64(float64(part) * c.Buffer.Percent / 100)
+	c.Buffer = blockBuf
+	if in.RecordStrategy && in.Buffer == (shuffler.BufferSize{}) {
+		c.Buffer = shuffler.BufferSize{Percent: RecordBuffer}
+		why[0] = fmt.Sprintf("buffer %d%%: a strategy that reads records one at a time (window's window and mrs's reservoir are a small share, as in tf.data and Bismarck; full and once use none)", RecordBuffer)
 	}
-	c.BufferBytes = max(1, min(c.BufferBytes, limit, part))
+	bytesOf := func(b shuffler.BufferSize) int64 {
+		n := b.Bytes
+		if n <= 0 {
+			n = int64(float64(part) * b.Percent / 100)
+		}
+		return max(1, min(n, limit, part))
+	}
+	c.BufferBytes = bytesOf(c.Buffer)
 	c.WholePart = c.BufferBytes >= part
 
 	// The block size.
@@ -148,7 +158,7 @@ func Choose(in Input) Choice {
 		c.BlockSize = in.BlockSize
 		why = append(why, "--block-size given")
 	} else {
-		bs := floorPow2(max(1, c.BufferBytes/TargetBlocks))
+		bs := floorPow2(max(1, bytesOf(blockBuf)/TargetBlocks))
 		c.BlockSize = min(max(bs, floor), Ceiling)
 		switch {
 		case bs < floor:
@@ -164,6 +174,10 @@ func Choose(in Input) Choice {
 	c.ExpectedTV = ExpectedTV(c.BlocksPerBuffer, max(1, in.DatasetBytes/c.BlockSize), 10)
 	c.Reason = fmt.Sprintf("%s; %s (%d blocks a buffer, expected label TV %.3f on data sorted into 10 classes)",
 		why[0], why[1], c.BlocksPerBuffer, c.ExpectedTV)
+	if in.RecordStrategy {
+		// Records are mixed one by one: blocks say nothing of the mix.
+		c.Reason = why[0] + "; " + why[1]
+	}
 	// Strategies that read records one at a time mix records, not blocks.
 	if !in.RecordStrategy && !c.WholePart && c.BlocksPerBuffer < MinBlocks {
 		c.Warning = warning(in, c, floor, limit)
@@ -189,9 +203,6 @@ func warning(in Input, c Choice, floor, limit int64) string {
 		}
 		need := MemoryFor(MinBlocks * bs)
 		fix = fmt.Sprintf("use --max-memory %s or more", humanize.IBytes(uint64(need)))
-		if in.BlockSize == 0 && !in.ObjectStore {
-			fix += " (or a --block-size below the floor, such as 4KiB)"
-		}
 	}
 	return fmt.Sprintf("a buffer holds %d blocks of %s (at least %d keep the shuffle close to a full one): on data sorted by label a buffer's class mix is off by a total-variation distance of about %.2f, which cost points of accuracy in measurements; %s",
 		c.BlocksPerBuffer, humanize.IBytes(uint64(c.BlockSize)), MinBlocks, c.ExpectedTV, fix)

@@ -29,7 +29,7 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 		// Fashion-MNIST as TFRecord (about 48 MB): one part fits, 128 KiB
 		// blocks give 366 of them.
 		{"fashion K=1 local", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib}, 128 * kib, pct(100), true, ""},
-		{"fashion K=8 local", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 8, MaxMemory: gib}, LocalFloor, pct(100), true, ""},
+		{"fashion K=8 local", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 8, MaxMemory: gib}, 16 * kib, pct(100), true, ""},
 		// An object store keeps blocks of megabytes even for small data.
 		{"fashion K=1 s3", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, ObjectStore: true}, mib, pct(100), true, ""},
 		// 64 × the floor: still a whole part, no warning (issue 23's target).
@@ -46,11 +46,13 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use --max-memory 516 MiB or more"},
 		// Given flags are kept; the rule says what they cost.
 		{"given block", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, BlockSize: 8 * mib}, 8 * mib, shuffler.BufferSize{Bytes: BufferLimit(gib / 2)}, false, "use --block-size 1.0 MiB or less"},
-		{"given buffer", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 2 * mib}}, LocalFloor, shuffler.BufferSize{Bytes: 2 * mib}, false, "use a larger --buffer (at least 4.0 MiB)"},
-		// 4.8 MB / 256 is below the local floor: 146 blocks of it.
-		{"given 10%", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, Buffer: pct(10)}, LocalFloor, pct(10), false, ""},
-		// Record strategies keep their small window.
-		{"window", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, RecordStrategy: true}, LocalFloor, pct(RecordBuffer), false, ""},
+		{"given buffer", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 256 * kib}}, LocalFloor, shuffler.BufferSize{Bytes: 256 * kib}, false, "use a larger --buffer (at least 512 KiB)"},
+		{"given 10%", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, Buffer: pct(10)}, 16 * kib, pct(10), false, ""},
+		// Record strategies keep their small window, and the block size
+		// of the other strategies (one index for all).
+		{"window", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, RecordStrategy: true}, 128 * kib, pct(RecordBuffer), false, ""},
+		// A tiny dataset in 8 parts: blocks of a page.
+		{"sklearn digits K=8", Input{DatasetBytes: 360 << 10, Parts: 8, MaxMemory: gib}, LocalFloor, pct(100), true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
