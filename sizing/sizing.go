@@ -77,7 +77,7 @@ type Input struct {
 type Choice struct {
 	DatasetBytes int64 // the Input's
 	BlockSize    int64
-	Buffer    shuffler.BufferSize
+	Buffer       shuffler.BufferSize
 	// BufferBytes is the buffer a part gets; BlocksPerBuffer how many
 	// blocks of BlockSize it holds (estimated from DatasetBytes).
 	BufferBytes     int64

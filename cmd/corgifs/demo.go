@@ -145,6 +145,7 @@ func verdict(reports []validator.Report) string {
 	return fmt.Sprintf("Verdict (final epoch, mean of %d seeds): corgipile (%.1f%%) %s a full shuffle (%.1f%%) while reading whole blocks (worst epoch after the first: %+.1f points); source order reaches %.1f%%.",
 		len(reports), c, word, f, worst, n)
 }
+
 // syntheticSplit writes a clustered synthetic training set and a shuffled
 // test set drawn from the same classes.
 func syntheticSplit(ctx context.Context, work string) error {

@@ -319,7 +319,7 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 			// parts than blocks) are the run's: its log is deleted with
 			// the work directory.
 			for _, w := range rio.warnings() {
-				log.Warn("mount of "+r.label+": "+w)
+				log.Warn("mount of " + r.label + ": " + w)
 				run.Warnings = append(run.Warnings, w)
 			}
 		}
