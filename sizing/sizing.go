@@ -162,7 +162,7 @@ func Choose(in Input) Choice {
 		c.BlockSize = min(max(bs, floor), Ceiling)
 		switch {
 		case bs < floor:
-			why = append(why, fmt.Sprintf("block %s: the floor of a %s source (%d blocks a buffer would be smaller)",
+			why = append(why, fmt.Sprintf("block %s: the floor of %s (%d blocks a buffer would be smaller)",
 				humanize.IBytes(uint64(c.BlockSize)), kind(in.ObjectStore), TargetBlocks))
 		case bs > Ceiling:
 			why = append(why, fmt.Sprintf("block %s: the ceiling (more than %d blocks a buffer)", humanize.IBytes(uint64(c.BlockSize)), TargetBlocks))
@@ -239,9 +239,9 @@ func ExpectedTV(b, n int64, classes int) float64 {
 
 func kind(objectStore bool) string {
 	if objectStore {
-		return "object-store"
+		return "an object store"
 	}
-	return "local"
+	return "a local source"
 }
 
 // floorPow2 returns the largest power of two not above n (n > 0).
