@@ -18,7 +18,7 @@ import (
 )
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("demo", "", `Shows the whole idea in about a minute (measured on 2 cores): makes a
+	fset := newFlagSet("demo", "", `Shows the whole idea in a few minutes (1.5 min of CPU, measured): makes a
 label-clustered dataset in a temporary directory (Fashion-MNIST when the Debian
 package dataset-fashion-mnist is installed, a synthetic set otherwise), trains
 softmax regression on it through real corgifs mounts at the mount's defaults
