@@ -14,9 +14,9 @@ import (
 )
 
 type blockConfig struct {
-	BlockSize     int64 `json:"block_size"`
-	BufferPart    int64 `json:"buffer_bytes_per_part"`
-	Dataset       struct {
+	BlockSize  int64 `json:"block_size"`
+	BufferPart int64 `json:"buffer_bytes_per_part"`
+	Dataset    struct {
 		Bytes  int64 `json:"bytes"`
 		Blocks int   `json:"blocks"`
 	} `json:"dataset"`
