@@ -558,7 +558,7 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 	if b.Criterion == "bound" {
 		rule = fmt.Sprintf("the bound ((1-alpha)*h_D %.2f <= 1; --mix-tv 0)", b.Bound)
 	}
-	fmt.Fprintf(w, "  mount line: --buffer %g%%, chosen by %s:\n    %s a buffer, %s of memory for two\n",
+	fmt.Fprintf(w, "  buffer asked for: --buffer %g%%, chosen by %s:\n    %s a buffer, %s of memory for two\n",
 		b.Percent, rule, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
 	if b.Criterion == "mix" && b.BoundPercent > b.Percent {
 		fmt.Fprintf(w, "  The bound asks for more (--buffer %g%%): the labels of a buffer are mixed, but the\n"+
