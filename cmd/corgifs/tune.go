@@ -71,7 +71,10 @@ Buffer (with --label): two rules, shown side by side per buffer size.
 of equal size; the percent printed is one whose buffers hold the blocks
 asked for.
 
-Last, it prints a 'corgifs mount' line with both.`
+It also shows the label mix of the buffer a mount chooses itself at that block
+size when given no --buffer (package sizing: a whole part when it fits in
+memory). Last, it prints a 'corgifs mount' line with the block size, and with
+--buffer only when the mount's own buffer mixes less than the rule asks.`
 
 func runTune(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("tune", "SRC", tuneAbout, stderr)
