@@ -140,12 +140,15 @@ func TestOrderWithTheDefaultsMixesTheLabelsOfEveryBuffer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := sizing.Choose(sizing.Input{DatasetBytes: total, Parts: tc.parts, MaxMemory: tc.maxMemory})
-			bound := 2.63 / math.Sqrt(float64(c.BlocksPerBuffer))
 			part := (total + int64(tc.parts) - 1) / int64(tc.parts)
+			// A part is cut into nbuf buffers of equal bytes, so of
+			// blocks the part's share each.
 			nbuf := max(1, (part+c.BufferBytes-1)/c.BufferBytes)
-			t.Logf("block %d, buffer %d bytes (%d blocks), %d buffers a part; bound %.3f", c.BlockSize, c.BufferBytes, c.BlocksPerBuffer, nbuf, bound)
-			if c.BlocksPerBuffer < sizing.MinBlocks {
-				t.Fatalf("the defaults give %d blocks a buffer, fewer than %d", c.BlocksPerBuffer, sizing.MinBlocks)
+			blocks := part / c.BlockSize / nbuf
+			bound := 2.63 / math.Sqrt(float64(blocks))
+			t.Logf("block %d, buffer at most %d bytes, %d buffers a part of about %d blocks; bound %.3f", c.BlockSize, c.BufferBytes, nbuf, blocks, bound)
+			if blocks < sizing.MinBlocks {
+				t.Fatalf("the defaults give %d blocks a buffer, fewer than %d", blocks, sizing.MinBlocks)
 			}
 			var global [10]int
 			var parts [][]int
@@ -186,7 +189,7 @@ func TestOrderWithTheDefaultsMixesTheLabelsOfEveryBuffer(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("worst buffer TV %.3f (bound %.3f, expected %.3f)", worst, bound, c.ExpectedTV)
+			t.Logf("worst buffer TV %.3f (bound %.3f, expected %.3f)", worst, bound, sizing.ExpectedTV(blocks, total/c.BlockSize, 10))
 		})
 	}
 }
