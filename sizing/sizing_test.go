@@ -107,3 +107,19 @@ func TestExpectedTVMatchesTheMeasuredMixes(t *testing.T) {
 		t.Fatal("a buffer of every block has the global mix")
 	}
 }
+
+// TestNoWarningAtTheDefaultsForDataOf64FloorsOrMore is issue 23's target:
+// at the default --max-memory no dataset of at least 64 × the floor warns,
+// whatever its size, K or source kind.
+func TestNoWarningAtTheDefaultsForDataOf64FloorsOrMore(t *testing.T) {
+	for _, objectStore := range []bool{false, true} {
+		for size := 64 * Floor(objectStore); size <= 1<<50; size = size*3 + 7 {
+			for _, k := range []int{1, 2, 8, 64, 1024} {
+				c := Choose(Input{DatasetBytes: size, Parts: k, ObjectStore: objectStore, MaxMemory: gib})
+				if c.Warning != "" {
+					t.Fatalf("%d bytes, K=%d, object store %v: %s", size, k, objectStore, c.Warning)
+				}
+			}
+		}
+	}
+}
