@@ -9,6 +9,9 @@
 // buffer's class mix is that of a random sample of its blocks: for C equal
 // classes and B blocks its expected total-variation distance to the global
 // mix is about 0.5·√(2(C−1)/(πB)) (ExpectedTV), 1.2/√B for 10 classes.
+// --max-memory is shared by the parts a node reads at once (K DataLoader
+// workers on one node read K parts), so a buffer of the whole part is
+// chosen when all K parts fit, and a partial buffer is a 1/K share.
 // Measured on Fashion-MNIST sorted by label (softmax SGD, 10 epochs, 4
 // seeds; issue 23): 19 blocks a buffer (TV 0.265) ended 3.8 points below a
 // full shuffle, 143 blocks (TV 0.093) 0.3 points below, a buffer of the
@@ -129,14 +132,21 @@ func Choose(in Input) Choice {
 	case in.Buffer != (shuffler.BufferSize{}):
 		blockBuf = in.Buffer
 		why = append(why, "--buffer given")
-	case part <= limit:
+	case part <= limit/k:
+		// --max-memory is shared by the parts a node reads at once: all
+		// K parts, two buffers each, fit.
 		blockBuf = shuffler.BufferSize{Percent: 100}
-		why = append(why, fmt.Sprintf("buffer 100%%: a part (%s) fits twice in half of --max-memory %s, so each part is an exact shuffle of its records",
-			humanize.IBytes(uint64(part)), humanize.IBytes(uint64(in.MaxMemory))))
+		why = append(why, fmt.Sprintf("buffer 100%%: the %d part(s) of %s each fit twice in half of --max-memory %s, so each part is an exact shuffle of its records",
+			k, humanize.IBytes(uint64(part)), humanize.IBytes(uint64(in.MaxMemory))))
 	default:
-		blockBuf = shuffler.BufferSize{Bytes: limit}
-		why = append(why, fmt.Sprintf("buffer %s: the largest of which two fit in half of --max-memory %s (a part is %s)",
-			humanize.IBytes(uint64(limit)), humanize.IBytes(uint64(in.MaxMemory)), humanize.IBytes(uint64(part))))
+		// The share of one of K parts read at once, but at least the
+		// TargetBlocks blocks of the floor (a node reading fewer parts
+		// at once, as each node of K, has the room), and at most what
+		// one part may take.
+		b := min(limit, max(limit/k, TargetBlocks*floor))
+		blockBuf = shuffler.BufferSize{Bytes: b}
+		why = append(why, fmt.Sprintf("buffer %s: of which two for each of %d part(s) read at once fit in half of --max-memory %s (at least %d blocks of %s, at most what one part may take; a part is %s)",
+			humanize.IBytes(uint64(b)), k, humanize.IBytes(uint64(in.MaxMemory)), TargetBlocks, humanize.IBytes(uint64(floor)), humanize.IBytes(uint64(part))))
 	}
 	c.Buffer = blockBuf
 	if in.RecordStrategy && in.Buffer == (shuffler.BufferSize{}) {

@@ -43,6 +43,9 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 		// A large memory: blocks reach the ceiling, more than 256 a buffer.
 		{"ceiling", Input{DatasetBytes: 1 << 44, Parts: 1, MaxMemory: 64 * gib}, Ceiling, shuffler.BufferSize{Bytes: BufferLimit(32 * gib)}, false, ""},
 		// Too little memory for 128 blocks of the object store's floor.
+		// K parts read on one node share the memory: 1 GiB in 8 parts
+		// does not fit whole, so each gets an eighth of the buffer room.
+		{"1 GiB local K=8", Input{DatasetBytes: gib, Parts: 8, MaxMemory: gib}, 64 * kib, shuffler.BufferSize{Bytes: BufferLimit(gib/2) / 8}, false, ""},
 		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use --max-memory 516 MiB or more"},
 		// Given flags are kept; the rule says what they cost.
 		{"given block", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, BlockSize: 8 * mib}, 8 * mib, shuffler.BufferSize{Bytes: BufferLimit(gib / 2)}, false, "use --block-size 1.0 MiB or less"},

@@ -186,7 +186,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 		return
 	}
 	fs.StringVar(&d.strategy, "strategy", "corgipile", "order `strategy`, one of:"+strategyHelp())
-	fs.Var(givenFlag{&d.buffer, &d.bufferGiven}, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory (default: 100% when two parts fit in\nhalf of --max-memory, an exact shuffle of each part; else the largest that fits;\n5% for window and mrs)")
+	fs.Var(givenFlag{&d.buffer, &d.bufferGiven}, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory (default: 100% when all --parts fit,\ntwo buffers each, in half of --max-memory: an exact shuffle of each part; else a\n1/K share of that room, at least 256 blocks of the smallest block; 5% for window and mrs)")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
 	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
