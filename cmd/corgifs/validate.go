@@ -485,7 +485,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	// are the mount's: its slabs' share, less what it sets aside for the
 	// feedback vectors.
 	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
-	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.bufferFor(r.strategy, ix), MaxMemory: slabs,
+	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.bufferFor(r.strategy), MaxMemory: slabs,
 		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange}
 	var store *feedback.Store
 	if fbDim > 0 {
@@ -715,7 +715,7 @@ func formatFiles(dir string, include []string) ([]string, error) {
 
 // bufferFor is the buffer a mount of strategy uses: --buffer, or what the
 // rule chooses for it (window and mrs keep a small one).
-func (d *datasetFlags) bufferFor(strategy string, ix *blockcache.Index) shuffler.BufferSize {
+func (d *datasetFlags) bufferFor(strategy string) shuffler.BufferSize {
 	if d.bufferGiven || d.sizes == nil {
 		return d.buffer.v
 	}
