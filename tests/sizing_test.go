@@ -290,3 +290,26 @@ func TestValidateReportsTheWarningsOfItsMounts(t *testing.T) {
 		t.Fatalf("validate's JSON lacks the mount's warning (%v):\n%s", err, b)
 	}
 }
+
+// TestValidateDirectAtTheDefaultsTrainsAsItsMounts runs validate without
+// --block-size and --buffer through mounts and in-process (--via direct):
+// the in-process orders must take the buffer each strategy's mount chose
+// (a whole part for corgipile, 5% for window), so every epoch trains alike.
+func TestValidateDirectAtTheDefaultsTrainsAsItsMounts(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
+	test := genSynthetic(t, 2000, 16, 10, 1, "shuffled", "--first-id", "20000")
+	var got [2]report
+	for i, via := range []string{"mount", "direct"} {
+		got[i] = validateJSON(t, "validate", "--data", train, "--test", test, "--strategies", "corgipile,window,full",
+			"--epochs", "2", "--seed", "3", "--workers", "2", "--via", via, "--cache-dir", t.TempDir())
+	}
+	for r, run := range got[0].Runs {
+		for e, ep := range run.Epochs {
+			d := got[1].Runs[r].Epochs[e]
+			if ep.TestAcc != d.TestAcc || ep.TrainLoss != d.TrainLoss {
+				t.Fatalf("%s epoch %d: through mounts test accuracy %v, loss %v; direct %v, %v", run.Strategy, e, ep.TestAcc, ep.TrainLoss, d.TestAcc, d.TrainLoss)
+			}
+		}
+	}
+}
