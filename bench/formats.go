@@ -17,6 +17,7 @@ import (
 
 	"github.com/corgifs/corgifs/datagen"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/sizing"
 )
 
 const formatsHeading = "## Record formats against TFRecord (issue 13)"
@@ -91,14 +92,11 @@ func (h *harness) runFormats(ctx context.Context, work string) (*formatsResults,
 			}
 			fr.sets = append(fr.sets, s)
 		}
-		// The defaults corgifs would choose for the TFRecord set (a buffer
-		// of 5% of the part holding 16 blocks), in bytes, for every format:
-		// the text formats then have fewer records per block.
-		fr.buffer = max(1<<20, fr.sets[0].bytes/20/(1<<20)*(1<<20))
-		fr.blockSize = 64 << 10
-		for fr.blockSize*2 <= min(8<<20, fr.buffer/16) {
-			fr.blockSize *= 2
-		}
+		// The defaults a mount chooses for the TFRecord set (package
+		// sizing, at the default --max-memory), in bytes, for every
+		// format: the text formats then have fewer records per block.
+		c := sizing.Choose(sizing.Input{DatasetBytes: fr.sets[0].bytes, Parts: 1, MaxMemory: 1 << 30})
+		fr.buffer, fr.blockSize = c.BufferBytes, c.BlockSize
 		if err := h.timeIndex(ctx, fr); err != nil {
 			return nil, err
 		}

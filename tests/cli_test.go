@@ -39,7 +39,7 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 		t.Errorf("--help exit code %d", code)
 	}
 	cases := map[string][]string{
-		"mount": {"-block-size", "(default 8.0 MiB)", "-buffer", "(default 5%)", "-max-memory", "(default 1.0 GiB)",
+		"mount": {"-block-size", "(default: chosen from the dataset's size before indexing", "-buffer", "(default: 100% when all --parts fit", "-max-memory", "(default 1.0 GiB)",
 			"-epochs", "(default 100)", "-parts", "(default 1)", "-strategy", `(default "corgipile")`, "-seed", "-include",
 			"default: the format's", "-cache-dir", "-skip-corrupt", "-allow-other", "-nonempty", "-cpuprofile",
 			"-format", "tfrecord, csv, jsonl, libsvm, lines, wds, npy, fixed", "-header", "-check", "-record-size", "-header-bytes"},

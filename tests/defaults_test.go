@@ -1,8 +1,8 @@
 package tests
 
-// Defaults that cannot silently degrade the shuffle (issue 17, item 2): a
-// buffer holds at least 16 blocks and a part at least 2 buffers, or the
-// user is told; more parts than blocks is said at mount and at order.
+// Defaults that cannot silently degrade the shuffle (issue 17, item 2;
+// issue 23): a buffer holds many blocks, or the user is told; more parts
+// than blocks is said at mount and at order.
 
 import (
 	"encoding/json"
@@ -14,10 +14,9 @@ import (
 )
 
 type blockConfig struct {
-	BlockSize     int64 `json:"block_size"`
-	BlockSizeFrom int64 `json:"block_size_lowered_from"`
-	BufferPart    int64 `json:"buffer_bytes_per_part"`
-	Dataset       struct {
+	BlockSize  int64 `json:"block_size"`
+	BufferPart int64 `json:"buffer_bytes_per_part"`
+	Dataset    struct {
 		Bytes  int64 `json:"bytes"`
 		Blocks int   `json:"blocks"`
 	} `json:"dataset"`
@@ -36,44 +35,45 @@ func readBlockConfig(t *testing.T, m *mount) blockConfig {
 	return c
 }
 
-// TestMountLowersTheDefaultBlockSizeSoABufferHolds16Blocks mounts a 2.5 MB
-// dataset without --block-size: with 8 MiB blocks and a 5% buffer every
-// buffer held one block (a block-only shuffle, silently). The block size
-// must be lowered, logged, and shown in config.json, so that a buffer
-// holds at least 16 blocks and a part at least 2 buffers.
-func TestMountLowersTheDefaultBlockSizeSoABufferHolds16Blocks(t *testing.T) {
+// TestMountChoosesTheBlockSizeOnceBeforeIndexing mounts a 2.5 MB dataset
+// without --block-size and --buffer. With 8 MiB blocks and a 5% buffer
+// every buffer held one block (a block-only shuffle, silently); then the
+// block size was lowered after a first index, which indexed twice. Now the
+// rule of package sizing chooses both from the listing: one index, a buffer
+// of the whole part (it fits in --max-memory), at least 256 blocks when the
+// floor allows, and config.json and the log say why.
+func TestMountChoosesTheBlockSizeOnceBeforeIndexing(t *testing.T) {
 	src := genSynthetic(t, 20000, 16, 4, 4, "clustered")
 	m := startMount(t, src, "--seed", "1", "--parts", "1")
 	c := readBlockConfig(t, m)
-	if c.BlockSize >= 8<<20 || c.BlockSizeFrom != 8<<20 {
-		t.Fatalf("config.json block_size %d, block_size_lowered_from %d: want the 8 MiB default lowered", c.BlockSize, c.BlockSizeFrom)
+	s := readSizing(t, m.dir)
+	if s.Buffer != "100%" || s.Sizing == nil || !s.Sizing.WholePart || s.Sizing.BlockSizeGiven || s.Sizing.Reason == "" {
+		t.Fatalf("config.json buffer %q, sizing %+v: want a whole part, chosen, with a reason", s.Buffer, s.Sizing)
 	}
-	if c.BufferPart/c.BlockSize < 16 || c.Dataset.Bytes/c.BufferPart < 2 {
-		t.Fatalf("a buffer of %d bytes holds %d blocks of %d, a part of %d bytes %d buffers: want at least 16 and 2",
-			c.BufferPart, c.BufferPart/c.BlockSize, c.BlockSize, c.Dataset.Bytes, c.Dataset.Bytes/c.BufferPart)
+	if c.Dataset.Blocks < 256 || c.BlockSize > c.Dataset.Bytes/256 {
+		t.Fatalf("%d blocks of %d bytes for %d bytes: want at least 256", c.Dataset.Blocks, c.BlockSize, c.Dataset.Bytes)
 	}
-	if log, ok := m.logHas("block size lowered", `from="8.0 MiB"`); !ok {
-		t.Fatalf("the mount does not log that it lowered the block size:\n%s", log)
+	log := m.log.String()
+	if n := strings.Count(log, `msg="index ready"`); n != 1 || !strings.Contains(log, `msg="block size and buffer"`) || strings.Contains(log, "level=WARN") {
+		t.Fatalf("want one index, the choice logged, no warning:\n%s", log)
 	}
 }
 
-// TestExplicitBlockSizeTooLargeForTheBufferWarns gives --block-size 1MiB for
-// the same dataset: it is kept, and a warning names the numbers and the flag.
+// TestExplicitBlockSizeTooLargeForTheBufferWarns gives --block-size 1MiB and
+// --buffer 10% for the same dataset: both are kept, and a warning names
+// the blocks a buffer holds, the mix to expect and the flag that fixes it.
 func TestExplicitBlockSizeTooLargeForTheBufferWarns(t *testing.T) {
 	src := genSynthetic(t, 20000, 16, 4, 4, "clustered")
-	m := startMount(t, src, "--seed", "1", "--block-size", "1MiB")
-	if c := readBlockConfig(t, m); c.BlockSize != 1<<20 || c.BlockSizeFrom != 0 {
-		t.Fatalf("config.json block_size %d (lowered from %d): want the 1 MiB given", c.BlockSize, c.BlockSizeFrom)
+	m := startMount(t, src, "--seed", "1", "--block-size", "1MiB", "--buffer", "10%")
+	if c := readSizing(t, m.dir); c.BlockSize != 1<<20 || c.Buffer != "10%" || c.Sizing == nil || !c.Sizing.BlockSizeGiven || !c.Sizing.BufferGiven || c.Sizing.Warning == "" {
+		t.Fatalf("config.json block_size %d, buffer %s, sizing %+v: want the 1 MiB and 10%% given, and the warning", c.BlockSize, c.Buffer, c.Sizing)
 	}
-	want := []string{"level=WARN", "block size too large", "use --block-size 4.0 KiB or less", "blocks_per_buffer=0", `buffer="127 KiB"`}
+	want := []string{"level=WARN", "too few blocks per buffer", "a total-variation distance of about", "use a larger --buffer (at least 128 MiB)", "blocks_per_buffer=1"}
 	log, _ := m.logHas(want...)
 	for _, want := range want {
 		if !strings.Contains(log, want) {
 			t.Fatalf("the mount log lacks %q:\n%s", want, log)
 		}
-	}
-	if strings.Contains(log, "block size lowered") {
-		t.Fatalf("an explicit --block-size was lowered:\n%s", log)
 	}
 }
 

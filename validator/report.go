@@ -1,6 +1,7 @@
 package validator
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -25,6 +26,10 @@ type Run struct {
 	// Feedback says, for a strategy that orders epochs from the trainer's
 	// per-example gradients, what was written to the order server.
 	Feedback *FeedbackSummary `json:"feedback,omitempty"`
+	// Warnings are those the run's mount logged (corgifs validate's child
+	// mounts), and MountConfig its .corgifs/config.json.
+	Warnings    []string        `json:"warnings,omitempty"`
+	MountConfig json.RawMessage `json:"mount_config,omitempty"`
 }
 
 // FeedbackSummary is what a run gave the order server (Trainer.Feedback)

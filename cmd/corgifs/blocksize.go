@@ -2,92 +2,66 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
-	"math/bits"
 	"strconv"
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/sizing"
 	"github.com/dustin/go-humanize"
 )
 
-// Defaults that cannot silently degrade the shuffle. CorgiPile mixes the
-// records of the blocks in one buffer: a buffer of one or two blocks serves
-// each block nearly unmixed (a block-only shuffle), and a part of one
-// buffer samples few blocks. So a block is at most 1/16 of the buffer and
-// 1/32 of a part (two buffers of 16 blocks). Without --block-size, the
-// block size is lowered (to a power of two, at least minAutoBlock) until
-// it is; with --block-size, a warning says what to change.
-const (
-	minBlocksPerBuffer = 16
-	minBuffersPerPart  = 2
-	minAutoBlock       = 4 << 10 // a page: smaller reads cost more than they save
-)
-
-// fitBlockSize returns the largest block size that keeps minBlocksPerBuffer
-// blocks in a buffer of target bytes and minBuffersPerPart such buffers in
-// a part of partBytes.
-func fitBlockSize(partBytes, target int64) int64 {
-	return min(target, partBytes/minBuffersPerPart) / minBlocksPerBuffer
+// chooseSizes sets the block size and the buffer that were not given by
+// package sizing's rule, from the bytes a listing of src finds, before
+// anything is indexed: the index is built once, at the size it is served
+// at. The rule's reason is logged and kept for config.json; its warning,
+// when memory cannot hold enough blocks a buffer, is logged as one.
+func (d *datasetFlags) chooseSizes(ctx context.Context, src string, recordStrategy bool, log *slog.Logger) sizing.Choice {
+	o := d.indexOptions(log, nil)
+	bytes, err := blockcache.SourceBytes(ctx, src, o)
+	if err != nil {
+		// Indexing says what is wrong with the source, as it always did.
+		log.Debug("could not list the source to choose the block size", "err", err)
+	}
+	in := sizing.Input{DatasetBytes: bytes, Parts: max(1, d.parts), ObjectStore: d.source != nil,
+		MaxMemory: int64(d.maxMemory), RecordStrategy: recordStrategy}
+	if d.blockSizeGiven {
+		in.BlockSize = int64(d.blockSize)
+	}
+	if d.bufferGiven {
+		in.Buffer = d.buffer.v
+	}
+	c := sizing.Choose(in)
+	d.blockSize, d.buffer.v, d.sizes = sizeFlag(c.BlockSize), c.Buffer, &c
+	log.Info("block size and buffer", "block_size", humanize.IBytes(uint64(c.BlockSize)), "buffer", c.Buffer.String(),
+		"source_bytes", humanize.IBytes(uint64(bytes)), "parts", in.Parts, "blocks_per_buffer", c.BlocksPerBuffer, "why", c.Reason)
+	if c.Warning != "" {
+		log.Warn("too few blocks per buffer for a good shuffle: "+c.Warning,
+			"block_size", humanize.IBytes(uint64(c.BlockSize)), "blocks_per_buffer", c.BlocksPerBuffer,
+			"buffer", humanize.IBytes(uint64(c.BufferBytes)), "expected_label_tv", strconv.FormatFloat(c.ExpectedTV, 'f', 3, 64))
+	}
+	return c
 }
 
-// floorPow2 returns the largest power of two not above n (n > 0).
-func floorPow2(n int64) int64 { return 1 << (63 - bits.LeadingZeros64(uint64(n))) }
-
-// fitBlocks applies the block size rule to the index and planner that open
-// made, for parts parts of an epoch. Without --block-size it returns them
-// remade with a lower block size when the rule asks for one (the same seed,
-// so that mount and order agree); with --block-size it warns, naming the
-// numbers and the flag. Either way it warns when parts exceed the blocks.
-func (d *datasetFlags) fitBlocks(ctx context.Context, src string, ix *blockcache.Index, pl *shuffler.Planner, seed uint64, parts int, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, error) {
-	if ix.Bytes > 0 && parts > 0 && !shuffler.ReadsRecords(d.strategy) {
-		part := ix.Bytes / int64(parts)
-		target, _ := pl.BufferTarget(part)
-		fit := fitBlockSize(part, target)
-		if ix.BlockSize > fit && !d.blockSizeGiven {
-			if lowered := max(minAutoBlock, floorPow2(max(1, fit))); lowered < ix.BlockSize {
-				log.Info("block size lowered so that a buffer holds at least 16 blocks and a part at least 2 buffers (give --block-size to choose it)",
-					"block_size", humanize.IBytes(uint64(lowered)), "from", humanize.IBytes(uint64(ix.BlockSize)),
-					"buffer", humanize.IBytes(uint64(target)), "part", humanize.IBytes(uint64(part)), "parts", parts)
-				d.blockSizeFrom = ix.BlockSize
-				d.blockSize = sizeFlag(lowered)
-				d.seed = strconv.FormatUint(seed, 10)
-				var err error
-				if ix, pl, _, err = d.open(ctx, src, log, stderr); err != nil {
-					return nil, nil, err
-				}
-			}
-		}
-		if ix.BlockSize > fit {
-			d.warnBlockSize(ix.BlockSize, fit, target, part, parts, log)
-		}
-	}
-	d.warnParts(ix, pl, parts, log)
-	return ix, pl, nil
+// sizesInfo is config.json's "sizing": what the block size and buffer rule
+// chose and why.
+type sizesInfo struct {
+	BlockSizeGiven  bool    `json:"block_size_given"`
+	BufferGiven     bool    `json:"buffer_given"`
+	BlocksPerBuffer int64   `json:"blocks_per_buffer"`
+	WholePart       bool    `json:"buffer_is_whole_part"`
+	ExpectedTV      float64 `json:"expected_label_tv"`
+	Reason          string  `json:"reason"`
+	Warning         string  `json:"warning,omitempty"`
 }
 
-// warnBlockSize says that blocks of blockSize are too large for buffers
-// of target bytes in parts of part bytes, and what to change.
-func (d *datasetFlags) warnBlockSize(blockSize, fit, target, part int64, parts int, log *slog.Logger) {
-	var hint string
-	switch {
-	case d.blockSizeGiven && fit >= minAutoBlock:
-		hint = fmt.Sprintf("use --block-size %s or less (or leave --block-size out to have it chosen), or a larger --buffer",
-			humanize.IBytes(uint64(floorPow2(fit))))
-	case d.blockSizeGiven:
-		hint = fmt.Sprintf("use --block-size %s (smaller reads cost more than they save) with a larger --buffer (at least %s) or fewer --parts",
-			humanize.IBytes(minAutoBlock), humanize.IBytes(uint64(minBlocksPerBuffer*minAutoBlock)))
-	default:
-		// Lowered as far as is useful: only the buffer or K can change.
-		hint = fmt.Sprintf("the dataset is small for this --buffer and --parts: use a larger --buffer (at least %s) or fewer --parts",
-			humanize.IBytes(uint64(minBlocksPerBuffer*blockSize)))
+func (d *datasetFlags) sizesInfo() *sizesInfo {
+	if d.sizes == nil {
+		return nil
 	}
-	log.Warn("block size too large for a good shuffle: a buffer should hold at least 16 blocks and a part at least 2 buffers, or records stay nearly in block order; "+hint,
-		"block_size", humanize.IBytes(uint64(blockSize)), "blocks_per_buffer", target/blockSize,
-		"buffers_per_part", part/max(1, target), "buffer", humanize.IBytes(uint64(target)),
-		"part", humanize.IBytes(uint64(part)), "parts", parts)
+	c := d.sizes
+	return &sizesInfo{BlockSizeGiven: d.blockSizeGiven, BufferGiven: d.bufferGiven, BlocksPerBuffer: c.BlocksPerBuffer,
+		WholePart: c.WholePart, ExpectedTV: c.ExpectedTV, Reason: c.Reason, Warning: c.Warning}
 }
 
 // warnParts warns when an epoch has more parts than blocks: some parts

@@ -8,6 +8,7 @@ import (
 	"github.com/corgifs/corgifs/shuffler"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/corgifs/corgifs/internal/childmount"
@@ -18,8 +19,9 @@ import (
 // process that serves it can deadlock.
 type childMount struct {
 	*childmount.Child
-	ext string // of the part files, from the mount's config.json
-	log *os.File
+	ext    string // of the part files, from the mount's config.json
+	config []byte // its config.json
+	log    *os.File
 }
 
 // startChildMount mounts src at a new directory under work with the given
@@ -60,6 +62,7 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 		return nil, fmt.Errorf("%s/.corgifs/config.json: %w", mnt, err)
 	}
 	m.ext = cmp.Or(cfg.Extension, ".tfrecord") // mounts before formats served TFRecord
+	m.config = b
 	return m, nil
 }
 
@@ -76,4 +79,20 @@ func (m *childMount) stop() error {
 		return fmt.Errorf("corgifs mount at %s: %w (log: %s)", m.Dir, err, m.log.Name())
 	}
 	return nil
+}
+
+// warnings returns the warnings the mount logged so far, each its message
+// and attributes (the log line without its time and level).
+func (m *childMount) warnings() []string {
+	b, err := os.ReadFile(m.log.Name())
+	if err != nil {
+		return []string{fmt.Sprintf("could not read the mount's log %s: %v", m.log.Name(), err)}
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, rest, ok := strings.Cut(line, " level=WARN "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
@@ -25,7 +26,12 @@ import (
 // sizeFlag is a byte size given as 8MiB, 512KB or 1048576.
 type sizeFlag int64
 
-func (s *sizeFlag) String() string { return humanize.IBytes(uint64(*s)) }
+func (s *sizeFlag) String() string {
+	if *s == 0 { // not given: chosen (package sizing); help shows no default
+		return ""
+	}
+	return humanize.IBytes(uint64(*s))
+}
 func (s *sizeFlag) Set(v string) error {
 	n, err := humanize.ParseBytes(v)
 	if err != nil || n == 0 || n > 1<<50 {
@@ -80,7 +86,12 @@ func (f *fractionFlag) Set(v string) error {
 
 type bufferFlag struct{ v shuffler.BufferSize }
 
-func (b *bufferFlag) String() string { return b.v.String() }
+func (b *bufferFlag) String() string {
+	if b.v == (shuffler.BufferSize{}) { // not given: chosen (package sizing)
+		return ""
+	}
+	return b.v.String()
+}
 func (b *bufferFlag) Set(s string) error {
 	v, err := shuffler.ParseBufferSize(s)
 	b.v = v
@@ -141,11 +152,14 @@ type datasetFlags struct {
 	// and the soft limit of the Go heap (see memorySplit).
 	slabBudget, heapLimit int64
 
-	// blockSizeGiven: --block-size was on the command line, so the block
-	// size rule warns instead of lowering it (blocksize.go); blockSizeFrom
-	// is the size it lowered, if it did.
-	blockSizeGiven bool
-	blockSizeFrom  int64
+	// blockSizeGiven and bufferGiven: --block-size and --buffer were on
+	// the command line; the others are chosen by package sizing before
+	// indexing (blocksize.go), which sizes says.
+	blockSizeGiven, bufferGiven bool
+	sizes                       *sizing.Choice
+	// parts is the K the sizes are chosen for (--parts, validate's
+	// --workers; 0 is 1).
+	parts int
 
 	// feedbackDim is --feedback-dim; feedback the store open made for a
 	// feedback strategy (feedback.go), nil for the others.
@@ -156,11 +170,9 @@ type datasetFlags struct {
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
-	d.blockSize = 8 << 20
 	d.include = listFlag(blockcache.DefaultInclude())
 	d.maxMemory = 1 << 30
-	d.buffer.v = shuffler.BufferSize{Percent: 5}
-	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
+	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record)\n(default: chosen from the dataset's size before indexing, so that a buffer holds at least\n256 blocks: a power of two from 4 KiB (1 MiB for s3://) to 8 MiB; see .corgifs/config.json)")
 	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
@@ -174,7 +186,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 		return
 	}
 	fs.StringVar(&d.strategy, "strategy", "corgipile", "order `strategy`, one of:"+strategyHelp())
-	fs.Var(&d.buffer, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory")
+	fs.Var(givenFlag{&d.buffer, &d.bufferGiven}, "buffer", "shuffle buffer: a `size` (64MiB) or a percentage of a part (5%);\nlowered so that two buffers fit in --max-memory (default: 100% when all --parts fit,\ntwo buffers each, in half of --max-memory: an exact shuffle of each part; else a\n1/K share of that room, at least 256 blocks of the smallest block; 5% for window and mrs)")
 	fs.StringVar(&d.seed, "seed", "", "`seed` of all random choices (default: chosen at random and logged)")
 	fs.Var(&d.maxMemory, "max-memory", "memory `budget` for loaded blocks, shared by all open parts")
 	d.partition, d.exchange = shuffler.PartitionRandom, 0.3
@@ -404,6 +416,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err := d.openSource(ctx, src, log); err != nil {
 		return nil, nil, 0, err
 	}
+	d.chooseSizes(ctx, src, shuffler.ReadsRecords(d.strategy), log)
 	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
 	if err != nil {
 		return nil, nil, 0, err

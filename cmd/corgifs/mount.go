@@ -57,9 +57,9 @@ type info struct {
 	HeaderBytes       *int64 `json:"header_bytes,omitempty"`
 	SourceHeaderBytes int64  `json:"source_header_bytes,omitempty"`
 
-	// The default block size, when it was lowered for this dataset
-	// (blocksize.go); block_size is the one used.
-	BlockSizeFrom int64 `json:"block_size_lowered_from,omitempty"`
+	// Sizing says whether block_size and buffer were given or chosen, and
+	// why (package sizing; blocksize.go).
+	Sizing *sizesInfo `json:"sizing,omitempty"`
 	// Prefetch is --prefetch: the buffers each part loads ahead.
 	Prefetch int `json:"prefetch"`
 }
@@ -219,6 +219,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	indexed := make(chan struct{})
 	go exitIfStuck(ctx, again, indexed, log)
 
+	d.parts = *parts
 	ix, pl, seed, err := d.open(ctx, src, log, stderr)
 	close(indexed)
 	if err != nil {
@@ -227,9 +228,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		}
 		return err
 	}
-	if ix, pl, err = d.fitBlocks(ctx, src, ix, pl, seed, *parts, log, stderr); err != nil {
-		return err
-	}
+	d.warnParts(ix, pl, *parts, log)
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
@@ -261,7 +260,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		defer pprof.StopCPUProfile()
 	}
 	in := newInfo(ix, pl, *epochs, *parts)
-	in.BlockSizeFrom = d.blockSizeFrom
+	in.Sizing = d.sizesInfo()
 	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
 		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
@@ -404,6 +403,9 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err := d.openSource(ctx, pos[0], log); err != nil {
 		return err
 	}
+	// The size a mount of one part would choose, so that it finds this
+	// index in the cache.
+	d.chooseSizes(ctx, pos[0], false, log)
 	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
 	if err != nil {
 		return err

@@ -55,13 +55,12 @@ frame's size.`, stderr)
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ix, pl, seed, err := d.open(ctx, pos[0], log, stderr)
+	d.parts = *parts
+	ix, pl, _, err := d.open(ctx, pos[0], log, stderr)
 	if err != nil {
 		return err
 	}
-	if ix, pl, err = d.fitBlocks(ctx, pos[0], ix, pl, seed, *parts, log, stderr); err != nil {
-		return err
-	}
+	d.warnParts(ix, pl, *parts, log)
 	if *output == "dali" && ix.Format != "tfrecord" {
 		return fmt.Errorf("--output dali: the DALI index is for TFRecord; %s is %s (use --output file)", ix.Root, ix.Format)
 	}

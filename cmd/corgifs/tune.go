@@ -20,6 +20,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/tune"
 	"github.com/dustin/go-humanize"
@@ -70,14 +71,17 @@ Buffer (with --label): two rules, shown side by side per buffer size.
 of equal size; the percent printed is one whose buffers hold the blocks
 asked for.
 
-Last, it prints a 'corgifs mount' line with both.`
+It also shows the label mix of the buffer a mount chooses itself at that block
+size when given no --buffer (package sizing: a whole part when it fits in
+memory). Last, it prints a 'corgifs mount' line with the block size, and with
+--buffer only when the mount's own buffer mixes less than the rule asks.`
 
 func runTune(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("tune", "SRC", tuneAbout, stderr)
 	var d datasetFlags
 	d.register(fset, false)
 	bs := fset.Lookup("block-size")
-	bs.Usage = "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or 8 MiB with --probe=false)"
+	bs.Usage = "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or the one a mount chooses with --probe=false)"
 	bs.DefValue = "0 B" // printed as no default: the usage says it
 	label := fset.String("label", "", "int64 `feature` holding the class of a record; without it, only the storage is measured")
 	features := fset.String("features", "", "`feature` holding the input vector (a float_list, or a bytes_list of one uint8 string\nsuch as image pixels, scaled to [0, 1]); without it h_D is the label's alone")
@@ -177,6 +181,12 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		out.Storage = &rep
 	}
 	block := int64(d.blockSize)
+	if !blockGiven {
+		// Without a recommendation from the storage, the block the mount
+		// would choose (package sizing).
+		d.parts = *parts
+		block = d.chooseSizes(ctx, src, false, log).BlockSize
+	}
 	switch {
 	case blockGiven:
 	case out.Storage != nil && out.Storage.Recommended > 0:
@@ -206,8 +216,13 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if out.Buffer, err = bufferAdvice(rep, ix, *parts, *mixTV); err != nil {
 			return err
 		}
+		out.Defaults = defaultsAdvice(&d, rep, ix, block, *parts, *mixTV, out.Buffer)
 	}
-	out.Mount = mountLine(src, block, *parts, out.Buffer)
+	buf := out.Buffer
+	if out.Defaults != nil && out.Defaults.Enough {
+		buf = nil // the mount's own buffer mixes enough: no --buffer
+	}
+	out.Mount = mountLine(src, block, *parts, buf)
 	if out.Storage != nil && out.Storage.Remote {
 		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
 	}
@@ -232,7 +247,47 @@ type tuneOutput struct {
 	Features  string              `json:"features,omitempty"`
 	Data      *tune.DataReport    `json:"data,omitempty"`
 	Buffer    *bufferChoice       `json:"buffer,omitempty"`
+	Defaults  *defaultsMix        `json:"defaults,omitempty"`
 	Mount     string              `json:"mount"`
+}
+
+// defaultsMix is the label mix of the buffer a mount chooses when given
+// the mount line's --block-size and no --buffer (package sizing).
+type defaultsMix struct {
+	Buffer    string `json:"buffer"`
+	Blocks    int    `json:"blocks"` // blocks of a buffer
+	WholePart bool   `json:"buffer_is_whole_part"`
+	// MixTV is the expected label TV of such a buffer, from the measured
+	// label mix; Enough says it meets --mix-tv (or the bound's blocks,
+	// with --mix-tv 0), or that a buffer is a whole part: the mount line
+	// then has no --buffer.
+	MixTV  float64 `json:"mix_tv"`
+	Enough bool    `json:"enough"`
+	Reason string  `json:"reason"`
+}
+
+// defaultsAdvice measures the mix of the buffer the mount would choose for
+// blocks of block bytes.
+func defaultsAdvice(d *datasetFlags, rep tune.DataReport, ix *blockcache.Index, block int64, parts int, maxTV float64, advice *bufferChoice) *defaultsMix {
+	c := sizing.Choose(sizing.Input{DatasetBytes: ix.Bytes, Parts: parts, ObjectStore: d.source != nil,
+		MaxMemory: int64(d.maxMemory), BlockSize: block})
+	blocks := len(ix.Blocks) / max(1, parts)
+	if !c.WholePart && len(ix.Blocks) > 0 {
+		blocks = int(c.BufferBytes / max(1, ix.Bytes/int64(len(ix.Blocks))))
+	}
+	m := &defaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: c.Reason}
+	if rep.Mix != nil {
+		m.MixTV = rep.Mix.ExpectedTV(blocks)
+	}
+	switch {
+	case c.WholePart:
+		m.Enough = true
+	case maxTV > 0 && rep.Mix != nil:
+		m.Enough = m.MixTV <= maxTV
+	case advice != nil:
+		m.Enough = blocks >= advice.Blocks
+	}
+	return m
 }
 
 // bufferChoice is the buffer of the mount line, what each rule asks
@@ -462,6 +517,17 @@ func printTune(w io.Writer, o tuneOutput) {
 		if b := o.Buffer; b != nil {
 			printBuffer(w, b)
 		}
+		if m := o.Defaults; m != nil {
+			verdict := "more is needed: the mount line gives --buffer"
+			if m.Enough {
+				verdict = "enough: the mount line leaves --buffer to the mount"
+			}
+			what := fmt.Sprintf("%d blocks", m.Blocks)
+			if m.WholePart {
+				what = fmt.Sprintf("a whole part (%d blocks), an exact shuffle of it", m.Blocks)
+			}
+			fmt.Fprintf(w, "  the mount's default buffer (%s): %s, expected buffer label TV %.3f; %s\n", m.Buffer, what, m.MixTV, verdict)
+		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "%s\n", o.Mount)
@@ -495,7 +561,7 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 	if b.Criterion == "bound" {
 		rule = fmt.Sprintf("the bound ((1-alpha)*h_D %.2f <= 1; --mix-tv 0)", b.Bound)
 	}
-	fmt.Fprintf(w, "  mount line: --buffer %g%%, chosen by %s:\n    %s a buffer, %s of memory for two\n",
+	fmt.Fprintf(w, "  buffer asked for: --buffer %g%%, chosen by %s:\n    %s a buffer, %s of memory for two\n",
 		b.Percent, rule, humanize.IBytes(uint64(b.Bytes)), humanize.IBytes(2*uint64(b.Bytes)))
 	if b.Criterion == "mix" && b.BoundPercent > b.Percent {
 		fmt.Fprintf(w, "  The bound asks for more (--buffer %g%%): the labels of a buffer are mixed, but the\n"+

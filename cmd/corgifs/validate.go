@@ -22,6 +22,7 @@ import (
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/validator"
 	"github.com/dustin/go-humanize"
 )
@@ -51,6 +52,10 @@ type validateFlags struct {
 	ignoreSet               bool // --ignore-columns was given
 	feedbackDimGiven        bool // --feedback-dim was given (validate sets it)
 	divide                  float64
+
+	// progress, if set, gets the name of each strategy as its run starts
+	// (the demo's progress line).
+	progress io.Writer
 }
 
 func (v *validateFlags) register(fs *flag.FlagSet) {
@@ -252,6 +257,11 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		log.Info("no --seed given; chose one (pass it to reproduce these orders)", "seed", seed)
 		d.seed = fmt.Sprint(seed)
 	}
+	// The block size and buffers a mount of --workers parts chooses
+	// (package sizing): the child mounts choose them again, from the same
+	// listing, and find this index in the cache.
+	d.parts = v.workers
+	d.chooseSizes(ctx, v.data, false, log)
 	ix, _, err := blockcache.Open(ctx, v.data, d.indexOptions(log, os.Stderr))
 	if err != nil {
 		return report, err
@@ -271,6 +281,9 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	}
 	defer os.RemoveAll(work)
 	for _, r := range runs {
+		if v.progress != nil {
+			fmt.Fprintf(v.progress, " %s", r.label)
+		}
 		model, err := validator.NewModel(v.model, test.Dim, classes)
 		if err != nil {
 			return report, err
@@ -306,6 +319,16 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		if derr := rio.done(); err == nil {
 			err = derr
 		}
+		if rio.warnings != nil {
+			// A child mount's warnings (too few blocks a buffer, more
+			// parts than blocks) are the run's: its log is deleted with
+			// the work directory.
+			for _, w := range rio.warnings() {
+				log.Warn("mount of " + r.label + ": " + w)
+				run.Warnings = append(run.Warnings, w)
+			}
+		}
+		run.MountConfig = rio.mountConfig
 		if err != nil {
 			return report, err
 		}
@@ -385,6 +408,9 @@ type runIO struct {
 	feedback      validator.Feedback                       // nil unless a feedback strategy
 	feedbackStats func() (feedback.Stats, error)
 	done          func() error // cleans up
+	// Of a child mount: its config.json, and the warnings it logged.
+	mountConfig json.RawMessage
+	warnings    func() []string
 }
 
 // epochOpener returns how to open the --workers parts of one epoch of a
@@ -408,9 +434,17 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		}
 	}
 	if v.via == "mount" {
-		flags := []string{"--strategy", r.strategy, "--seed", fmt.Sprint(seed), "--block-size", fmt.Sprint(int64(d.blockSize)),
-			"--buffer", d.buffer.v.String(), "--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", cacheDir,
+		flags := []string{"--strategy", r.strategy, "--seed", fmt.Sprint(seed),
+			"--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", cacheDir,
 			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--parts", fmt.Sprint(k)}
+		// What was not given the child chooses as any mount does, and
+		// says so in its config.json: validate runs what users run.
+		if d.blockSizeGiven {
+			flags = append(flags, "--block-size", fmt.Sprint(int64(d.blockSize)))
+		}
+		if d.bufferGiven {
+			flags = append(flags, "--buffer", d.buffer.v.String())
+		}
 		if d.skipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
@@ -442,7 +476,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 		if err != nil {
 			return nil, err
 		}
-		rio := &runIO{done: m.stop}
+		rio := &runIO{done: m.stop, mountConfig: m.config, warnings: m.warnings}
 		rio.open = func(e int) ([]io.ReadCloser, error) {
 			return openParts(k, func(i int) (io.ReadCloser, error) { return os.Open(m.part(e, i, k)) })
 		}
@@ -456,7 +490,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	// are the mount's: its slabs' share, less what it sets aside for the
 	// feedback vectors.
 	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
-	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs,
+	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.bufferFor(r.strategy), MaxMemory: slabs,
 		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange}
 	var store *feedback.Store
 	if fbDim > 0 {
@@ -682,4 +716,18 @@ func formatFiles(dir string, include []string) ([]string, error) {
 		return nil, fmt.Errorf("no files matching %s in %s", strings.Join(include, ","), dir)
 	}
 	return files, nil
+}
+
+// bufferFor is the buffer a mount of strategy uses: --buffer, or what the
+// rule chooses for it (window and mrs keep a small one).
+func (d *datasetFlags) bufferFor(strategy string) shuffler.BufferSize {
+	if d.bufferGiven || d.sizes == nil {
+		return d.buffer.v
+	}
+	in := sizing.Input{DatasetBytes: d.sizes.DatasetBytes, Parts: max(1, d.parts), ObjectStore: d.source != nil,
+		MaxMemory: int64(d.maxMemory), RecordStrategy: shuffler.ReadsRecords(strategy)}
+	if d.blockSizeGiven {
+		in.BlockSize = int64(d.blockSize)
+	}
+	return sizing.Choose(in).Buffer
 }

@@ -244,14 +244,15 @@ def test_order_agrees_with_the_served_parts(served, corgifs_bin, fmt):
         check_order(corgifs_bin, s.mount, s.src, fmt, epoch, i, FORMAT_PARTS)
 
 
-def test_order_reproduces_a_headerless_csv_mount_with_a_lowered_block_size(served, mounter, corgifs_bin):
+def test_order_reproduces_a_headerless_csv_mount_with_a_chosen_block_size(served, mounter, corgifs_bin):
     """--header=false makes every file's first row a record, and the block
-    size chosen by the mount is not the default: order() must pass both."""
+    size and buffer are chosen by the mount (package sizing): order() must
+    pass all three."""
     s = served("csv")
     m = mounter(s.src, "--header=false", "--seed", "6", "--parts", "2")
     cfg = corgifs.config(m.dir)
     assert cfg["header"] is False and cfg["dataset"]["records"] == s.records + 3
-    assert cfg.get("block_size_lowered_from"), "the test needs a block size the mount chose"
+    assert cfg["sizing"]["block_size_given"] is False, "the test needs a block size the mount chose"
     assert corgifs.reader_of(m.dir).header is False
     for epoch, i in ((0, 1), (3, 0)):
         check_order(corgifs_bin, m, s.src, "csv", epoch, i, 2)

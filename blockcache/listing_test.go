@@ -1,0 +1,27 @@
+package blockcache
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestSourceBytesIsTheSizeOfTheFilesAnIndexWouldCover lists a directory
+// of two TFRecord files and a README: the size is that of the two, read
+// from the listing alone.
+func TestSourceBytesIsTheSizeOfTheFilesAnIndexWouldCover(t *testing.T) {
+	dir := t.TempDir()
+	for name, n := range map[string]int{"a.tfrecord": 1000, "b.tfrecord": 234, "README.txt": 5000} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := SourceBytes(context.Background(), dir, Options{})
+	if err != nil || n != 1234 {
+		t.Fatalf("SourceBytes = %d, %v; want 1234 (the two .tfrecord files)", n, err)
+	}
+	if _, err := SourceBytes(context.Background(), filepath.Join(dir, "missing"), Options{}); err == nil {
+		t.Fatal("no error for a missing source")
+	}
+}

@@ -1,0 +1,315 @@
+package tests
+
+// The defaults of block size and buffer (issue 23): one rule (package
+// sizing), applied once before indexing, the same for mount, order and
+// validate, and a buffer that mixes the labels of sorted data.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/corgifs/corgifs/sizing"
+)
+
+// TestFirstMountOfASmallDatasetReadsEachSourceByteOnce mounts a small
+// bucket for the first time with a full index and no --block-size: before
+// any part is read the mount must have fetched each source byte once
+// (counted in stats.json's get_bytes), where the block size rule used to
+// index at 8 MiB and then again at the lowered size.
+func TestFirstMountOfASmallDatasetReadsEachSourceByteOnce(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 20000, 16, 4, 4, "clustered")
+	s.upload("data", "once", src)
+	var total int64
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	m := startMount(t, "s3://data/once", "--s3-endpoint", s.endpoint, "--index", "full", "--seed", "1", "--cache-dir", t.TempDir())
+	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Source struct {
+			GETBytes int64 `json:"get_bytes"`
+		} `json:"source"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("stats.json: %v\n%s", err, b)
+	}
+	// Each byte once, and a few first bytes of each file again (the
+	// sniffs of its format and compression: 24 bytes here); an index at
+	// another block size would read every byte twice.
+	if extra := st.Source.GETBytes - total; extra < 0 || extra > int64(len(ents))*64 {
+		t.Fatalf("the first mount fetched %d bytes of a %d-byte source (%d files) before any read: want each byte once\n%s", st.Source.GETBytes, total, len(ents), m.log)
+	}
+	log := m.log.String()
+	if n := strings.Count(log, `msg="index ready"`); n != 1 {
+		t.Fatalf("%d \"index ready\" lines, want 1:\n%s", n, log)
+	}
+	c := readSizing(t, m.dir)
+	if c.Sizing == nil || c.Sizing.BlockSizeGiven || c.Sizing.Reason == "" || c.BlockSize != sizing.ObjectStoreFloor || c.Buffer != "100%" {
+		t.Fatalf("config.json: block_size %d, buffer %s, sizing %+v: want the object store's floor, a whole part, and why", c.BlockSize, c.Buffer, c.Sizing)
+	}
+}
+
+// sizingConfig is what config.json says of the block size and buffer.
+type sizingConfig struct {
+	BlockSize  int64  `json:"block_size"`
+	Buffer     string `json:"buffer"`
+	BufferPart int64  `json:"buffer_bytes_per_part"`
+	Sizing     *struct {
+		BlockSizeGiven  bool    `json:"block_size_given"`
+		BufferGiven     bool    `json:"buffer_given"`
+		BlocksPerBuffer int64   `json:"blocks_per_buffer"`
+		WholePart       bool    `json:"buffer_is_whole_part"`
+		ExpectedTV      float64 `json:"expected_label_tv"`
+		Reason          string  `json:"reason"`
+		Warning         string  `json:"warning"`
+	} `json:"sizing"`
+}
+
+func readSizing(t *testing.T, mnt string) sizingConfig {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(mnt, ".corgifs", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c sizingConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("config.json: %v\n%s", err, b)
+	}
+	return c
+}
+
+// TestOrderWithTheDefaultsMixesTheLabelsOfEveryBuffer lists, through
+// corgifs order at the defaults, the records of a dataset of 60,000 records
+// sorted by label into 10 classes, and checks the label mix of every
+// buffer against the whole dataset's.
+//
+// The bound: a block holds one class (or two, at a class boundary, which
+// only mixes more), so a buffer's label shares are those of B blocks drawn
+// at random from the N of the dataset (of the part: parts are random runs
+// of the epoch's block permutation). Each share p̂ is hypergeometric with
+// standard deviation σ = √(p(1−p)/B) at most; TV = ½Σ|p̂−p| has mean
+// ½·C·σ·√(2/π) = 1.197/√B for C = 10, p = 0.1, and standard deviation
+// about ½·√(C(1−2/π))·σ = 0.286/√B. The bound is the mean plus 5 standard
+// deviations, 2.63/√B: 0.16 at the 256 blocks a buffer the rule aims at.
+// A regression to 19 blocks a buffer (TV 0.27, the old default) fails it.
+func TestOrderWithTheDefaultsMixesTheLabelsOfEveryBuffer(t *testing.T) {
+	src := genSynthetic(t, 60000, 16, 10, 8, "clustered", "--format", "csv")
+	files := map[string][]byte{}
+	var total int64
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+		total += int64(len(b))
+	}
+	for _, tc := range []struct {
+		name      string
+		parts     int
+		maxMemory int64
+	}{
+		// Each of 8 parts is one buffer: an exact shuffle of its blocks.
+		{"8 parts", 8, 1 << 30},
+		// Too little memory for the whole dataset: buffers of 256 blocks.
+		{"1 part, 8 MiB of memory", 1, 8 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sizing.Choose(sizing.Input{DatasetBytes: total, Parts: tc.parts, MaxMemory: tc.maxMemory})
+			part := (total + int64(tc.parts) - 1) / int64(tc.parts)
+			// A part is cut into nbuf buffers of equal bytes, so of
+			// blocks the part's share each.
+			nbuf := max(1, (part+c.BufferBytes-1)/c.BufferBytes)
+			blocks := part / c.BlockSize / nbuf
+			bound := 2.63 / math.Sqrt(float64(blocks))
+			t.Logf("block %d, buffer at most %d bytes, %d buffers a part of about %d blocks; bound %.3f", c.BlockSize, c.BufferBytes, nbuf, blocks, bound)
+			if blocks < sizing.MinBlocks {
+				t.Fatalf("the defaults give %d blocks a buffer, fewer than %d", blocks, sizing.MinBlocks)
+			}
+			var global [10]int
+			var parts [][]int
+			for i := range tc.parts {
+				out := corgifs(t, "order", src, "--seed", "7", "--parts", fmt.Sprint(tc.parts), "--part", fmt.Sprint(i),
+					"--max-memory", fmt.Sprint(tc.maxMemory), "--cache-dir", filepath.Join(t.TempDir(), "cache"))
+				labels := orderLabels(t, files, out)
+				for _, l := range labels {
+					global[l]++
+				}
+				parts = append(parts, labels)
+			}
+			n := 0
+			for _, g := range global {
+				n += g
+			}
+			if n != 60000 {
+				t.Fatalf("the parts hold %d records, want 60000", n)
+			}
+			worst := 0.0
+			for i, labels := range parts {
+				// Buffers are balanced by bytes, and the records are of
+				// nearly one size: nbuf runs of equal length are the
+				// buffers, give or take a block at the edges.
+				for g := range nbuf {
+					lo, hi := len(labels)*int(g)/int(nbuf), len(labels)*int(g+1)/int(nbuf)
+					var h [10]int
+					for _, l := range labels[lo:hi] {
+						h[l]++
+					}
+					tv := 0.0
+					for c := range h {
+						tv += math.Abs(float64(h[c])/float64(hi-lo)-float64(global[c])/float64(n)) / 2
+					}
+					worst = max(worst, tv)
+					if tv > bound {
+						t.Errorf("part %d, buffer %d: label TV %.3f to the dataset's mix, over the bound %.3f", i, g, tv, bound)
+					}
+				}
+			}
+			t.Logf("worst buffer TV %.3f (bound %.3f, expected %.3f)", worst, bound, sizing.ExpectedTV(blocks, total/c.BlockSize, 10))
+		})
+	}
+}
+
+// orderLabels returns the labels of the records order listed: the second
+// column of the CSV rows of gen synthetic (id,label,features...).
+func orderLabels(t *testing.T, files map[string][]byte, out string) []int {
+	t.Helper()
+	var labels []int
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var name string
+		var off, n int64
+		if _, err := fmt.Sscan(sc.Text(), &name, &off, &n); err != nil {
+			t.Fatalf("order line %q: %v", sc.Text(), err)
+		}
+		row := files[name][off : off+n]
+		f := bytes.SplitN(row, []byte(","), 3)
+		var l int
+		if _, err := fmt.Sscan(string(f[1]), &l); err != nil || l < 0 || l > 9 {
+			t.Fatalf("row %q of %s at %d: no label", row, name, off)
+		}
+		labels = append(labels, l)
+	}
+	return labels
+}
+
+// TestValidateWithNoFlagsMountsAsAPlainMountDoes runs validate without
+// --block-size and --buffer: its mount must have the config.json of a
+// plain mount of the same data and flags (the same defaults, chosen for
+// the same reason), which its JSON report carries.
+func TestValidateWithNoFlagsMountsAsAPlainMountDoes(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
+	test := genSynthetic(t, 2000, 16, 10, 1, "shuffled", "--first-id", "20000")
+	out := filepath.Join(t.TempDir(), "r.json")
+	corgifs(t, "validate", "--data", train, "--test", test, "--strategies", "corgipile", "--epochs", "1", "--seed", "5",
+		"--cache-dir", t.TempDir(), "--json", out)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Runs []struct {
+			MountConfig map[string]any `json:"mount_config"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Runs) != 1 || r.Runs[0].MountConfig == nil {
+		t.Fatalf("validate's report has no mount_config (%v):\n%s", err, b)
+	}
+	m := startMount(t, train, "--strategy", "corgipile", "--seed", "5", "--epochs", "1", "--cache-dir", t.TempDir())
+	b, err = os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	got := r.Runs[0].MountConfig
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.MarshalIndent(got, "", " ")
+		w, _ := json.MarshalIndent(want, "", " ")
+		t.Fatalf("validate's mount config.json differs from a plain mount's:\nvalidate: %s\nmount: %s", g, w)
+	}
+	if s, _ := want["sizing"].(map[string]any); s == nil || s["block_size_given"] != false || s["buffer_given"] != false {
+		t.Fatalf("config.json sizing %v: want both chosen", want["sizing"])
+	}
+}
+
+// TestValidateReportsTheWarningsOfItsMounts gives validate a buffer of too
+// few blocks: the mount's warning must reach validate's stderr and JSON
+// (the mount's own log is deleted with validate's work directory).
+func TestValidateReportsTheWarningsOfItsMounts(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
+	test := genSynthetic(t, 2000, 16, 10, 1, "shuffled", "--first-id", "20000")
+	out := filepath.Join(t.TempDir(), "r.json")
+	_, stderr, code := run("validate", "--data", train, "--test", test, "--strategies", "corgipile", "--epochs", "1", "--seed", "5",
+		"--block-size", "64KiB", "--buffer", "10%", "--cache-dir", t.TempDir(), "--json", out)
+	if code != 0 {
+		t.Fatalf("validate exit %d:\n%s", code, stderr)
+	}
+	const warning = "too few blocks per buffer"
+	if !strings.Contains(stderr, "mount of corgipile: ") || !strings.Contains(stderr, warning) {
+		t.Fatalf("validate's stderr lacks the mount's warning:\n%s", stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Runs []struct {
+			Warnings []string `json:"warnings"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Runs) != 1 || len(r.Runs[0].Warnings) == 0 || !strings.Contains(r.Runs[0].Warnings[0], warning) {
+		t.Fatalf("validate's JSON lacks the mount's warning (%v):\n%s", err, b)
+	}
+}
+
+// TestValidateDirectAtTheDefaultsTrainsAsItsMounts runs validate without
+// --block-size and --buffer through mounts and in-process (--via direct):
+// the in-process orders must take the buffer each strategy's mount chose
+// (a whole part for corgipile, 5% for window), so every epoch trains alike.
+func TestValidateDirectAtTheDefaultsTrainsAsItsMounts(t *testing.T) {
+	fuseOK(t)
+	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
+	test := genSynthetic(t, 2000, 16, 10, 1, "shuffled", "--first-id", "20000")
+	var got [2]report
+	for i, via := range []string{"mount", "direct"} {
+		got[i] = validateJSON(t, "validate", "--data", train, "--test", test, "--strategies", "corgipile,window,full",
+			"--epochs", "2", "--seed", "3", "--workers", "2", "--via", via, "--cache-dir", t.TempDir())
+	}
+	for r, run := range got[0].Runs {
+		for e, ep := range run.Epochs {
+			d := got[1].Runs[r].Epochs[e]
+			if ep.TestAcc != d.TestAcc || ep.TrainLoss != d.TrainLoss {
+				t.Fatalf("%s epoch %d: through mounts test accuracy %v, loss %v; direct %v, %v", run.Strategy, e, ep.TestAcc, ep.TrainLoss, d.TestAcc, d.TrainLoss)
+			}
+		}
+	}
+}
