@@ -29,7 +29,8 @@ import (
 )
 
 // bin is the corgifs binary the mounts run: corgifstest's, built once by
-// TestMain (a race-detector build when the tests run with -race).
+// TestMain, without the race detector (the tests in raceTests run
+// binFor's race-detector build instead).
 var bin string
 
 func TestMain(m *testing.M) {
@@ -42,6 +43,11 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if gens, err = newGenCache(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer gens.remove()
 	return m.Run()
 }
 
@@ -54,8 +60,12 @@ func fuseOK(t *testing.T) {
 }
 
 // corgifs runs the binary to completion and returns its stdout.
+// A gen into a new directory is made once per set of arguments (genCache).
 func corgifs(t *testing.T, args ...string) string {
 	t.Helper()
+	if cacheable(args) {
+		return gens.gen(t, args)
+	}
 	var out, errb bytes.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -110,10 +120,13 @@ func startMountUnder(t *testing.T, prefix []string, src string, flags ...string)
 	if prefix != nil {
 		opts = append(opts, corgifstest.Wrapper(prefix...))
 	}
+	if daemonRace(t) {
+		opts = append(opts, corgifstest.RaceDetector())
+	}
 	m.d = corgifstest.Mount(t, src, opts...)
 	m.dir = m.d.Dir
 	m.ext = filepath.Ext(m.d.Part(0, 0, 1))
-	m.cmd = &exec.Cmd{Path: bin, Process: m.d.Process()}
+	m.cmd = &exec.Cmd{Path: binFor(t), Process: m.d.Process()}
 	go func() {
 		<-m.d.Done()
 		m.exit = m.d.ExitErr()
