@@ -116,6 +116,7 @@ func (t *Trainer) check() error {
 	case t.Decoder == nil:
 		return errors.New("the Trainer has no Decoder")
 	case !(t.LR > 0) || math.IsInf(t.LR, 0):
+		//lint:ignore ST1005 LR is the name of the field
 		return fmt.Errorf("LR must be a positive number, got %v", t.LR)
 	case t.Decay < 0 || t.Decay > 1 || math.IsNaN(t.Decay):
 		return fmt.Errorf("Decay must be in (0, 1] (0 for the default %v), got %v", DefaultDecay, t.Decay)

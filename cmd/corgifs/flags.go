@@ -14,6 +14,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
@@ -157,7 +158,7 @@ type datasetFlags struct {
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.blockSize = 8 << 20
-	d.include = listFlag(blockcache.DefaultInclude())
+	d.include = listFlag(formats.TFRecord{}.Include())
 	d.maxMemory = 1 << 30
 	d.buffer.v = shuffler.BufferSize{Percent: 5}
 	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record);\nwithout this flag, lowered for a small dataset until a buffer holds 16 blocks and a part 2 buffers")
