@@ -2,6 +2,13 @@
 // real binary, mounts real FUSE file systems in temporary directories from a
 // child process (reading a mount from the process that serves it can
 // deadlock) and reads them the way a user would.
+//
+// Parallel tests: the long tests that share nothing with the others and
+// check counts, bytes and accuracy rather than times (training through a
+// mount, the Python suite, every format) call t.Parallel, so that after the
+// sequential tests they run two at a time (-parallel is GOMAXPROCS) and one
+// test's waits overlap another's work. A test that calls t.Setenv, changes
+// the machine (/sbin, /etc) or measures time or CPU must stay sequential.
 package tests
 
 import (
