@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -181,11 +182,8 @@ func spin(d time.Duration) {
 			x = x*6364136223846793005 + uint64(i)
 		}
 	}
-	spinSink = x
+	runtime.KeepAlive(x) // x is used: the compiler keeps the loop
 }
-
-// spinSink keeps the compiler from dropping spin's loop.
-var spinSink uint64
 
 func (h *harness) prefetchMarkdown(took time.Duration) string {
 	var b strings.Builder

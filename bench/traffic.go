@@ -277,6 +277,7 @@ func trafficOne(ctx context.Context, o trafficOptions, ix *blockcache.Index, q f
 				err = serr
 			}
 			if err != nil {
+				//lint:ignore ST1005 Q is the name of the parameter, as in the report
 				errs[i] = fmt.Errorf("Q=%g node %d: %w", q, i, err)
 				return
 			}

@@ -110,11 +110,9 @@ type Index struct {
 	// local directory Root (source/local).
 	src source.Source
 
-	recOnce   sync.Once
-	sidecar   string // path of the sidecar this index is saved in, if any
-	staleOnce sync.Once
-	recOff    []int64 // file offset of every record, from Frames
-	blockRec  []int64 // index of the first record of every block, and the total
+	recOnce  sync.Once
+	recOff   []int64 // file offset of every record, from Frames
+	blockRec []int64 // index of the first record of every block, and the total
 
 	// Probed is set for an index built by probing (see probe.go): it has
 	// no Frames nor RecordCRCs, and its blocks no CRC.
@@ -213,13 +211,6 @@ type Options struct {
 	// of reading every byte (--index probe; see probe.go).
 	Probe bool
 }
-
-// DefaultInclude is the file patterns of TFRecord files.
-//
-// Deprecated: an empty Options.Include selects the files of the format;
-// use formats.Format.Include. Kept until cmd/corgifs's validate.go moves
-// to it.
-func DefaultInclude() []string { return formats.TFRecord{}.Include() }
 
 func (o *Options) fill() {
 	if o.Format != nil {

@@ -17,9 +17,12 @@ import (
 // mainPackage is the corgifs command, built by Binary.
 const mainPackage = "github.com/corgifs/corgifs/cmd/corgifs"
 
-// built caches the result of the first Binary call of the test binary:
-// one build, however many mounts.
-var built = sync.OnceValues(findBinary)
+// built and builtRace cache the result of the first Binary and RaceBinary
+// call of the test binary: one build of each, however many mounts.
+var (
+	built     = sync.OnceValues(func() (string, error) { return findBinary(false) })
+	builtRace = sync.OnceValues(func() (string, error) { return findBinary(true) })
+)
 
 // Binary returns the corgifs binary that Mount runs, the same for every
 // call of one test binary:
@@ -27,7 +30,10 @@ var built = sync.OnceValues(findBinary)
 //   - $CORGIFS_BIN, if set (a CI job that built corgifs once);
 //   - otherwise corgifs built with `go build` from the module the test is
 //     built in (so that the daemon is the version of the code under test),
-//     with -race when the test binary has the race detector;
+//     without the race detector, even when the test binary has it: a
+//     race-detector daemon serves several times slower, and the daemon's
+//     packages run their own unit tests under -race (see RaceBinary and
+//     RaceDetector for the tests of concurrency through a mount);
 //   - otherwise, when there is no go command, corgifs from $PATH.
 //
 // The build goes to a directory named after the user under os.TempDir(),
@@ -36,7 +42,18 @@ var built = sync.OnceValues(findBinary)
 // Builds not used for a week are removed.
 func Binary() (string, error) { return built() }
 
-func findBinary() (string, error) {
+// RaceBinary is Binary built with -race when the test binary has the race
+// detector (and Binary itself otherwise), for the tests whose point is
+// concurrency inside the daemon: a data race there fails the test that
+// found it.
+func RaceBinary() (string, error) {
+	if !raceEnabled {
+		return Binary()
+	}
+	return builtRace()
+}
+
+func findBinary(race bool) (string, error) {
 	if bin := os.Getenv("CORGIFS_BIN"); bin != "" {
 		if _, err := os.Stat(bin); err != nil {
 			return "", fmt.Errorf("corgifstest: $CORGIFS_BIN: %w", err)
@@ -50,10 +67,10 @@ func findBinary() (string, error) {
 		}
 		return bin, nil
 	}
-	return build()
+	return build(race)
 }
 
-func build() (string, error) {
+func build(race bool) (string, error) {
 	cache := filepath.Join(os.TempDir(), fmt.Sprintf("corgifstest-%d", os.Getuid()))
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return "", fmt.Errorf("corgifstest: %w", err)
@@ -65,7 +82,7 @@ func build() (string, error) {
 	defer os.RemoveAll(tmp)
 	out := filepath.Join(tmp, "corgifs")
 	args := []string{"build", "-o", out}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, mainPackage)...)

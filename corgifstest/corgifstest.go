@@ -16,8 +16,9 @@
 //	}
 //
 // The daemon is the corgifs binary that Binary finds or builds (once per
-// test binary, with -race when the test binary has it). Tests that mount
-// are skipped where /dev/fuse is missing.
+// test binary, without the race detector; with RaceDetector, the one that
+// RaceBinary builds, with -race when the test binary has it). Tests that
+// mount are skipped where /dev/fuse is missing.
 package corgifstest
 
 import (
@@ -51,6 +52,7 @@ type settings struct {
 	output   io.Writer
 	timeout  time.Duration
 	grace    time.Duration
+	race     bool
 }
 
 // Seed sets --seed. Without it the daemon chooses one and logs it.
@@ -95,6 +97,12 @@ func Wrapper(argv ...string) Option {
 	return func(s *settings) { s.wrapper = slices.Clone(argv) }
 }
 
+// RaceDetector runs the daemon that RaceBinary builds: with -race when the
+// test binary has it, so that a data race inside the daemon fails the test.
+// It is for tests of concurrency through a mount (many readers, signals
+// mid-read): a race-detector daemon serves several times slower.
+func RaceDetector() Option { return func(s *settings) { s.race = true } }
+
 // Output copies the daemon's output (its log) to w as it comes, for
 // example os.Stderr to watch it live. Log returns it either way.
 func Output(w io.Writer) Option { return func(s *settings) { s.output = w } }
@@ -132,14 +140,18 @@ func Mount(tb testing.TB, src string, opts ...Option) *Daemon {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		testenv.Missing(tb, "corgifstest: no /dev/fuse, so no FUSE mount here")
 	}
-	bin, err := Binary()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	base := tb.TempDir()
 	s := settings{cacheDir: filepath.Join(base, "cache"), timeout: time.Minute, grace: 20 * time.Second}
 	for _, o := range opts {
 		o(&s)
+	}
+	find := Binary
+	if s.race {
+		find = RaceBinary
+	}
+	bin, err := find()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	d := &Daemon{Dir: filepath.Join(base, "mnt"), tb: tb, grace: s.grace}
 	argv := append(slices.Clone(s.wrapper), bin, "mount", src, d.Dir, "--cache-dir", s.cacheDir)

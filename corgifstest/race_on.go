@@ -2,6 +2,7 @@
 
 package corgifstest
 
-// raceEnabled makes the daemon a race-detector build too when the tests run
-// with -race, so that a data race in a mount fails the test that found it.
+// raceEnabled lets RaceBinary build the daemon with -race when the tests
+// run with -race, so that a data race in a mount fails the test that found
+// it.
 const raceEnabled = true

@@ -513,7 +513,6 @@ func (s *streamSrc) skip(off, n int64) error { return s.fill(off + n) }
 type wdsReader struct {
 	src  streamSrc
 	w    sampleWalker
-	out  []byte
 	done bool
 }
 

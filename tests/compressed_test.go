@@ -97,6 +97,7 @@ func compressedCopy(t *testing.T, src string) string {
 // equals the decompressed copy's epoch byte for byte (the blocks are cut
 // alike), and a read at any offset equals the sequential read.
 func TestCompressedSourcesServeEveryRecordOfTheirDecompressedCopyExactlyOnce(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	plain := genSynthetic(t, 1600, 24, 4, len(compressTools), "clustered")
 	comp := compressedCopy(t, plain)
 	want := sortedHashes(sourceRecords(t, plain))

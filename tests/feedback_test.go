@@ -279,6 +279,7 @@ func TestFeedbackThatCannotFitInMaxMemoryIsRefusedAtMount(t *testing.T) {
 // serves each record once, the feedback of every epoch is accepted (none
 // falls back to a random reshuffle), and the full training loss falls.
 func TestLogRegFeedbackExampleTrainsThroughAFeedbackMount(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	torchOK(t)
 	const records, epochs = 2000, 3
 	src := genSynthetic(t, records, 18, 2, 2, "clustered")

@@ -256,6 +256,7 @@ func pythonChecksParts(t *testing.T, format string, sources []string, epochs [][
 // sklearn's load_svmlight_file); a second mount serves the same bytes;
 // and corgifs order names, for each served record, its bytes in the source.
 func TestEveryFormatIsServedExactlyOnceValidAndDeterministic(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	const parts, epochs = 3, 2
 	for _, set := range formatSets(t) {
 		t.Run(set.name, func(t *testing.T) {

@@ -2,6 +2,13 @@
 // real binary, mounts real FUSE file systems in temporary directories from a
 // child process (reading a mount from the process that serves it can
 // deadlock) and reads them the way a user would.
+//
+// Parallel tests: the long tests that share nothing with the others and
+// check counts, bytes and accuracy rather than times (training through a
+// mount, the Python suite, every format) call t.Parallel, so that after the
+// sequential tests they run two at a time (-parallel is GOMAXPROCS) and one
+// test's waits overlap another's work. A test that calls t.Setenv, changes
+// the machine (/sbin, /etc) or measures time or CPU must stay sequential.
 package tests
 
 import (
@@ -29,7 +36,8 @@ import (
 )
 
 // bin is the corgifs binary the mounts run: corgifstest's, built once by
-// TestMain (a race-detector build when the tests run with -race).
+// TestMain, without the race detector (the tests in raceTests run
+// binFor's race-detector build instead).
 var bin string
 
 func TestMain(m *testing.M) {
@@ -42,6 +50,11 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if gens, err = newGenCache(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer gens.remove()
 	return m.Run()
 }
 
@@ -54,8 +67,12 @@ func fuseOK(t *testing.T) {
 }
 
 // corgifs runs the binary to completion and returns its stdout.
+// A gen into a new directory is made once per set of arguments (genCache).
 func corgifs(t *testing.T, args ...string) string {
 	t.Helper()
+	if cacheable(args) {
+		return gens.gen(t, args)
+	}
 	var out, errb bytes.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -110,10 +127,13 @@ func startMountUnder(t *testing.T, prefix []string, src string, flags ...string)
 	if prefix != nil {
 		opts = append(opts, corgifstest.Wrapper(prefix...))
 	}
+	if daemonRace(t) {
+		opts = append(opts, corgifstest.RaceDetector())
+	}
 	m.d = corgifstest.Mount(t, src, opts...)
 	m.dir = m.d.Dir
 	m.ext = filepath.Ext(m.d.Part(0, 0, 1))
-	m.cmd = &exec.Cmd{Path: bin, Process: m.d.Process()}
+	m.cmd = &exec.Cmd{Path: binFor(t), Process: m.d.Process()}
 	go func() {
 		<-m.d.Done()
 		m.exit = m.d.ExitErr()
@@ -225,12 +245,36 @@ func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-// maskedCRC32C is written out bit by bit from the TFRecord spec, so that it
-// checks the formats package rather than repeating it.
+// maskedCRC32C is written out from the TFRecord spec, so that it checks
+// the formats package rather than repeating it: CRC-32C from its reflected
+// polynomial, a byte at a time through crc32cTable, then the mask.
 func maskedCRC32C(b []byte) uint32 {
+	crc := crc32c(b)
+	return ((crc >> 15) | (crc << 17)) + 0xa282ead8
+}
+
+func crc32c(b []byte) uint32 {
 	crc := ^uint32(0)
 	for _, c := range b {
-		crc ^= uint32(c)
+		crc = crc32cTable[byte(crc)^c] ^ crc>>8
+	}
+	return ^crc
+}
+
+// TestTheTestsCRC32CGivesTheCheckValueOfRFC3720 checks the tests' own
+// CRC against the check value of CRC-32C ("123456789").
+func TestTheTestsCRC32CGivesTheCheckValueOfRFC3720(t *testing.T) {
+	if got := crc32c([]byte("123456789")); got != 0xe3069283 {
+		t.Fatalf("crc32c(\"123456789\") = %#x, want 0xe3069283", got)
+	}
+}
+
+// crc32cTable holds the CRC of each byte, bit by bit from the polynomial
+// 0x82f63b78: with it the tests' CRC takes one step a byte, not eight (the
+// tests check megabytes under the race detector).
+var crc32cTable = func() (t [256]uint32) {
+	for i := range t {
+		crc := uint32(i)
 		for range 8 {
 			if crc&1 != 0 {
 				crc = crc>>1 ^ 0x82f63b78
@@ -238,10 +282,10 @@ func maskedCRC32C(b []byte) uint32 {
 				crc >>= 1
 			}
 		}
+		t[i] = crc
 	}
-	crc = ^crc
-	return ((crc >> 15) | (crc << 17)) + 0xa282ead8
-}
+	return t
+}()
 
 // sourceRecords returns the payload hashes of every record under src.
 func sourceRecords(t *testing.T, src string) [][32]byte {

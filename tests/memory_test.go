@@ -120,8 +120,8 @@ func TestLookingUpManyValidNamesLeavesNoInodesBehind(t *testing.T) {
 	}
 	rss, hwm := procStatus(t, m.cmd.Process.Pid, "VmRSS"), procStatus(t, m.cmd.Process.Pid, "VmHWM")
 	t.Logf("daemon RSS %d MiB, peak %d MiB", rss>>20, hwm>>20)
-	if hwm > budget+rssMargin() {
-		t.Errorf("daemon peak RSS %d MiB after %d lookups, want at most %d MiB (--max-memory + margin)", hwm>>20, n, (budget+rssMargin())>>20)
+	if hwm > budget+rssMargin(t) {
+		t.Errorf("daemon peak RSS %d MiB after %d lookups, want at most %d MiB (--max-memory + margin)", hwm>>20, n, (budget+rssMargin(t))>>20)
 	}
 
 	if os.Geteuid() != 0 {
@@ -229,7 +229,7 @@ func TestManyConcurrentReadersStayWithinMaxMemoryPlus64MiB(t *testing.T) {
 		total += sizes[r]
 	}
 	limit := int64(budget + 64<<20)
-	if raceEnabled {
+	if daemonRace(t) {
 		// The race detector's shadow memory and per-goroutine history:
 		// measured 171 to 217 MiB in all.
 		limit += 192 << 20

@@ -18,6 +18,7 @@ import (
 // is missing it skips, except under CI=true, where it fails: .ci/run
 // installs them.
 func TestPythonPackage(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	fuseOK(t)
 	if out, err := exec.Command(python, "-c", "import pytest, torch, numpy").CombinedOutput(); err != nil {
 		msg := "%s cannot import pytest, torch and numpy (Debian: apt-get install python3-pytest python3-torch python3-numpy python3-crc32c): %v\n%s"

@@ -114,6 +114,7 @@ func trainThroughMount(t *testing.T, train, test string, records, epochs int, fl
 // trains softmax regression as well as the validator's full shuffle, far
 // better than the same loop on the source order.
 func TestPyTorchDataLoaderTrainsLikeAFullShuffle(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	fuseOK(t)
 	torchOK(t)
 	if _, err := os.Stat(filepath.Join(fashionDir, "train-images-idx3-ubyte.gz")); err != nil {

@@ -2,6 +2,6 @@
 
 package tests
 
-// raceEnabled says the tests run with -race, and so does the daemon:
-// corgifstest builds it with -race too (its own raceEnabled).
+// raceEnabled says the tests run with -race; so does the daemon of the
+// tests in raceTests (see daemonRace).
 const raceEnabled = true

@@ -775,11 +775,12 @@ func vmHWM(t *testing.T, pid int) int64 {
 // rssMargin is what the daemon may hold beyond --max-memory: the soft
 // memory limit of the Go heap is --max-memory + 64 MiB (set by mount), and
 // beyond the heap come the runtime, goroutine stacks and the code; a
-// race-detector build also keeps shadow memory for every heap byte and a
-// history per goroutine. Measured on this test: 79 MiB peak with -race.
-func rssMargin() int64 {
+// race-detector build (daemonRace) also keeps shadow memory for every heap
+// byte and a history per goroutine. Measured on this test: 79 MiB peak with
+// -race.
+func rssMargin(t testing.TB) int64 {
 	const heapSlack, runtime = 64 << 20, 64 << 20
-	if raceEnabled {
+	if daemonRace(t) {
 		return heapSlack + runtime + 128<<20
 	}
 	return heapSlack + runtime
@@ -872,8 +873,8 @@ func TestLoadManyReadersAndFioServeExactBytesWithinMemoryWithoutLeaks(t *testing
 	if s.MemoryPeak > budget || s.MemoryBudget != budget {
 		t.Errorf("loader memory peak %d bytes, budget %d (reported %d)", s.MemoryPeak, budget, s.MemoryBudget)
 	}
-	if hwm := vmHWM(t, m.cmd.Process.Pid); hwm > budget+rssMargin() {
-		t.Errorf("daemon peak RSS %d MiB, want at most %d MiB (--max-memory + margin)", hwm>>20, (budget+rssMargin())>>20)
+	if hwm := vmHWM(t, m.cmd.Process.Pid); hwm > budget+rssMargin(t) {
+		t.Errorf("daemon peak RSS %d MiB, want at most %d MiB (--max-memory + margin)", hwm>>20, (budget+rssMargin(t))>>20)
 	} else {
 		t.Logf("daemon peak RSS %d MiB", hwm>>20)
 	}
@@ -1066,7 +1067,7 @@ func TestSignalWithManyReadersMidReadExitsZeroAndFreesMountpoint(t *testing.T) {
 func mountAt(t *testing.T, src, dir string, flags ...string) *mount {
 	t.Helper()
 	m := &mount{t: t, dir: dir, log: &syncBuffer{}, done: make(chan struct{})}
-	m.cmd = exec.Command(bin, append([]string{"mount", src, dir}, flags...)...)
+	m.cmd = exec.Command(binFor(t), append([]string{"mount", src, dir}, flags...)...)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := m.cmd.Start(); err != nil {

@@ -61,6 +61,7 @@ type jsRecord struct {
 // record, in served order, must be the source record `corgifs order` names,
 // byte for byte, with the features the source holds.
 func TestTfrecordsJSAcceptsEveryServedRecord(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	fuseOK(t)
 	nodeModules(t)
 	src := genSynthetic(t, 3000, 16, 4, 3, "clustered")

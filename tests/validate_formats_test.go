@@ -58,6 +58,7 @@ func sameRuns(t *testing.T, what string, got, want report) {
 // detecting the format from the extensions, and trains exactly as on the
 // TFRecord version of the same records.
 func TestValidateEveryFormatViaFilesTrainsLikeTFRecord(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	var want report
 	for _, format := range genFormats {
 		train, test := genFormat(t, format, 4000, 12, 4, 3, "shuffled")
@@ -79,6 +80,7 @@ func TestValidateEveryFormatViaFilesTrainsLikeTFRecord(t *testing.T) {
 // exactly as on TFRecord, and CorgiPile (whose blocks differ with the
 // record sizes of each format) within 3 points of TFRecord's CorgiPile.
 func TestValidateEveryFormatThroughAMountTrainsLikeTFRecord(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	fuseOK(t)
 	var want report
 	for _, format := range genFormats {

@@ -41,6 +41,7 @@ func validateJSON(t *testing.T, args ...string) report {
 // must end within 2 points of a full shuffle, and the source order at least
 // 15 points below it.
 func TestCorgiPileTrainsLikeAFullShuffle(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	fuseOK(t)
 	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
 	test := genSynthetic(t, 4000, 16, 10, 1, "shuffled", "--first-id", "20000")

@@ -46,6 +46,7 @@ func rawValidate(t *testing.T, args ...string) []map[string]any {
 // one worker's, so no epoch's numbers are bit-identical to K=1's): a
 // --workers that were ignored would end "within noise" too.
 func TestValidateWorkersWithFullShuffleTrainsLikeOneWorker(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	train, test := workersData(t)
 	args := []string{"validate", "--data", train, "--test", test, "--strategies", "full", "--via", "direct", "--epochs", "3",
 		"--batch", "32", "--lr", "0.05", "--block-size", "8KiB", "--seed", "5", "--cache-dir", t.TempDir()}

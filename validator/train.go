@@ -118,6 +118,7 @@ func (t *Trainer) check() error {
 	case !(t.LR > 0) || math.IsInf(t.LR, 0):
 		return fmt.Errorf("LR must be a positive number, got %v", t.LR)
 	case t.Decay < 0 || t.Decay > 1 || math.IsNaN(t.Decay):
+		//lint:ignore ST1005 Decay is the name of the field
 		return fmt.Errorf("Decay must be in (0, 1] (0 for the default %v), got %v", DefaultDecay, t.Decay)
 	case t.L2 < 0 || math.IsNaN(t.L2) || math.IsInf(t.L2, 0):
 		return fmt.Errorf("L2 must be a non-negative number, got %v", t.L2)

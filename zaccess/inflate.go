@@ -89,7 +89,6 @@ type inflater struct {
 	dynDist  table
 	fixLit   table
 	fixDist  table
-	fixed    bool
 
 	// Checks of the member being decoded; only from its start.
 	checked  bool

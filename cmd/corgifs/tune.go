@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -580,7 +581,7 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 // measures ranged GETs of them.
 func probeRemote(ctx context.Context, src source.Source, include []string, o tune.ProbeOptions) (tune.StorageReport, error) {
 	if len(include) == 0 {
-		include = blockcache.DefaultInclude()
+		include = formats.TFRecord{}.Include()
 	}
 	objs, err := src.List(ctx, func(base string) bool {
 		return slices.ContainsFunc(include, func(p string) bool { ok, _ := path.Match(p, base); return ok })
@@ -637,7 +638,7 @@ func printRemote(w io.Writer, src string, s *tune.StorageReport) {
 // probeFiles lists the files of src that a mount would index.
 func probeFiles(src string, include []string, follow bool) ([]tune.ProbeFile, error) {
 	if len(include) == 0 {
-		include = blockcache.DefaultInclude()
+		include = formats.TFRecord{}.Include()
 	}
 	var files []tune.ProbeFile
 	err := filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {

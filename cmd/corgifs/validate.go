@@ -625,7 +625,7 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("--format: %w", err)
 	}
-	if slices.Equal(d.include, blockcache.DefaultInclude()) {
+	if slices.Equal(d.include, formats.TFRecord{}.Include()) {
 		// The default --include is TFRecord's; the index and child
 		// mounts then take the format's own.
 		d.include = listFlag(f.Include())
