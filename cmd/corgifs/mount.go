@@ -154,6 +154,7 @@ the next).`, stderr)
 	d.register(fset, true)
 	d.registerFormat(fset)
 	d.registerPrefetch(fset)
+	d.coordinate.register(fset)
 	epochs := fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	parts := fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	allowOther := fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
@@ -211,6 +212,7 @@ the next).`, stderr)
 	if ix, pl, err = d.fitBlocks(ctx, src, ix, pl, seed, *parts, log, stderr); err != nil {
 		return err
 	}
+	d.planAhead(pl, log)
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
