@@ -16,15 +16,21 @@ import (
 )
 
 // coordNodes mounts src on nodes daemons that share the directory dir
-// with --coordinate, rank i on node i, each with its own cache directory.
-func coordNodes(t *testing.T, src, dir string, nodes, parts int, args ...string) []*corgifstest.Daemon {
+// with --coordinate, rank i on node i with the cache directory caches[i].
+func coordNodes(t *testing.T, src, dir string, nodes, parts int, args ...string) (ds []*corgifstest.Daemon, caches []string) {
 	t.Helper()
-	ds := make([]*corgifstest.Daemon, nodes)
-	for i := range ds {
-		a := append([]string{"--seed", "5", "--feedback-dim", "8", "--coordinate", dir, "--coordinate-rank", strconv.Itoa(i)}, args...)
-		ds[i] = corgifstest.Mount(t, src, corgifstest.Strategy("cdgrab"), corgifstest.Parts(parts), corgifstest.Args(a...))
+	for i := range nodes {
+		caches = append(caches, filepath.Join(t.TempDir(), "cache"))
+		ds = append(ds, coordNode(t, src, dir, i, parts, caches[i], args...))
 	}
-	return ds
+	return ds, caches
+}
+
+// coordNode mounts src as the node of rank with the cache directory cache.
+func coordNode(t *testing.T, src, dir string, rank, parts int, cache string, args ...string) *corgifstest.Daemon {
+	t.Helper()
+	a := append([]string{"--seed", "5", "--feedback-dim", "8", "--coordinate", dir, "--coordinate-rank", strconv.Itoa(rank)}, args...)
+	return corgifstest.Mount(t, src, corgifstest.Strategy("cdgrab"), corgifstest.Parts(parts), corgifstest.CacheDir(cache), corgifstest.Args(a...))
 }
 
 // readOwnParts has node i read part i of epoch, all at once (a follower's
@@ -117,11 +123,13 @@ func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
 	const records, nodes, epochs, dim = 2000, 4, 3, gradDim
 	src := idDataset(t, records)
 	dir := filepath.Join(t.TempDir(), "shared")
-	ds := coordNodes(t, src, dir, nodes, nodes, "--feedback-timeout", "60s")
+	ds, caches := coordNodes(t, src, dir, nodes, nodes, "--feedback-timeout", "60s")
 	one := corgifstest.Mount(t, src, corgifstest.Strategy("cdgrab"), corgifstest.Parts(nodes), corgifstest.Args("--seed", "5", "--feedback-dim", "8"))
 	var before []coordStatus
+	files := make([][]byte, epochs) // node 1's
 	for epoch := range epochs {
 		got := readOwnParts(t, ds, epoch)
+		files[epoch] = got[1]
 		served := make([][]int32, nodes)
 		for i := range nodes {
 			want := mustRead(t, one, epoch, i, nodes)
@@ -174,6 +182,15 @@ func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
 			t.Errorf("node %d: %d fallbacks\n%s", i, n, d.Log())
 		}
 	}
+	// A remount of node 1 on its cache directory serves its saved orders,
+	// which are the decisions'.
+	ds[1].Unmount()
+	again := coordNode(t, src, dir, 1, nodes, caches[1], "--feedback-timeout", "60s")
+	for epoch := range epochs {
+		if b := mustRead(t, again, epoch, 1, nodes); !bytes.Equal(b, files[epoch]) {
+			t.Errorf("after a remount node 1 serves other bytes for epoch %d\n%s", epoch, again.Log())
+		}
+	}
 }
 
 // When one rank never writes its feedback, every node falls back
@@ -185,7 +202,7 @@ func TestCoordinatedNodesFallBackTogetherWhenOneRankIsLate(t *testing.T) {
 	const records, nodes = 400, 4
 	src := idDataset(t, records)
 	dir := filepath.Join(t.TempDir(), "shared")
-	ds := coordNodes(t, src, dir, nodes, nodes, "--feedback-timeout", "4s")
+	ds, _ := coordNodes(t, src, dir, nodes, nodes, "--feedback-timeout", "4s")
 	got := readOwnParts(t, ds, 0)
 	for i := range nodes - 1 { // rank 3 is late: it never writes
 		writeFeedback(t, ds[i], 0, i, nodes, servedIDs(t, got[i]))
