@@ -261,7 +261,7 @@ func TestCoordinateFlagsGiveClearErrors(t *testing.T) {
 	}{
 		{[]string{"--strategy", "corgipile", "--coordinate", t.TempDir(), "--coordinate-rank", "0"}, "--coordinate applies to --strategy grab, cdgrab and corgipile-balance only"},
 		{[]string{"--strategy", "cdgrab", "--coordinate", t.TempDir()}, "needs --coordinate-rank N"},
-		{[]string{"--strategy", "cdgrab", "--coordinate-rank", "1"}, "--coordinate-rank 1 needs --coordinate DIR"},
+		{[]string{"--strategy", "cdgrab", "--coordinate-rank", "0"}, "--coordinate-rank 0 needs --coordinate DIR"},
 		{[]string{"--strategy", "cdgrab", "--coordinate", "s3://b/p", "--coordinate-rank", "0"}, "only a directory is supported yet"},
 	} {
 		_, stderr, code := run(append([]string{"mount", src, t.TempDir(), "--cache-dir", t.TempDir()}, c.args...)...)

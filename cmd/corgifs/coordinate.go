@@ -16,13 +16,16 @@ import (
 // (docs/coordinate.md).
 type coordinateFlags struct {
 	dir  string
-	rank int
+	rank int // -1 when not given
+	// registered: only mount has the flags.
+	registered bool
 	// coord is what openCoordinate made of the store, nil without
 	// --coordinate.
 	coord *feedback.Coordinator
 }
 
 func (c *coordinateFlags) register(fs *flag.FlagSet) {
+	c.rank, c.registered = -1, true
 	fs.StringVar(&c.dir, "coordinate", "", "a `directory` every node of the job reaches and may write (a shared file system;\n"+
 		"a fresh one per training run): with --strategy grab, cdgrab or corgipile-balance each node\n"+
 		"publishes the feedback its trainer writes there, the node of --coordinate-rank 0 computes\n"+
@@ -35,6 +38,8 @@ func (c *coordinateFlags) register(fs *flag.FlagSet) {
 // check refuses --coordinate where it cannot apply.
 func (c *coordinateFlags) check(strategy string) error {
 	switch {
+	case !c.registered:
+		return nil
 	case c.dir == "" && c.rank >= 0:
 		return fmt.Errorf("--coordinate-rank %d needs --coordinate DIR", c.rank)
 	case c.dir == "":
