@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Shared is the place every node of a job reaches, where the nodes of a
@@ -96,6 +97,14 @@ func (d *DirShared) Create(ctx context.Context, name string, r io.Reader) error 
 		return fmt.Errorf("create %s: writing %s: %w", p, f.Name(), err)
 	}
 	if err := os.Link(f.Name(), p); err != nil {
+		// Over NFS a retransmitted LINK whose first reply was lost fails
+		// with EEXIST although it linked: the staged file then has two
+		// links, and the name is ours.
+		if st, serr := os.Stat(f.Name()); serr == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 2 {
+				return nil
+			}
+		}
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create %s: %w", p, fs.ErrExist)
 		}
