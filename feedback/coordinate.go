@@ -168,7 +168,8 @@ type Coordinator struct {
 	mu        sync.Mutex
 	planNext  func(epoch, parts int)
 	ingesting map[key]bool
-	published map[key]bool
+	published map[key]bool // parts known to be in the shared place
+	ownParts  int          // parts this node published
 	badRemote map[key]string // a shared feedback file refused: why
 	waits     map[ekey]WaitStatus
 	decided   map[ekey]bool      // a decision exists
@@ -231,9 +232,9 @@ func (r countingReader) Read(p []byte) (int, error) {
 }
 
 // create writes name in the shared place, counting the bytes.
-func (c *Coordinator) create(ctx context.Context, name string, r io.Reader) error {
+func (c *Coordinator) create(ctx context.Context, name string, r io.Reader, size int64) error {
 	var n int64
-	err := c.sh.Create(ctx, name, countingReader{r, &n})
+	err := c.sh.Create(ctx, name, countingReader{r, &n}, size)
 	c.mu.Lock()
 	c.written += n
 	c.mu.Unlock()
@@ -303,7 +304,12 @@ func (c *Coordinator) publish(ctx context.Context, k key) error {
 		return err
 	}
 	defer f.Close()
-	err = c.create(ctx, sharedFeedbackName(k.epoch, k.part, k.parts), f)
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	err = c.create(ctx, sharedFeedbackName(k.epoch, k.part, k.parts), f, st.Size())
+	mine := err == nil
 	if errors.Is(err, fs.ErrExist) {
 		// Another node accepted the same part first: the first stays.
 		err = nil
@@ -311,6 +317,9 @@ func (c *Coordinator) publish(ctx context.Context, k key) error {
 	if err == nil {
 		c.mu.Lock()
 		c.published[k] = true
+		if mine {
+			c.ownParts++
+		}
 		c.mu.Unlock()
 		c.log.Info("feedback published", "epoch", k.epoch, "part", k.part, "parts", k.parts)
 	}
@@ -435,6 +444,7 @@ func (c *Coordinator) ingest(ctx context.Context, k key, name string, served fun
 	}
 	c.mu.Lock()
 	c.ingested++
+	c.published[k] = true // taken from there: nothing to publish
 	c.mu.Unlock()
 	return nil
 }
@@ -463,7 +473,8 @@ func (c *Coordinator) take(ctx context.Context, ek ekey, balanced bool, reason s
 	d := &Decision{Epoch: ek.epoch, Parts: ek.parts, Balanced: balanced, Reason: reason, Digest: Digest(orders), Rank: c.rank, Time: time.Now().UTC()}
 	if balanced {
 		d.Orders = sharedOrdersName(ek.epoch, ek.parts, d.Digest)
-		if err := c.create(ctx, d.Orders, bytes.NewReader(EncodeOrders(orders))); err != nil && !errors.Is(err, fs.ErrExist) {
+		b := EncodeOrders(orders)
+		if err := c.create(ctx, d.Orders, bytes.NewReader(b), int64(len(b))); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("publish the orders of epoch %d: %w", ek.epoch, err)
 		}
 	}
@@ -471,7 +482,8 @@ func (c *Coordinator) take(ctx context.Context, ek ekey, balanced bool, reason s
 	if err != nil {
 		return nil, err
 	}
-	if err := c.create(ctx, sharedDecisionName(ek.epoch, ek.parts), bytes.NewReader(append(b, '\n'))); err != nil {
+	b = append(b, '\n')
+	if err := c.create(ctx, sharedDecisionName(ek.epoch, ek.parts), bytes.NewReader(b), int64(len(b))); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -526,8 +538,9 @@ func (c *Coordinator) follow(ctx context.Context, d *Decision, saved [][]int32, 
 func (c *Coordinator) publishDigest(ctx context.Context, d *Decision, digest string) error {
 	nd := NodeDigest{Epoch: d.Epoch, Parts: d.Parts, Rank: c.rank, Digest: digest, Balanced: d.Balanced, Time: time.Now().UTC()}
 	b, _ := json.MarshalIndent(nd, "", "  ")
+	b = append(b, '\n')
 	name := sharedDigestName(d.Epoch, d.Parts, c.rank)
-	err := c.create(ctx, name, bytes.NewReader(append(b, '\n')))
+	err := c.create(ctx, name, bytes.NewReader(b), int64(len(b)))
 	if errors.Is(err, fs.ErrExist) {
 		var old NodeDigest
 		ob, rerr := c.readAll(ctx, name, 1<<20)
@@ -572,6 +585,7 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 	ek := ekey{epoch, parts}
 	start := time.Now()
 	deadline := start.Add(timeout)
+	c.forget(epoch - keptEpochs)
 	defer func() {
 		c.mu.Lock()
 		delete(c.waits, ek)
@@ -658,6 +672,28 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 	}
 }
 
+// forget drops what the coordinator remembers of epochs before epoch,
+// so that its memory does not grow with the epochs.
+func (c *Coordinator) forget(epoch int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.published {
+		if k.epoch < epoch {
+			delete(c.published, k)
+		}
+	}
+	for k := range c.badRemote {
+		if k.epoch < epoch {
+			delete(c.badRemote, k)
+		}
+	}
+	for k := range c.decided {
+		if k.epoch < epoch {
+			delete(c.decided, k)
+		}
+	}
+}
+
 // Complete reports whether epoch+1 of parts can be planned without
 // waiting: its decision was taken, or this order server holds every part
 // of epoch.
@@ -737,7 +773,7 @@ func (s *Store) coordinateStatus() *CoordinateStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &CoordinateStatus{Shared: c.sh.String(), Rank: c.rank, Role: "follower", Waiting: []WaitStatus{}, Decisions: slices.Clone(c.recent),
-		BytesWritten: c.written, BytesRead: c.read, PartsPublished: len(c.published), PartsGathered: c.ingested}
+		BytesWritten: c.written, BytesRead: c.read, PartsPublished: c.ownParts, PartsGathered: c.ingested}
 	if c.rank == 0 {
 		st.Role = "order server"
 	}

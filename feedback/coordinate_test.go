@@ -29,7 +29,7 @@ func TestDirSharedCreateWritesANameOnceAndWhole(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			body := bytes.Repeat([]byte{byte('a' + i)}, 1<<20)
-			err := sh.Create(ctx, "epoch-0001/decision-of-00004.json", bytes.NewReader(body))
+			err := sh.Create(ctx, "epoch-0001/decision-of-00004.json", bytes.NewReader(body), int64(len(body)))
 			switch {
 			case err == nil:
 				won.Add(1)
@@ -62,7 +62,7 @@ func TestDirSharedCreateWritesANameOnceAndWhole(t *testing.T) {
 	if _, err := sh.Open(ctx, "epoch-0002/none"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Open of a missing name: %v, want fs.ErrNotExist", err)
 	}
-	if err := sh.Create(ctx, "../escape", strings.NewReader("x")); err == nil {
+	if err := sh.Create(ctx, "../escape", strings.NewReader("x"), 1); err == nil {
 		t.Error("a name leaving the directory was created")
 	}
 }

@@ -19,10 +19,10 @@ import (
 // an object store, with conditional PUT (If-None-Match: *), is another.
 // Its methods are safe for concurrent use.
 type Shared interface {
-	// Create writes name once, with the bytes of r: a reader sees all of
-	// them or no name at all. When name exists already it writes nothing
-	// and returns an error matching fs.ErrExist.
-	Create(ctx context.Context, name string, r io.Reader) error
+	// Create writes name once, with the size bytes of r: a reader sees
+	// all of them or no name at all. When name exists already it writes
+	// nothing and returns an error matching fs.ErrExist.
+	Create(ctx context.Context, name string, r io.Reader, size int64) error
 	// Open returns the bytes of name; an error matching fs.ErrNotExist
 	// when there is no such name.
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
@@ -70,7 +70,7 @@ func (d *DirShared) path(name string) (string, error) {
 	return filepath.Join(d.dir, filepath.FromSlash(name)), nil
 }
 
-func (d *DirShared) Create(ctx context.Context, name string, r io.Reader) error {
+func (d *DirShared) Create(ctx context.Context, name string, r io.Reader, size int64) error {
 	p, err := d.path(name)
 	if err != nil {
 		return err
@@ -86,7 +86,10 @@ func (d *DirShared) Create(ctx context.Context, name string, r io.Reader) error 
 		return fmt.Errorf("create %s: %w", p, err)
 	}
 	defer os.Remove(f.Name())
-	_, err = io.Copy(f, readerCtx{ctx, r})
+	n, err := io.Copy(f, readerCtx{ctx, r})
+	if err == nil && n != size {
+		err = fmt.Errorf("%d bytes instead of %d", n, size)
+	}
 	if err == nil {
 		err = f.Sync() // the link must not name a file a crash leaves empty
 	}

@@ -2,8 +2,10 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/corgifstest"
+	"github.com/minio/minio-go/v7"
 )
 
 // coordNodes mounts src on nodes daemons that share the directory dir
@@ -52,11 +55,18 @@ func readOwnParts(t *testing.T, ds []*corgifstest.Daemon, epoch int) [][]byte {
 	return out
 }
 
-// sharedJSON reads a JSON file of the shared directory.
-func sharedJSON[T any](t *testing.T, dir, name string) T {
+// sharedPlace reads a name of the place the nodes share.
+type sharedPlace func(name string) ([]byte, error)
+
+func sharedDir(dir string) sharedPlace {
+	return func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) }
+}
+
+// sharedJSON reads a JSON file of the shared place.
+func sharedJSON[T any](t *testing.T, read sharedPlace, name string) T {
 	t.Helper()
 	var v T
-	b, err := os.ReadFile(filepath.Join(dir, name))
+	b, err := read(name)
 	if err != nil {
 		t.Fatalf("shared %s: %v", name, err)
 	}
@@ -75,11 +85,11 @@ type sharedDecision struct {
 
 // sameDigests checks that every node published the decision's digest
 // for epoch, and returns the decision.
-func sameDigests(t *testing.T, dir string, epoch, nodes, parts int) sharedDecision {
+func sameDigests(t *testing.T, read sharedPlace, epoch, nodes, parts int) sharedDecision {
 	t.Helper()
-	d := sharedJSON[sharedDecision](t, dir, fmt.Sprintf("epoch-%04d/decision-of-%05d.json", epoch, parts))
+	d := sharedJSON[sharedDecision](t, read, fmt.Sprintf("epoch-%04d/decision-of-%05d.json", epoch, parts))
 	for r := range nodes {
-		nd := sharedJSON[struct{ Digest string }](t, dir, fmt.Sprintf("epoch-%04d/digest-of-%05d-rank-%05d.json", epoch, parts, r))
+		nd := sharedJSON[struct{ Digest string }](t, read, fmt.Sprintf("epoch-%04d/digest-of-%05d-rank-%05d.json", epoch, parts, r))
 		if nd.Digest != d.Digest {
 			t.Errorf("epoch %d: rank %d serves digest %s, the decision is %s", epoch, r, nd.Digest, d.Digest)
 		}
@@ -120,10 +130,43 @@ func nodeStatus(t *testing.T, d *corgifstest.Daemon) coordStatus {
 // mount fed all four parts' feedback serves. The bytes each node moves
 // through the shared directory are those docs/coordinate.md states.
 func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	coordinatedRun(t, dir, sharedDir(dir))
+}
+
+// The same through a bucket of a real S3 server (versitygw): write-once
+// names by conditional PUT (If-None-Match: *).
+func TestCoordinatedNodesThroughS3ServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
+	s := startS3(t)
+	ctx := context.Background()
+	if err := s.client.MakeBucket(ctx, "coord", minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	coordinatedRun(t, "s3://coord/run-1", func(name string) ([]byte, error) {
+		o, err := s.client.GetObject(ctx, "coord", "run-1/"+name, minio.GetObjectOptions{})
+		if err != nil {
+			return nil, err
+		}
+		defer o.Close()
+		return io.ReadAll(o)
+	}, "--s3-endpoint", s.endpoint)
+	// The server refuses a second conditional PUT of a key.
+	opts := minio.PutObjectOptions{DisableMultipart: true}
+	opts.SetMatchETagExcept("*")
+	_, err := s.client.PutObject(ctx, "coord", "run-1/epoch-0001/decision-of-00004.json", bytes.NewReader([]byte("{}")), 2, opts)
+	if er := minio.ToErrorResponse(err); er.StatusCode != 412 {
+		t.Errorf("a conditional PUT over the decision: %v, want 412 Precondition Failed", err)
+	}
+}
+
+// coordinatedRun runs 4 nodes sharing coordinate for 3 epochs against one
+// mount fed every part's feedback (see the test above).
+func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...string) {
+	t.Helper()
 	const records, nodes, epochs, dim = 2000, 4, 3, gradDim
 	src := idDataset(t, records)
-	dir := filepath.Join(t.TempDir(), "shared")
-	ds, caches := coordNodes(t, src, dir, nodes, nodes, "--feedback-timeout", "60s")
+	dir := coordinate
+	ds, caches := coordNodes(t, src, dir, nodes, nodes, append([]string{"--feedback-timeout", "60s"}, args...)...)
 	one := corgifstest.Mount(t, src, corgifstest.Strategy("cdgrab"), corgifstest.Parts(nodes), corgifstest.Args("--seed", "5", "--feedback-dim", "8"))
 	var before []coordStatus
 	files := make([][]byte, epochs) // node 1's
@@ -140,7 +183,7 @@ func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
 		}
 		onceEach(t, fmt.Sprintf("epoch %d across the nodes", epoch), served, records)
 		if epoch > 0 {
-			if d := sameDigests(t, dir, epoch, nodes, nodes); !d.Balanced || d.Rank != 0 {
+			if d := sameDigests(t, read, epoch, nodes, nodes); !d.Balanced || d.Rank != 0 {
 				t.Errorf("epoch %d: decision %+v, want balanced by rank 0", epoch, d)
 			}
 			after := make([]coordStatus, nodes)
@@ -185,7 +228,7 @@ func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
 	// A remount of node 1 on its cache directory serves its saved orders,
 	// which are the decisions'.
 	ds[1].Unmount()
-	again := coordNode(t, src, dir, 1, nodes, caches[1], "--feedback-timeout", "60s")
+	again := coordNode(t, src, dir, 1, nodes, caches[1], append([]string{"--feedback-timeout", "60s"}, args...)...)
 	for epoch := range epochs {
 		if b := mustRead(t, again, epoch, 1, nodes); !bytes.Equal(b, files[epoch]) {
 			t.Errorf("after a remount node 1 serves other bytes for epoch %d\n%s", epoch, again.Log())
@@ -227,7 +270,7 @@ func TestCoordinatedNodesFallBackTogetherWhenOneRankIsLate(t *testing.T) {
 		served[i] = servedIDs(t, e1[i])
 	}
 	onceEach(t, "the fallback epoch across the nodes", served, records)
-	d := sameDigests(t, dir, 1, nodes, nodes)
+	d := sameDigests(t, sharedDir(dir), 1, nodes, nodes)
 	if d.Balanced {
 		t.Errorf("epoch 1 decided balanced with part 3's feedback missing: %+v", d)
 	}
@@ -262,7 +305,7 @@ func TestCoordinateFlagsGiveClearErrors(t *testing.T) {
 		{[]string{"--strategy", "corgipile", "--coordinate", t.TempDir(), "--coordinate-rank", "0"}, "--coordinate applies to --strategy grab, cdgrab and corgipile-balance only"},
 		{[]string{"--strategy", "cdgrab", "--coordinate", t.TempDir()}, "needs --coordinate-rank N"},
 		{[]string{"--strategy", "cdgrab", "--coordinate-rank", "0"}, "--coordinate-rank 0 needs --coordinate DIR"},
-		{[]string{"--strategy", "cdgrab", "--coordinate", "s3://b/p", "--coordinate-rank", "0"}, "only a directory is supported yet"},
+		{[]string{"--strategy", "cdgrab", "--coordinate", "gs://b/p", "--coordinate-rank", "0"}, "want a directory or s3://bucket/prefix"},
 	} {
 		_, stderr, code := run(append([]string{"mount", src, t.TempDir(), "--cache-dir", t.TempDir()}, c.args...)...)
 		if code == 0 || !bytes.Contains([]byte(stderr), []byte(c.want)) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/source/s3"
 )
 
 // coordinateFlags are --coordinate and --coordinate-rank: the nodes of a
@@ -26,8 +28,9 @@ type coordinateFlags struct {
 
 func (c *coordinateFlags) register(fs *flag.FlagSet) {
 	c.rank, c.registered = -1, true
-	fs.StringVar(&c.dir, "coordinate", "", "a `directory` every node of the job reaches and may write (a shared file system;\n"+
-		"a fresh one per training run): with --strategy grab, cdgrab or corgipile-balance each node\n"+
+	fs.StringVar(&c.dir, "coordinate", "", "a `directory` every node of the job reaches and may write (a shared file system),\n"+
+		"or s3://bucket/prefix of a store with conditional PUT (If-None-Match: *; --s3-* flags apply),\n"+
+		"a fresh one per training run: with --strategy grab, cdgrab or corgipile-balance each node\n"+
 		"publishes the feedback its trainer writes there, the node of --coordinate-rank 0 computes\n"+
 		"each epoch's orders from all parts' feedback, and every node serves that one decision or\n"+
 		"refuses (EIO); see docs/coordinate.md")
@@ -46,8 +49,8 @@ func (c *coordinateFlags) check(strategy string) error {
 		return nil
 	case !shuffler.IsFeedback(strategy):
 		return fmt.Errorf("--coordinate applies to --strategy grab, cdgrab and corgipile-balance only, not %s: the orders of the other strategies are pure functions of the seed, the same on every node without coordination", strategy)
-	case strings.Contains(c.dir, "://"):
-		return fmt.Errorf("--coordinate %s: only a directory is supported yet (mount a shared file system on every node and give its path)", c.dir)
+	case strings.Contains(c.dir, "://") && !s3.IsURL(c.dir):
+		return fmt.Errorf("--coordinate %s: want a directory or s3://bucket/prefix", c.dir)
 	case c.rank < 0:
 		return fmt.Errorf("--coordinate %s needs --coordinate-rank N: 0 on the one node that computes the orders, 1, 2, ... on the others", c.dir)
 	}
@@ -62,9 +65,16 @@ func (d *datasetFlags) openCoordinate(log *slog.Logger) error {
 	if c.dir == "" || d.feedback == nil {
 		return nil
 	}
-	sh, err := feedback.OpenDirShared(c.dir)
+	var sh feedback.Shared
+	var err error
+	if s3.IsURL(c.dir) {
+		// The --s3-* flags and the AWS settings, as for an s3:// SRC.
+		sh, err = s3.NewShared(context.Background(), c.dir, d.s3.config(log))
+	} else {
+		sh, err = feedback.OpenDirShared(c.dir)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("--coordinate %s: %w", c.dir, err)
 	}
 	if c.coord, err = d.feedback.Coordinate(feedback.CoordinateOptions{Shared: sh, Rank: c.rank}); err != nil {
 		return err
