@@ -168,8 +168,8 @@ type Coordinator struct {
 	mu        sync.Mutex
 	planNext  func(epoch, parts int)
 	ingesting map[key]bool
-	published map[key]bool // parts known to be in the shared place
-	ownParts  int          // parts this node published
+	published map[key]bool   // parts known to be in the shared place
+	ownParts  int            // parts this node published
 	badRemote map[key]string // a shared feedback file refused: why
 	waits     map[ekey]WaitStatus
 	decided   map[ekey]bool      // a decision exists

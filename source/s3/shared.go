@@ -102,4 +102,3 @@ func (sh *Shared) List(ctx context.Context, dir string) ([]string, error) {
 	slices.Sort(names)
 	return names, nil
 }
-
