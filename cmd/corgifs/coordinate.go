@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/corgifs/corgifs/feedback"
@@ -34,8 +35,15 @@ func (c *coordinateFlags) register(fs *flag.FlagSet) {
 		"publishes the feedback its trainer writes there, the node of --coordinate-rank 0 computes\n"+
 		"each epoch's orders from all parts' feedback, and every node serves that one decision or\n"+
 		"refuses (EIO); see docs/coordinate.md")
-	fs.IntVar(&c.rank, "coordinate-rank", -1, "this node's `rank` among the nodes sharing --coordinate, unique per node:\n"+
-		"0 is the order server (required with --coordinate)")
+	fs.Func("coordinate-rank", "this node's `rank` among the nodes sharing --coordinate, unique per node:\n"+
+		"0 is the order server (required with --coordinate)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want 0 (the order server) or a larger integer")
+		}
+		c.rank = n
+		return nil
+	})
 }
 
 // check refuses --coordinate where it cannot apply.
