@@ -130,8 +130,12 @@ func nodeStatus(t *testing.T, d *corgifstest.Daemon) coordStatus {
 // mount fed all four parts' feedback serves. The bytes each node moves
 // through the shared directory are those docs/coordinate.md states.
 func TestCoordinatedNodesServeTheOrdersOfOneMountFedAllFeedback(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "shared")
-	coordinatedRun(t, dir, sharedDir(dir))
+	for _, strategy := range []string{"cdgrab", "grab", "corgipile-balance"} {
+		t.Run(strategy, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "shared")
+			coordinatedRun(t, dir, sharedDir(dir), strategy)
+		})
+	}
 }
 
 // The same through a bucket of a real S3 server (versitygw): write-once
@@ -149,7 +153,7 @@ func TestCoordinatedNodesThroughS3ServeTheOrdersOfOneMountFedAllFeedback(t *test
 		}
 		defer o.Close()
 		return io.ReadAll(o)
-	}, "--s3-endpoint", s.endpoint)
+	}, "cdgrab", "--s3-endpoint", s.endpoint)
 	// The server refuses a second conditional PUT of a key.
 	opts := minio.PutObjectOptions{DisableMultipart: true}
 	opts.SetMatchETagExcept("*")
@@ -161,7 +165,7 @@ func TestCoordinatedNodesThroughS3ServeTheOrdersOfOneMountFedAllFeedback(t *test
 
 // coordinatedRun runs 4 nodes sharing coordinate for 3 epochs against one
 // mount fed every part's feedback (see the test above).
-func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...string) {
+func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, strategy string, args ...string) {
 	t.Helper()
 	const nodes, epochs, dim = 4, 3, gradDim
 	// CORGIFS_COORD_RECORDS=1000000 measures the bytes of
@@ -172,9 +176,11 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...s
 	}
 	src := idDataset(t, records)
 	dir := coordinate
-	ds, caches := coordNodes(t, src, dir, nodes, nodes, append([]string{"--feedback-timeout", "60s"}, args...)...)
-	one := corgifstest.Mount(t, src, corgifstest.Strategy("cdgrab"), corgifstest.Parts(nodes), corgifstest.Args("--seed", "5", "--feedback-dim", "8"))
+	args = append([]string{"--strategy", strategy, "--feedback-timeout", "60s"}, args...)
+	ds, caches := coordNodes(t, src, dir, nodes, nodes, args...)
+	one := corgifstest.Mount(t, src, corgifstest.Strategy(strategy), corgifstest.Parts(nodes), corgifstest.Args("--seed", "5", "--feedback-dim", "8"))
 	var before []coordStatus
+	var prev [][]int32              // the records of the previous epoch's parts
 	files := make([][]byte, epochs) // node 1's
 	for epoch := range epochs {
 		got := readOwnParts(t, ds, epoch)
@@ -196,17 +202,17 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...s
 			for i := range nodes {
 				after[i] = nodeStatus(t, ds[i])
 				w, r := after[i].BytesWritten-before[i].BytesWritten, after[i].BytesRead-before[i].BytesRead
-				t.Logf("epoch %d rank %d (%s, %d records): %d bytes written, %d read in the shared directory", epoch, i, after[i].Role, len(served[i]), w, r)
+				t.Logf("epoch %d rank %d (%s, %d records in epoch %d): %d bytes written, %d read in the shared directory", epoch, i, after[i].Role, len(prev[i]), epoch-1, w, r)
 				// Own feedback (header and one vector of dim float32 per
 				// record) plus a digest (under 1 KiB); the order server also
 				// writes the orders (4 bytes a record, 8 + 4 a part) and the
 				// decision, and reads the other parts' feedback; the others
 				// read the decision and the orders.
-				fb := int64(16 + len(served[i])*dim*4)
+				fb := int64(16 + len(prev[i])*dim*4) // the previous epoch's feedback
 				orders := int64(8 + 4*nodes + 4*records)
 				wantW, wantR := fb, orders
 				if i == 0 {
-					wantW, wantR = fb+orders, int64(records-len(served[0]))*dim*4+16*(nodes-1)
+					wantW, wantR = fb+orders, int64(records-len(prev[0]))*dim*4+16*(nodes-1)
 				}
 				if w < wantW || w > wantW+2048 || r < wantR || r > wantR+2048 {
 					t.Errorf("epoch %d rank %d moved %d bytes out and %d in, want %d and %d (plus under 2 KiB of JSON)", epoch, i, w, r, wantW, wantR)
@@ -226,6 +232,7 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...s
 			writeFeedback(t, ds[i], epoch, i, nodes, served[i])
 			writeFeedback(t, one, epoch, i, nodes, served[i])
 		}
+		prev = served
 	}
 	for i, d := range ds {
 		if n := fallbacks(t, d); n != 0 {
@@ -235,7 +242,7 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, args ...s
 	// A remount of node 1 on its cache directory serves its saved orders,
 	// which are the decisions'.
 	ds[1].Unmount()
-	again := coordNode(t, src, dir, 1, nodes, caches[1], append([]string{"--feedback-timeout", "60s"}, args...)...)
+	again := coordNode(t, src, dir, 1, nodes, caches[1], args...)
 	for epoch := range epochs {
 		if b := mustRead(t, again, epoch, 1, nodes); !bytes.Equal(b, files[epoch]) {
 			t.Errorf("after a remount node 1 serves other bytes for epoch %d\n%s", epoch, again.Log())
