@@ -171,6 +171,7 @@ type Coordinator struct {
 	published map[key]bool   // parts known to be in the shared place
 	ownParts  int            // parts this node published
 	badRemote map[key]string // a shared feedback file refused: why
+	warned    map[key]bool   // a shared feedback file could not be taken
 	waits     map[ekey]WaitStatus
 	decided   map[ekey]bool      // a decision exists
 	looked    map[ekey]time.Time // when Complete last found none
@@ -195,7 +196,7 @@ func (s *Store) Coordinate(o CoordinateOptions) (*Coordinator, error) {
 		o.Poll = 100 * time.Millisecond
 	}
 	c := &Coordinator{Store: s, sh: o.Shared, rank: o.Rank, poll: o.Poll, log: s.log.With("coordinate", o.Shared.String(), "rank", o.Rank),
-		ingesting: make(map[key]bool), published: make(map[key]bool), badRemote: make(map[key]string),
+		ingesting: make(map[key]bool), published: make(map[key]bool), badRemote: make(map[key]string), warned: make(map[key]bool),
 		waits: make(map[ekey]WaitStatus), decided: make(map[ekey]bool), looked: make(map[ekey]time.Time)}
 	s.mu.Lock()
 	s.coord = c
@@ -378,11 +379,24 @@ func (c *Coordinator) gather(ctx context.Context, epoch, parts int, served func(
 			continue
 		}
 		if err := c.ingest(ctx, k, name, served); err != nil {
+			left = append(left, i)
+			if !errors.Is(err, ErrRefused) || errors.Is(err, ErrBusy) {
+				// Reaching the file failed, or a local upload of the part
+				// is open: tried again at the next poll.
+				c.mu.Lock()
+				warned := c.warned[k]
+				c.warned[k] = true
+				c.mu.Unlock()
+				if !warned {
+					c.log.Warn("could not take shared feedback; trying again", "file", name, "shared", c.sh.String(), "err", err)
+				}
+				continue
+			}
+			// The file is write-once: refused now, refused for ever.
 			c.log.Error("shared feedback refused", "file", name, "shared", c.sh.String(), "err", err)
 			c.mu.Lock()
 			c.badRemote[k] = err.Error()
 			c.mu.Unlock()
-			left = append(left, i)
 		}
 	}
 	return left
@@ -459,7 +473,7 @@ func (c *Coordinator) readDecision(ctx context.Context, ek ekey) (*Decision, err
 	}
 	var d Decision
 	if err := json.Unmarshal(b, &d); err != nil || d.Epoch != ek.epoch || d.Parts != ek.parts || !strings.HasPrefix(d.Digest, digestPrefix) || len(d.Digest) != len(digestPrefix)+64 {
-		return nil, fmt.Errorf("%s in %s is not the decision of epoch %d of %d parts (%v): every node refuses to serve the epoch until it is replaced", name, c.sh, ek.epoch, ek.parts, err)
+		return nil, contentError{fmt.Errorf("%s in %s is not the decision of epoch %d of %d parts (%v): every node refuses to serve the epoch until it is replaced", name, c.sh, ek.epoch, ek.parts, err)}
 	}
 	c.mu.Lock()
 	c.decided[ek] = true
@@ -501,9 +515,9 @@ func (c *Coordinator) follow(ctx context.Context, d *Decision, saved [][]int32, 
 		c.log.Error("orders differ from the epoch's decision: refusing to serve the epoch", "epoch", d.Epoch, "parts", d.Parts,
 			"orders", what, "node_digest", digest, "decision_digest", d.Digest, "decided_by_rank", d.Rank,
 			"decision", sharedDecisionName(d.Epoch, d.Parts), "shared", c.sh.String())
-		return fmt.Errorf("epoch %d of %d parts: %s have digest %s, the decision in %s (by rank %d) has %s: refusing to serve orders the other nodes do not serve; "+
+		return contentError{fmt.Errorf("epoch %d of %d parts: %s have digest %s, the decision in %s (by rank %d) has %s: refusing to serve orders the other nodes do not serve; "+
 			"a node must not serve an epoch another way than the others (remove this node's cache directory, or use a fresh --coordinate directory for a new run)",
-			d.Epoch, d.Parts, what, digest, c.sh, d.Rank, d.Digest)
+			d.Epoch, d.Parts, what, digest, c.sh, d.Rank, d.Digest)}
 	}
 	if saved != nil {
 		if dg := Digest(saved); dg != d.Digest {
@@ -528,7 +542,7 @@ func (c *Coordinator) follow(ctx context.Context, d *Decision, saved [][]int32, 
 	}
 	orders, err := decodeOrders(b, d.Parts, c.Store.records)
 	if err != nil {
-		return nil, false, fmt.Errorf("%s in %s: %w", d.Orders, c.sh, err)
+		return nil, false, contentError{fmt.Errorf("%s in %s: %w", d.Orders, c.sh, err)}
 	}
 	return orders, false, nil
 }
@@ -553,8 +567,8 @@ func (c *Coordinator) publishDigest(ctx context.Context, d *Decision, digest str
 		case old.Digest != digest:
 			c.log.Error("this rank published other orders for the epoch earlier: refusing to serve the epoch", "epoch", d.Epoch, "parts", d.Parts,
 				"node_digest", digest, "published_digest", old.Digest, "file", name)
-			err = fmt.Errorf("epoch %d of %d parts: rank %d published digest %s in %s earlier, and would now serve %s: refusing (two nodes given the same --coordinate-rank?)",
-				d.Epoch, d.Parts, c.rank, old.Digest, name, digest)
+			err = contentError{fmt.Errorf("epoch %d of %d parts: rank %d published digest %s in %s earlier, and would now serve %s: refusing (two nodes given the same --coordinate-rank?)",
+				d.Epoch, d.Parts, c.rank, old.Digest, name, digest)}
 		default:
 			err = nil
 		}
@@ -592,12 +606,27 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 		c.mu.Unlock()
 	}()
 	logged := false
+	// transient is the latest error of the shared place: retried every
+	// poll until twice the timeout, then the epoch is refused.
+	var transient error
 	for {
+		if transient != nil {
+			if time.Since(start) > 2*timeout {
+				return nil, false, false, fmt.Errorf("epoch %d of %d parts: the shared place %s failed until twice --feedback-timeout: %w", epoch, parts, c.sh, transient)
+			}
+			if !c.sleep(ctx, deadline.Add(timeout)) {
+				return nil, false, false, ctx.Err()
+			}
+		}
 		d, err := c.readDecision(ctx, ek)
 		if err == nil {
 			orders, fromSaved, err := c.follow(ctx, d, saved, compute)
 			if err == nil {
 				err = c.publishDigest(ctx, d, d.Digest)
+			}
+			if isTransient(err) {
+				transient = c.noteTransient(err, transient)
+				continue
 			}
 			if err != nil {
 				return nil, false, false, err
@@ -607,9 +636,14 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 			}
 			return orders, d.Balanced, fromSaved, nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		if isTransient(err) && !errors.Is(err, fs.ErrNotExist) {
+			transient = c.noteTransient(err, transient)
+			continue
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, false, false, err
 		}
+		transient = nil
 		saved = nil // no decision: these were not shared, and are decided again
 		c.publishPending(ctx, epoch-1, parts)
 		w := WaitStatus{Epoch: epoch, Parts: parts, For: "decision", Since: start.UTC(), Deadline: deadline.UTC()}
@@ -621,10 +655,14 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 				if errors.Is(err, fs.ErrExist) {
 					continue // another node decided first: follow it
 				}
-				if err != nil {
-					return nil, false, false, err
+				if err == nil {
+					err = c.publishDigest(ctx, d, d.Digest)
 				}
-				if err := c.publishDigest(ctx, d, d.Digest); err != nil {
+				if isTransient(err) {
+					transient = c.noteTransient(err, transient)
+					continue
+				}
+				if err != nil {
 					return nil, false, false, err
 				}
 				return orders, true, false, nil
@@ -648,28 +686,61 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 			if errors.Is(err, fs.ErrExist) {
 				continue
 			}
-			if err != nil {
-				return nil, false, false, err
+			if err == nil {
+				c.log.Warn("the epoch's feedback did not arrive in time: every node serves a random reshuffle", "epoch", epoch, "parts", parts, "reason", reason)
+				err = c.publishDigest(ctx, d, d.Digest)
 			}
-			c.log.Warn("the epoch's feedback did not arrive in time: every node serves a random reshuffle", "epoch", epoch, "parts", parts, "reason", reason)
-			if err := c.publishDigest(ctx, d, d.Digest); err != nil {
+			if isTransient(err) {
+				transient = c.noteTransient(err, transient)
+				continue
+			}
+			if err != nil {
 				return nil, false, false, err
 			}
 			return orders, false, false, nil
 		}
-		c.Store.mu.Lock()
-		changed := c.Store.changed
-		c.Store.mu.Unlock()
-		t := time.NewTimer(min(c.poll, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !c.sleep(ctx, deadline) {
 			return nil, false, false, ctx.Err()
-		case <-changed:
-		case <-t.C:
 		}
-		t.Stop()
 	}
+}
+
+// contentError is an error of the shared place's content (not of
+// reaching it): the epoch is refused at once.
+type contentError struct{ error }
+
+func (e contentError) Unwrap() error { return e.error }
+
+// isTransient reports whether err is a failure to reach the shared place,
+// which a later try may not meet.
+func isTransient(err error) bool {
+	var c contentError
+	return err != nil && !errors.As(err, &c) && !errors.Is(err, context.Canceled)
+}
+
+// noteTransient logs err when it is the first of a run of failures.
+func (c *Coordinator) noteTransient(err, last error) error {
+	if last == nil {
+		c.log.Warn("the shared place failed; trying again", "err", err)
+	}
+	return err
+}
+
+// sleep waits one poll (less if until comes first), or until the store
+// accepts an upload; false when ctx ends.
+func (c *Coordinator) sleep(ctx context.Context, until time.Time) bool {
+	c.Store.mu.Lock()
+	changed := c.Store.changed
+	c.Store.mu.Unlock()
+	t := time.NewTimer(max(time.Millisecond, min(c.poll, time.Until(until))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+	case <-t.C:
+	}
+	return true
 }
 
 // forget drops what the coordinator remembers of epochs before epoch,
@@ -685,6 +756,11 @@ func (c *Coordinator) forget(epoch int) {
 	for k := range c.badRemote {
 		if k.epoch < epoch {
 			delete(c.badRemote, k)
+		}
+	}
+	for k := range c.warned {
+		if k.epoch < epoch {
+			delete(c.warned, k)
 		}
 	}
 	for k := range c.decided {
