@@ -193,3 +193,45 @@ func TestDecideFollowsTheOrderServersBalancedOrders(t *testing.T) {
 		t.Errorf("status: %+v", st)
 	}
 }
+
+// flaky is a shared place whose opens fail while fails is above 0.
+type flaky struct {
+	Shared
+	fails atomic.Int32
+}
+
+func (f *flaky) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, errors.New("connection reset by peer")
+	}
+	return f.Shared.Open(ctx, name)
+}
+
+// A shared place that fails for a while delays the decision, never
+// refuses it; one that keeps failing refuses the epoch after twice the
+// timeout, naming the cause.
+func TestDecideRetriesASharedPlaceThatFails(t *testing.T) {
+	dir, err := OpenDirShared(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := node(t, dir, 1)
+	want, _, _, err := first.Decide(context.Background(), 1, 2, time.Millisecond, nil, nil, reshuffleOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flaky{Shared: dir}
+	f.fails.Store(5)
+	c := node(t, f, 2)
+	got, _, _, err := c.Decide(context.Background(), 1, 2, time.Second, nil, nil, reshuffleOf(0))
+	if err != nil || Digest(got) != Digest(want) {
+		t.Fatalf("through a place failing 5 times: %v, %v", got, err)
+	}
+	f.fails.Store(1 << 30)
+	c = node(t, f, 3)
+	start := time.Now()
+	if _, _, _, err := c.Decide(context.Background(), 1, 2, 50*time.Millisecond, nil, nil, reshuffleOf(0)); err == nil ||
+		!strings.Contains(err.Error(), "connection reset") || time.Since(start) < 100*time.Millisecond {
+		t.Errorf("through a place that keeps failing: %v after %s, want the cause after twice the timeout", err, time.Since(start))
+	}
+}
