@@ -91,6 +91,9 @@ type Store struct {
 	// changed is closed and replaced whenever an upload is accepted.
 	changed chan struct{}
 	stats   Stats
+	// coord, when set, shares the epochs' decisions with other nodes
+	// (coordinate.go).
+	coord *Coordinator
 }
 
 type key struct{ epoch, part, parts int }

@@ -31,11 +31,14 @@ type Status struct {
 	Stats
 	Parts    []PartStatus `json:"parts"`
 	Refusals []Refusal    `json:"refusals"`
+	// Coordinate says what this node waits for and what it decided, with
+	// --coordinate (coordinate.go).
+	Coordinate *CoordinateStatus `json:"coordinate,omitempty"`
 }
 
 // Status returns the store's status.
 func (s *Store) Status() Status {
-	st := Status{Stats: s.Stats()}
+	st := Status{Stats: s.Stats(), Coordinate: s.coordinateStatus()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.Parts = make([]PartStatus, 0, len(s.parts))

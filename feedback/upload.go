@@ -171,6 +171,11 @@ func (u *Upload) Close() error {
 	u.err = u.closeLocked()
 	u.f.Close()
 	u.s.dir.Remove(u.tmp)
+	if c := u.s.coordinator(); c != nil && u.err == nil {
+		// Published before close(2) returns: a trainer whose close
+		// succeeded has its feedback in the shared place.
+		c.accepted(u.k)
+	}
 	return u.err
 }
 

@@ -65,6 +65,9 @@ type sequence struct {
 	// (grab.go): computed once, by the first Acquire.
 	fbOnce sync.Once
 	fb     atomic.Pointer[fbOrders]
+	// fbErr, set in fbOnce, refuses the epoch: its orders are not those
+	// the other nodes serve (coordinate.go).
+	fbErr error
 }
 
 // at returns the unit at position i of the sequence.
@@ -96,7 +99,8 @@ type shared struct {
 	once sync.Once
 	plan *Plan
 	seq  *sequence
-	refs int // under planCache.mu
+	err  error // the epoch is refused (sequence.fbErr)
+	refs int   // under planCache.mu
 }
 
 // planCache is the Planner's table of shared plans.
@@ -159,9 +163,21 @@ func (pl *Planner) Acquire(epoch, part, parts int) (*Plan, error) {
 		sh.seq = pl.sequence(epoch, parts)
 		if IsFeedback(pl.p.Strategy) {
 			pl.feedbackOrders(sh.seq, epoch, parts) // may wait for feedback
+			if sh.err = sh.seq.fbErr; sh.err != nil {
+				return
+			}
 		}
 		sh.plan = pl.build(sh.seq, epoch, part, parts)
 	})
+	if sh.err != nil {
+		c.mu.Lock()
+		if sh.refs--; sh.refs == 0 {
+			delete(c.parts, k)
+			c.releaseLocked(sh.seq)
+		}
+		c.mu.Unlock()
+		return nil, sh.err
+	}
 	return sh.plan, nil
 }
 

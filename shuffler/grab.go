@@ -270,10 +270,14 @@ func (pl *Planner) feedbackOrders(seq *sequence, epoch, parts int) {
 		if epoch == 0 || f == nil {
 			return
 		}
+		log := pl.logger().With("strategy", pl.p.Strategy, "epoch", epoch, "parts", parts)
+		if d, ok := f.(Decider); ok {
+			pl.decideOrders(seq, fb, epoch, parts, d, log)
+			return
+		}
 		if pl.loadOrders(seq, fb, epoch, parts) {
 			return
 		}
-		log := pl.logger().With("strategy", pl.p.Strategy, "epoch", epoch, "parts", parts)
 		if !f.Complete(epoch-1, parts) {
 			log.Info("waiting for the previous epoch's feedback", "previous_epoch", epoch-1, "timeout", pl.p.FeedbackTimeout)
 		}

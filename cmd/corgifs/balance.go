@@ -78,6 +78,9 @@ func (d *datasetFlags) feedbackSource() shuffler.Feedback {
 	if d.balance.printOnly {
 		return savedOrdersOnly{d.feedback}
 	}
+	if d.coordinate.coord != nil {
+		return d.coordinate.coord
+	}
 	return d.feedback
 }
 

@@ -75,5 +75,5 @@ func (d *datasetFlags) openFeedback(ix *blockcache.Index, seed uint64, need int6
 	d.slabBudget -= bound
 	d.heapLimit += bound
 	log.Debug("feedback files taken", "dir", dir, "max_dim", d.feedbackDim, "memory", humanize.IBytes(uint64(bound)))
-	return nil
+	return d.openCoordinate(log)
 }

@@ -168,6 +168,9 @@ type datasetFlags struct {
 	feedback    *feedback.Store
 	// balance are --balance-rule and --feedback-timeout (balance.go).
 	balance balanceFlags
+	// coordinate are --coordinate and --coordinate-rank (coordinate.go),
+	// which only mount registers.
+	coordinate coordinateFlags
 }
 
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
@@ -402,6 +405,9 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		return nil, nil, 0, err
 	}
 	if err := d.balance.check(d.strategy); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := d.coordinate.check(d.strategy); err != nil {
 		return nil, nil, 0, err
 	}
 	if err := d.checkExchange(); err != nil {

@@ -168,6 +168,7 @@ the next).`, stderr)
 	m.d.register(fset, true)
 	m.d.registerFormat(fset)
 	m.d.registerPrefetch(fset)
+	m.d.coordinate.register(fset)
 	m.epochs = fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
 	m.parts = fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
 	m.allowOther = fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
@@ -229,6 +230,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		return err
 	}
 	d.warnParts(ix, pl, *parts, log)
+	d.planAhead(pl, log)
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
 		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
