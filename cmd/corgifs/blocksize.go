@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
@@ -43,24 +44,12 @@ func (d *datasetFlags) chooseSizes(ctx context.Context, src string, recordStrate
 	return c
 }
 
-// sizesInfo is config.json's "sizing": what the block size and buffer rule
-// chose and why.
-type sizesInfo struct {
-	BlockSizeGiven  bool    `json:"block_size_given"`
-	BufferGiven     bool    `json:"buffer_given"`
-	BlocksPerBuffer int64   `json:"blocks_per_buffer"`
-	WholePart       bool    `json:"buffer_is_whole_part"`
-	ExpectedTV      float64 `json:"expected_label_tv"`
-	Reason          string  `json:"reason"`
-	Warning         string  `json:"warning,omitempty"`
-}
-
-func (d *datasetFlags) sizesInfo() *sizesInfo {
+func (d *datasetFlags) sizesInfo() *api.Sizing {
 	if d.sizes == nil {
 		return nil
 	}
 	c := d.sizes
-	return &sizesInfo{BlockSizeGiven: d.blockSizeGiven, BufferGiven: d.bufferGiven, BlocksPerBuffer: c.BlocksPerBuffer,
+	return &api.Sizing{BlockSizeGiven: d.blockSizeGiven, BufferGiven: d.bufferGiven, BlocksPerBuffer: c.BlocksPerBuffer,
 		WholePart: c.WholePart, ExpectedTV: c.ExpectedTV, Reason: c.Reason, Warning: c.Warning}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
@@ -236,15 +237,6 @@ func (d *datasetFlags) probeMode() string {
 	return blockcache.IndexFull
 }
 
-// indexMode is the mode of the index that was built, which is full where
-// --index probe fell back (a format with no probe, a compressed file).
-func indexMode(ix *blockcache.Index) string {
-	if ix.Probed {
-		return blockcache.IndexProbe
-	}
-	return blockcache.IndexFull
-}
-
 // checkIndex checks --index.
 func (d *datasetFlags) checkIndex() error {
 	if d.index != "" && d.index != blockcache.IndexFull && d.index != blockcache.IndexProbe {
@@ -428,7 +420,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	log.Info("index ready", "source", ix.Root, "index", indexMode(ix), "files", len(ix.Files), "records", recordsText(ix),
+	log.Info("index ready", "source", ix.Root, "index", api.IndexMode(ix), "files", len(ix.Files), "records", recordsText(ix),
 		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))

@@ -14,133 +14,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/fs"
-	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 )
-
-// info is served as .corgifs/config.json.
-type info struct {
-	Version    int    `json:"version"`
-	Source     string `json:"source"`
-	Strategy   string `json:"strategy"`
-	Seed       uint64 `json:"seed"`
-	BlockSize  int64  `json:"block_size"`
-	Buffer     string `json:"buffer"`
-	BufferPart int64  `json:"buffer_bytes_per_part"` // for --parts parts
-	Capped     bool   `json:"buffer_capped_by_max_memory"`
-	MaxMemory  int64  `json:"max_memory"`
-	Epochs     int    `json:"epochs"`
-	Parts      int    `json:"parts"`
-	EqualParts bool   `json:"equal_parts"`
-	// Records repeated by --equal-parts in epoch 0 over the --parts parts.
-	Padded int `json:"equal_parts_padding_epoch0"`
-	// --partition and --exchange, for local and pls only.
-	Partition string   `json:"partition,omitempty"`
-	Exchange  *float64 `json:"exchange,omitempty"`
-	// BalanceRule and FeedbackTimeout are the feedback strategies'
-	// (grab, cdgrab, corgipile-balance).
-	BalanceRule     string      `json:"balance_rule,omitempty"`
-	FeedbackTimeout float64     `json:"feedback_timeout_seconds,omitempty"`
-	Dataset         datasetInfo `json:"dataset"`
-	// The records' format and what a reader of the served parts needs:
-	// the parts' extension, whether they start with a CSV header row,
-	// the size of fixed records. Parts of fixed records have no file
-	// header (header_bytes 0); the sources' is source_header_bytes.
-	Format            string `json:"format"`
-	Extension         string `json:"extension"`
-	Header            *bool  `json:"header,omitempty"`
-	RecordSize        int64  `json:"record_size,omitempty"`
-	HeaderBytes       *int64 `json:"header_bytes,omitempty"`
-	SourceHeaderBytes int64  `json:"source_header_bytes,omitempty"`
-
-	// Sizing says whether block_size and buffer were given or chosen, and
-	// why (package sizing; blocksize.go).
-	Sizing *sizesInfo `json:"sizing,omitempty"`
-	// Prefetch is --prefetch: the buffers each part loads ahead.
-	Prefetch int `json:"prefetch"`
-}
-
-type datasetInfo struct {
-	Files int `json:"files"`
-	// Records is null when a probed index does not know it (Unknown).
-	Records    *int64           `json:"records"`
-	Bytes      int64            `json:"bytes"`
-	Blocks     int              `json:"blocks"`
-	RecordSize map[string]int64 `json:"record_size"`
-	Skipped    skippedInfo      `json:"skipped_corrupt"`
-	// Index is how the index was built: full or probe. A probed index
-	// lists in Unknown the figures it does not know (null above):
-	// "records" (learned as blocks load, never known to the planner) and
-	// "record_size", but for formats of fixed-size records.
-	Index   string   `json:"index"`
-	Unknown []string `json:"unknown,omitempty"`
-}
-
-type skippedInfo struct {
-	Count  int                 `json:"count"`
-	Bytes  int64               `json:"bytes"`
-	Ranges []blockcache.Damage `json:"ranges"`
-}
-
-func newInfo(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) info {
-	p := pl.Params()
-	target, capped := pl.BufferTarget(ix.Bytes / int64(parts))
-	in := info{
-		Version: 1, Source: ix.Root, Strategy: p.Strategy, Seed: p.Seed, BlockSize: ix.BlockSize,
-		Buffer: p.Buffer.String(), BufferPart: target, Capped: capped, MaxMemory: p.MaxMemory,
-		Epochs: epochs, Parts: parts, EqualParts: p.EqualParts,
-		Dataset: datasetInfo{
-			Files: len(ix.Files), Records: &ix.Records, Bytes: ix.Bytes, Blocks: len(ix.Blocks), Index: indexMode(ix),
-			RecordSize: map[string]int64{"min": ix.RecordMin, "median": ix.RecordMedian, "max": ix.RecordMax},
-			Skipped:    skippedInfo{Count: len(ix.Damaged), Ranges: ix.Damaged},
-		},
-	}
-	if ix.Probed {
-		if ix.CountsUnknown {
-			in.Dataset.Records = nil
-			in.Dataset.Unknown = append(in.Dataset.Unknown, "records")
-		}
-		if ix.RecordMax == 0 {
-			in.Dataset.RecordSize = nil
-			in.Dataset.Unknown = append(in.Dataset.Unknown, "record_size")
-		}
-	}
-	if shuffler.IsFeedback(p.Strategy) {
-		in.BalanceRule, in.FeedbackTimeout = p.BalanceRule.String(), p.FeedbackTimeout.Seconds()
-	}
-	if shuffler.Partitioned(p.Strategy) {
-		in.Partition, in.Exchange = p.Partition, &p.Exchange
-		if in.Partition == "" {
-			in.Partition = shuffler.PartitionRandom
-		}
-	}
-	f := ix.Fmt()
-	in.Format, in.Extension = f.Name(), f.Ext()
-	switch f := f.(type) {
-	case formats.CSV:
-		in.Header = &f.Header
-	case formats.Fixed:
-		in.RecordSize, in.HeaderBytes, in.SourceHeaderBytes = f.RecordSize, new(int64), f.HeaderBytes
-	}
-	if in.Dataset.Skipped.Ranges == nil {
-		in.Dataset.Skipped.Ranges = []blockcache.Damage{}
-	}
-	for _, d := range ix.Damaged {
-		in.Dataset.Skipped.Bytes += d.To - d.From
-	}
-	if p.EqualParts {
-		for i := range parts {
-			if plan, err := pl.Plan(0, i, parts); err == nil {
-				in.Padded += plan.Padding
-			}
-		}
-	}
-	return in
-}
 
 // mountFlags are the flags of corgifs mount.
 type mountFlags struct {
@@ -261,7 +140,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	in := newInfo(ix, pl, *epochs, *parts)
+	in := api.NewConfig(ix, pl, *epochs, *parts)
 	in.Sizing = d.sizesInfo()
 	in.Prefetch = ld.PrefetchDepth()
 	srv, err := fs.Mount(context.Background(), fs.Config{
@@ -417,7 +296,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 		sizes = "not known (probed index)"
 	}
 	fmt.Fprintf(stdout, "source      %s\nindex       %s\nformat      %s\nfiles       %d\nrecords     %s\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size %s\nskipped     %d damaged ranges\nfrom cache  %v\n",
-		ix.Root, indexMode(ix), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+		ix.Root, api.IndexMode(ix), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), sizes, len(ix.Damaged), cached)
 	if c := ix.Compressed(); c.Files > 0 {
 		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",
