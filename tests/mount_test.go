@@ -25,6 +25,7 @@ var smallFlags = []string{"--block-size", "64KiB", "--buffer", "256KiB", "--seed
 var allStrategies = []string{"corgipile", "block", "none", "window", "full", "once"}
 
 func TestEveryRecordServedExactlyOncePerEpoch(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	src := genSynthetic(t, 20000, 16, 4, 5, "clustered")
 	want := sortedHashes(sourceRecords(t, src))
 	for _, strategy := range allStrategies {
@@ -102,6 +103,7 @@ func TestMountsWithSameSeedServeIdenticalBytes(t *testing.T) {
 }
 
 func TestReadsAtAnyOffsetEqualSequentialRead(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	src := genSynthetic(t, 10000, 16, 4, 3, "clustered")
 	for _, strategy := range allStrategies {
 		t.Run(strategy, func(t *testing.T) {
@@ -116,6 +118,7 @@ func TestReadsAtAnyOffsetEqualSequentialRead(t *testing.T) {
 // them into the reply; the kernel then copies them from the slabs while
 // other reads load and recycle buffers.
 func TestLargeRecordsServedStraightFromTheSlabsAreExactAndOncePerEpoch(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	src := genSynthetic(t, 300, 8000, 4, 3, "clustered")
 	want := sortedHashes(sourceRecords(t, src))
 	for _, strategy := range []string{"corgipile", "none"} {
@@ -258,6 +261,7 @@ func labelsOf(t *testing.T, b []byte) []int64 {
 // (buffer, label) pairs stays near 0.1. The source order (strategy none) has
 // windows of a single label: an error of 0.75.
 func TestCorgiPileMixesClusteredLabels(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	src := genSynthetic(t, 40000, 8, 4, 4, "clustered")
 	for _, c := range []struct {
 		strategy string

@@ -481,6 +481,7 @@ func TestUnreadableSourceFileFailsWithPermissionDenied(t *testing.T) {
 // TestTenThousandSmallFilesIndexAndServeEveryRecordOnce indexes a source of
 // 10,000 one-record files and reads it through a mount.
 func TestTenThousandSmallFilesIndexAndServeEveryRecordOnce(t *testing.T) {
+	t.Parallel() // see "Parallel tests" in harness_test.go
 	src := filepath.Join(t.TempDir(), "src")
 	os.MkdirAll(src, 0o755)
 	const n = 10000
