@@ -17,6 +17,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -154,7 +155,7 @@ func (b *bench) mountAll(ctx context.Context, corgifs, loopback string) error {
 			}
 			fmt.Fprintf(b.stderr, "mounting corgifs %s, K=%d at %s\n", strategy, k, mnt)
 			d, err := startDaemon(ctx, "corgifs "+name, mnt, filepath.Join(logs, name+".log"),
-				filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+				api.ConfigPath(mnt), argv...)
 			if err != nil {
 				return err
 			}
@@ -348,8 +349,8 @@ func (b *bench) finish() error {
 		if t.kind == kindCorgifs {
 			t.stats, t.config = &loaderStats{}, &mountConfig{}
 			errs = append(errs,
-				readJSON(filepath.Join(t.d.mnt, ".corgifs", "stats.json"), t.stats),
-				readJSON(filepath.Join(t.d.mnt, ".corgifs", "config.json"), t.config))
+				readJSON(api.StatsPath(t.d.mnt), t.stats),
+				readJSON(api.ConfigPath(t.d.mnt), t.config))
 		}
 		t.readahead = readaheadKB(t.d.mnt)
 		rss, err := peakRSS(t.d.pid())

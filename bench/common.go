@@ -16,6 +16,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -106,7 +107,7 @@ func (e *runEnv) mountCorgifs(ctx context.Context, name, cacheDir string, args .
 	}
 	e.logf("mounting corgifs %s at %s", strings.Join(args, " "), mnt)
 	return startDaemon(ctx, "corgifs "+name, mnt, filepath.Join(e.work, "logs", name+".log"),
-		filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+		api.ConfigPath(mnt), argv...)
 }
 
 // mountLoopback mounts the dataset with bench/loopback (reads served by
@@ -129,7 +130,7 @@ func partPath(mnt string, epoch, i, k int) string {
 // corgifsStats reads .corgifs/stats.json of a corgifs mount.
 func corgifsStats(mnt string) (*loaderStats, error) {
 	st := &loaderStats{}
-	return st, readJSON(filepath.Join(mnt, ".corgifs", "stats.json"), st)
+	return st, readJSON(api.StatsPath(mnt), st)
 }
 
 // timeCmd runs argv with its output in stdout (nil: /dev/null) and returns
@@ -171,7 +172,7 @@ func stopDaemon(d *daemon, corgifs bool) (daemonUsage, error) {
 			return u, err
 		}
 		u.config = &mountConfig{}
-		if err := readJSON(filepath.Join(d.mnt, ".corgifs", "config.json"), u.config); err != nil {
+		if err := readJSON(api.ConfigPath(d.mnt), u.config); err != nil {
 			d.kill()
 			return u, err
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/datagen"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
@@ -279,7 +280,7 @@ func (h *harness) timeEpochs(ctx context.Context, fr *formatsRun) (err error) {
 		}
 		fmt.Fprintf(h.stderr, "mounting %s at %s\n", s.format, mnt)
 		d, err := startDaemon(ctx, name, mnt, filepath.Join(fr.work, "logs", s.format+".log"),
-			filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+			api.ConfigPath(mnt), argv...)
 		if err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (h *harness) timeEpochs(ctx context.Context, fr *formatsRun) (err error) {
 		var cfg struct {
 			Extension string `json:"extension"`
 		}
-		if err := readJSON(filepath.Join(mnt, ".corgifs", "config.json"), &cfg); err != nil {
+		if err := readJSON(api.ConfigPath(mnt), &cfg); err != nil {
 			return err
 		}
 		s.ext = cfg.Extension

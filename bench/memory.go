@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 const memoryHeading = "## Memory: peak RSS against --max-memory, and read amplification (issue 12)"
@@ -128,11 +129,11 @@ func (e *runEnv) memoryRun(ctx context.Context, readers int, budget int64, buffe
 	for _, n := range sizes {
 		r.bytes += n
 	}
-	if err := readJSON(filepath.Join(d.mnt, ".corgifs", "stats.json"), &r.stats); err != nil {
+	if err := readJSON(api.StatsPath(d.mnt), &r.stats); err != nil {
 		return r, err
 	}
 	var cfg mountConfig
-	if err := readJSON(filepath.Join(d.mnt, ".corgifs", "config.json"), &cfg); err != nil {
+	if err := readJSON(api.ConfigPath(d.mnt), &cfg); err != nil {
 		return r, err
 	}
 	r.bufferLen = cfg.BufferPart

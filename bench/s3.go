@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -246,7 +247,7 @@ func (e *runEnv) runS3(ctx context.Context) error {
 			return nil, err
 		}
 		return startDaemon(ctx, "corgifs "+name, mnt, filepath.Join(dir, "logs", name+".log"),
-			filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+			api.ConfigPath(mnt), argv...)
 	}
 	// The index: built by a first mount (with the block size the mount
 	// chooses for this dataset), timed to the mount's readiness, loaded
@@ -266,7 +267,7 @@ func (e *runEnv) runS3(ctx context.Context) error {
 	res.indexSecs = time.Since(start).Seconds()
 	g1, err := srv.gets()
 	var c mountConfig
-	err = errors.Join(err, readJSON(filepath.Join(d.mnt, ".corgifs", "config.json"), &c))
+	err = errors.Join(err, readJSON(api.ConfigPath(d.mnt), &c))
 	if err := errors.Join(err, d.stop()); err != nil {
 		return err
 	}
@@ -384,7 +385,7 @@ func (e *runEnv) runS3(ctx context.Context) error {
 				GETs int64 `json:"gets"`
 			} `json:"source"`
 		}
-		err = errors.Join(err, readJSON(filepath.Join(d.mnt, ".corgifs", "stats.json"), &st))
+		err = errors.Join(err, readJSON(api.StatsPath(d.mnt), &st))
 		if err := errors.Join(err, d.stop()); err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/shuffler"
 )
@@ -166,7 +167,7 @@ func runTraffic(ctx context.Context, o trafficOptions, out string, stdout, stder
 			return nil, err
 		}
 		return startDaemon(ctx, "corgifs "+name, mnt, filepath.Join(work, "logs", name+".log"),
-			filepath.Join(mnt, ".corgifs", "config.json"), argv...)
+			api.ConfigPath(mnt), argv...)
 	}
 	// The first mount indexes the bucket; the nodes reuse its sidecar.
 	d, err := mountNode("index")
@@ -337,7 +338,7 @@ func readNode(ctx context.Context, mnt string, i int, o trafficOptions) (*traffi
 	var st trafficStats
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		st = trafficStats{}
-		if err := readJSON(filepath.Join(mnt, ".corgifs", "stats.json"), &st); err != nil {
+		if err := readJSON(api.StatsPath(mnt), &st); err != nil {
 			return nil, err
 		}
 		if st.DiskCache == nil {

@@ -26,8 +26,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"github.com/corgifs/corgifs/internal/testenv"
-	"github.com/corgifs/corgifs/shuffler"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,8 +36,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // An Option sets up a mount.
@@ -127,8 +128,8 @@ type Daemon struct {
 	grace time.Duration
 
 	mu    sync.Mutex
-	ended bool           // Unmount, Kill or the cleanup has run
-	cfg   *servingConfig // read from config.json on first use
+	ended bool        // Unmount, Kill or the cleanup has run
+	cfg   *api.Config // read from config.json on first use
 }
 
 // Mount mounts src (a directory, or any source `corgifs mount` takes) at
@@ -244,29 +245,20 @@ func (d *Daemon) cleanup() {
 	}
 }
 
-// servingConfig is what .corgifs/config.json says about the served files.
-type servingConfig struct {
-	Format      string `json:"format"`
-	Extension   string `json:"extension"`
-	Header      *bool  `json:"header"`
-	RecordSize  int64  `json:"record_size"`
-	HeaderBytes *int64 `json:"header_bytes"`
-}
-
 // config reads config.json once. Mounts that do not say their format
 // serve TFRecord.
-func (d *Daemon) config() *servingConfig {
+func (d *Daemon) config() *api.Config {
 	d.tb.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cfg != nil {
 		return d.cfg
 	}
-	b, err := os.ReadFile(filepath.Join(d.Dir, ".corgifs", "config.json"))
+	b, err := os.ReadFile(api.ConfigPath(d.Dir))
 	if err != nil {
 		d.tb.Fatalf("corgifstest: %v\n%s", err, d.Log())
 	}
-	var c servingConfig
+	var c api.Config
 	if err := json.Unmarshal(b, &c); err != nil {
 		d.tb.Fatalf("corgifstest: %s/.corgifs/config.json: %v", d.Dir, err)
 	}

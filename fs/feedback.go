@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -24,7 +25,7 @@ import (
 const (
 	feedbackDir = "feedback"
 	feedbackExt = ".f32"
-	statusJSON  = "status.json"
+	statusJSON  = api.StatusFile
 )
 
 // fbDirNode is .corgifs/feedback.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/internal/testenv"
@@ -52,7 +53,7 @@ func TestFeedbackIsKeptForTheRecordsInTheOrderTheyWereServed(t *testing.T) {
 	defer fb.Close()
 	mnt := t.TempDir()
 	srv, err := Mount(ctx, Config{Mountpoint: mnt, Planner: pl, Loader: blockcache.NewLoader(ix, blockcache.LoaderOptions{MaxMemory: 8 << 20, Buffered: true}),
-		Epochs: 1, Parts: 2, Info: struct{}{}, Feedback: fb})
+		Epochs: 1, Parts: 2, Info: api.Config{}, Feedback: fb})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
@@ -33,7 +34,7 @@ type Config struct {
 	Epochs     int // epoch directories listed in the root (any number resolves)
 	Parts      int // parts listed in each epoch directory (any K resolves)
 	// Info is served as .corgifs/config.json.
-	Info       any
+	Info       api.Config
 	AllowOther bool
 	Logger     *slog.Logger
 	// Feedback, when set, makes the mount take feedback files (see

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -93,7 +93,7 @@ var (
 	_ gofs.NodeGetattrer = (*rootNode)(nil)
 )
 
-const ctlDir = ".corgifs"
+const ctlDir = api.Dir
 
 func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	r.dirAttr(&out.Attr, 0o555)
@@ -354,8 +354,8 @@ var (
 
 func (c *ctlNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	entries := []fuse.DirEntry{
-		{Name: "config.json", Mode: syscall.S_IFREG},
-		{Name: "stats.json", Mode: syscall.S_IFREG},
+		{Name: api.ConfigFile, Mode: syscall.S_IFREG},
+		{Name: api.StatsFile, Mode: syscall.S_IFREG},
 	}
 	if c.root.cfg.Feedback != nil {
 		entries = append(entries, fuse.DirEntry{Name: feedbackDir, Mode: syscall.S_IFDIR})
@@ -371,9 +371,9 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, syscall.ENOENT
 		}
 		return c.root.lookupDir(ctx, &c.Inode, name, &fbDirNode{counted: counted{&c.root.inodes}, root: c.root}, 0o555, true, out), 0
-	case "config.json":
+	case api.ConfigFile:
 		content = func() []byte { return c.root.info }
-	case "stats.json":
+	case api.StatsFile:
 		content = c.root.stats
 	default:
 		return nil, syscall.ENOENT
@@ -381,28 +381,8 @@ func (c *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	return c.root.lookupCtlFile(ctx, &c.Inode, name, content, out), 0
 }
 
-// processStats are the daemon-wide counters served beside the loader's in
-// stats.json, so that leaks show from outside.
-type processStats struct {
-	blockcache.Stats
-	BytesServed int64 `json:"bytes_served"`
-	// BytesServedFromSlabs are the bytes of BytesServed that went to the
-	// kernel as slices of the loaded blocks, without a copy in the daemon.
-	BytesServedFromSlabs int64 `json:"bytes_served_from_slabs"`
-	Goroutines           int   `json:"goroutines"`
-	OpenFDs              int   `json:"open_fds"` // -1 where /proc/self/fd cannot be read
-	// Inodes are the nodes the kernel has not forgotten (the root aside).
-	Inodes int64 `json:"inodes"`
-	// Source counts the requests of a remote source (Config.SourceStats).
-	Source any `json:"source,omitempty"`
-	// Plans is the planner's work and memory, outside MemoryBudget.
-	Plans shuffler.PlanStats `json:"plans"`
-	// Feedback is the feedback store's, with a feedback strategy.
-	Feedback *feedback.Stats `json:"feedback,omitempty"`
-}
-
 func (r *rootNode) stats() []byte {
-	s := processStats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1,
+	s := api.Stats{Stats: r.cfg.Loader.Stats(), BytesServed: r.served.Load(), BytesServedFromSlabs: r.sliced.Load(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1,
 		Inodes: r.inodes.Load(), Plans: r.cfg.Planner.Stats()}
 	if fb := r.cfg.Feedback; fb != nil {
 		st := fb.Stats()

@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/dustin/go-humanize"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -235,7 +236,7 @@ func mount(bin, work, src string, flags ...string) (*daemon, error) {
 	}
 	d := &daemon{dir: dir, cmd: cmd}
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dir, ".corgifs", "stats.json")); err == nil {
+		if _, err := os.Stat(api.StatsPath(dir)); err == nil {
 			return d, nil
 		}
 		if time.Now().After(deadline) {
@@ -253,7 +254,7 @@ func (d *daemon) stop() {
 
 func (d *daemon) stats() (stats, error) {
 	var s stats
-	b, err := os.ReadFile(filepath.Join(d.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(d.dir))
 	if err != nil {
 		return s, err
 	}

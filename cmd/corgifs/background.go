@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 // The child of `mount --background` finds its end of the readiness pipe in
@@ -277,7 +279,7 @@ func (r *readiness) ready(stdout, stderr io.Writer, mnt, line string) {
 	r.done = true
 	answered := make(chan error, 1)
 	go func() {
-		_, err := os.Stat(filepath.Join(mnt, ".corgifs", "config.json"))
+		_, err := os.Stat(api.ConfigPath(mnt))
 		answered <- err
 	}()
 	select {

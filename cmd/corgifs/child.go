@@ -5,11 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/corgifs/corgifs/shuffler"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
+	"github.com/corgifs/corgifs/shuffler"
 
 	"github.com/corgifs/corgifs/internal/childmount"
 )
@@ -52,7 +53,7 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 		return nil, fmt.Errorf("corgifs mount: %w\n%s", err, out)
 	}
 	m := &childMount{Child: c, log: log}
-	b, err := os.ReadFile(filepath.Join(mnt, ".corgifs", "config.json"))
+	b, err := os.ReadFile(api.ConfigPath(mnt))
 	var cfg struct{ Extension string }
 	if err == nil {
 		err = json.Unmarshal(b, &cfg)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/dustin/go-humanize"
 	"golang.org/x/term"
 )
@@ -94,7 +95,7 @@ interval, a line each, with every counter of stats.json under "counters".`, stde
 	if *interval <= 0 || *count < 0 {
 		return fmt.Errorf("--interval must be positive and --count >= 0")
 	}
-	path := filepath.Join(pos[0], ".corgifs", "stats.json")
+	path := api.StatsPath(pos[0])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	f, isFile := stdout.(*os.File)

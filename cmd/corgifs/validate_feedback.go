@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/shuffler"
@@ -88,7 +89,7 @@ type mountFeedback struct {
 // feedbackPath returns the path of the feedback file of part i of k of
 // epoch e in the mount mnt.
 func feedbackPath(mnt string, e, i, k int) string {
-	return filepath.Join(mnt, ".corgifs", "feedback", shuffler.EpochName(e), shuffler.PartName(i, k, ".f32"))
+	return filepath.Join(mnt, api.Dir, api.FeedbackDir, shuffler.EpochName(e), shuffler.PartName(i, k, ".f32"))
 }
 
 func (f *mountFeedback) WritePart(epoch, part, parts, dim int, vecs []float32) error {
@@ -110,7 +111,7 @@ func (f *mountFeedback) WritePart(epoch, part, parts, dim int, vecs []float32) e
 
 // reason returns what the mount's status.json says of a part.
 func (f *mountFeedback) reason(epoch, part, parts int) string {
-	b, err := os.ReadFile(filepath.Join(f.mnt, ".corgifs", "feedback", "status.json"))
+	b, err := os.ReadFile(api.StatusPath(f.mnt))
 	if err != nil {
 		return fmt.Sprintf("status.json unreadable: %v", err)
 	}
@@ -128,7 +129,7 @@ func (f *mountFeedback) reason(epoch, part, parts int) string {
 
 // stats returns the feedback counters of the mount's stats.json.
 func (f *mountFeedback) stats() (feedback.Stats, error) {
-	b, err := os.ReadFile(filepath.Join(f.mnt, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(f.mnt))
 	if err != nil {
 		return feedback.Stats{}, err
 	}

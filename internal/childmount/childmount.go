@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 // Config says how to start a child server.
@@ -60,7 +62,7 @@ func Start(ctx context.Context, c Config) (*Child, error) {
 	}
 	ready := c.Ready
 	if ready == "" {
-		ready = filepath.Join(c.Dir, ".corgifs", "config.json")
+		ready = api.ConfigPath(c.Dir)
 	}
 	timeout := c.Timeout
 	if timeout == 0 {
