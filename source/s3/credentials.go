@@ -1,0 +1,166 @@
+package s3
+
+// Credentials come from the AWS SDK for Go v2's config loader, not from
+// minio-go's own chain. minio-go (v7.4.1) reads the environment, the shared
+// files (with credential_process and SSO) and its IAM provider (web
+// identity, container, instance metadata), but not role_arn with
+// source_profile (an assume-role profile fell back to anonymous access and
+// failed with "Access Denied"), nor AWS_EC2_METADATA_SERVICE_ENDPOINT. The
+// SDK's loader is the chain of the AWS CLI itself, profile keys and
+// precedence included, and its CredentialsCache refreshes before expiry.
+// Only the credentials are taken from it: requests are still minio-go's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/endpointcreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/ssocreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// refreshBefore is how long before their expiry credentials are fetched
+// again: the instance metadata service has new ones at least five minutes
+// before the old expire, and a GET signed just before the expiry must
+// still be valid when its last retry reaches the server.
+const refreshBefore = 5 * time.Minute
+
+// noCredentials is the remedy printed when the chain found nothing.
+const noCredentials = "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); " +
+	"or AWS_PROFILE naming a profile of ~/.aws/credentials or ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE) " +
+	"with keys, credential_process, sso_session or role_arn with source_profile; " +
+	"or AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; or AWS_CONTAINER_CREDENTIALS_FULL_URI; " +
+	"on EC2 the instance profile is read from the instance metadata service (AWS_EC2_METADATA_SERVICE_ENDPOINT)"
+
+// sdkCredentials gives minio-go the credentials of an AWS SDK provider.
+// It says they are always expired, so that minio-go asks for them before
+// every request and the SDK's CredentialsCache alone decides when to
+// fetch new ones (an atomic load while they are fresh).
+type sdkCredentials struct {
+	provider aws.CredentialsProvider
+	from     string // where they come from, for errors
+	timeout  time.Duration
+}
+
+var _ credentials.Provider = (*sdkCredentials)(nil)
+
+func (p *sdkCredentials) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	return p.Retrieve()
+}
+
+func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	c, err := p.provider.Retrieve(ctx)
+	if err != nil {
+		return credentials.Value{}, fmt.Errorf("credentials from %s: %w", p.from, err)
+	}
+	v := credentials.Value{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, SignerType: credentials.SignatureV4}
+	if c.CanExpire {
+		v.Expiration = c.Expires
+	}
+	return v, nil
+}
+
+func (p *sdkCredentials) IsExpired() bool { return true }
+
+// chain is the credentials the AWS tools would use, and where they come
+// from ("none" if nowhere: requests are then anonymous, as public buckets
+// allow, and none is why). It fails if a source is configured but gives no credentials
+// (a role that cannot be assumed, a missing token file, a bad profile).
+func chain(ctx context.Context, region string, timeout time.Duration) (creds *credentials.Credentials, from string, none, err error) {
+	profile := profileName()
+	opts := []func(*config.LoadOptions) error{
+		config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = refreshBefore }),
+		// STS and SSO need a region; AWS_REGION or the profile's comes first.
+		config.WithDefaultRegion("us-east-1"),
+	}
+	if region != "" {
+		opts = append(opts, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
+	}
+	from = credentialSource(cfg.Credentials, profile)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	got, err := cfg.Credentials.Retrieve(rctx)
+	switch {
+	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
+		// The instance metadata service is the last resort of the
+		// chain, asked when nothing else is configured: off EC2 it does
+		// not answer, and that is "no credentials".
+		anonymous := credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
+		return anonymous, "none", fmt.Errorf("%s (the instance metadata service: %w)", noCredentials, unwrapCache(err)), nil
+	case err != nil:
+		return nil, from, nil, fmt.Errorf("credentials from %s: %w", from, unwrapCache(err))
+	}
+	if from == "" {
+		from = "shared profile " + profile
+		if got.Source == config.CredentialsSourceName {
+			from = "environment"
+		}
+	}
+	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout}), from, nil, nil
+}
+
+// credentialSource names where the provider the SDK chose gets credentials, or ""
+// for static keys (the environment or a profile: the Source of the keys
+// says which).
+func credentialSource(p aws.CredentialsProvider, profile string) string {
+	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(p, target) }
+	switch {
+	case is((*stscreds.WebIdentityRoleProvider)(nil)):
+		if f := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); f != "" {
+			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + ")"
+		}
+		return "web identity (web_identity_token_file of shared profile " + profile + ")"
+	case is((*stscreds.AssumeRoleProvider)(nil)):
+		return "assume role (role_arn of shared profile " + profile + ")"
+	case is((*endpointcreds.Provider)(nil)):
+		u := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+		if u == "" {
+			u = "169.254.170.2" + os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+		}
+		return "container (" + u + ")"
+	case is((*ec2rolecreds.Provider)(nil)):
+		e := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+		if e == "" {
+			e = "http://169.254.169.254"
+		}
+		return "instance metadata (" + e + ")"
+	case is((*processcreds.Provider)(nil)):
+		return "credential_process of shared profile " + profile
+	case is((*ssocreds.Provider)(nil)):
+		return "SSO cache of shared profile " + profile
+	}
+	return ""
+}
+
+// unwrapCache drops the CredentialsCache's "failed to refresh cached
+// credentials" wrapping, which says nothing to a user.
+func unwrapCache(err error) error {
+	if u := errors.Unwrap(err); u != nil && strings.HasPrefix(err.Error(), "failed to refresh cached credentials") {
+		return u
+	}
+	return err
+}
+
+// credentialsFile is the shared credentials file:
+// AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials.
+func credentialsFile() string {
+	if f := os.Getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
+		return f
+	}
+	return "~/.aws/credentials"
+}
