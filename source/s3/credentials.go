@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
 	"github.com/aws/aws-sdk-go-v2/credentials/ssocreds"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/smithy-go/logging"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
@@ -75,11 +77,16 @@ func (p *sdkCredentials) IsExpired() bool { return true }
 
 // chain is the credentials the AWS tools would use, and where they come
 // from ("none" if nowhere: requests are then anonymous, as public buckets
-// allow, and none is why). It fails if a source is configured but gives no credentials
+// allow, and none is the instance metadata service's answer). It fails if a source is configured but gives no credentials
 // (a role that cannot be assumed, a missing token file, a bad profile).
-func chain(ctx context.Context, region string, timeout time.Duration) (creds *credentials.Credentials, from string, none, err error) {
+func chain(ctx context.Context, region string, timeout time.Duration, log *slog.Logger) (creds *credentials.Credentials, from string, none, err error) {
 	profile := profileName()
 	opts := []func(*config.LoadOptions) error{
+		// The SDK's own warnings (such as its fallback to IMDSv1) go
+		// to corgifs's log, not to stderr in the SDK's format.
+		config.WithLogger(logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+			log.Debug("AWS SDK: "+fmt.Sprintf(format, v...), "class", string(c))
+		})),
 		config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = refreshBefore }),
 		// STS and SSO need a region; AWS_REGION or the profile's comes first.
 		config.WithDefaultRegion("us-east-1"),
@@ -101,7 +108,7 @@ func chain(ctx context.Context, region string, timeout time.Duration) (creds *cr
 		// chain, asked when nothing else is configured: off EC2 it does
 		// not answer, and that is "no credentials".
 		anonymous := credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
-		return anonymous, "none", fmt.Errorf("%s (the instance metadata service: %w)", noCredentials, unwrapCache(err)), nil
+		return anonymous, "none", unwrapCache(err), nil
 	case err != nil:
 		return nil, from, nil, fmt.Errorf("credentials from %s: %w", from, unwrapCache(err))
 	}

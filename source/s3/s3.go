@@ -62,7 +62,7 @@ type Source struct {
 	log            *slog.Logger
 	count          *counters
 	credsFrom      string // where the credentials come from, for errors
-	noCreds        error  // why there are none (anonymous requests), else nil
+	noCreds        error  // the instance metadata service's answer when there are none (anonymous requests), else nil
 }
 
 var _ source.Source = (*Source)(nil)
@@ -110,12 +110,12 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	}
 	// The AWS CLI's chain (see credentials.go), found once here so that
 	// a mount names the source it uses or fails saying why.
-	creds, from, none, err := chain(ctx, region, c.Timeout)
+	creds, from, none, err := chain(ctx, region, c.Timeout, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("s3://%s: %w", bucket, err)
 	}
 	if none != nil {
-		c.Logger.Warn("credentials from: none, requests are anonymous", "why", none)
+		c.Logger.Warn("credentials from: none: no AWS credentials were found, requests are anonymous", "instance_metadata", none)
 	} else {
 		c.Logger.Info("credentials from: " + from)
 	}
@@ -180,7 +180,7 @@ func (s *Source) explain(err error) error {
 	switch er.Code {
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden":
 		if s.noCreds != nil {
-			return fmt.Errorf("%s: %s refused anonymous access (%s: %s), and %w", s, s.endpoint, er.Code, er.Message, s.noCreds)
+			return fmt.Errorf("%s: %s refused anonymous access (%s: %s), and %s (the instance metadata service: %w)", s, s.endpoint, er.Code, er.Message, noCredentials, s.noCreds)
 		}
 		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); they came from %s; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE: %w",
 			s, s.endpoint, er.Code, er.Message, s.credsFrom, err)
@@ -189,7 +189,7 @@ func (s *Source) explain(err error) error {
 	}
 	if er.StatusCode == http.StatusForbidden {
 		if s.noCreds != nil {
-			return fmt.Errorf("%s: %s refused anonymous access, and %w", s, s.endpoint, s.noCreds)
+			return fmt.Errorf("%s: %s refused anonymous access, and %s (the instance metadata service: %w)", s, s.endpoint, noCredentials, s.noCreds)
 		}
 		return fmt.Errorf("%s: access denied by %s to the credentials from %s (wrong credentials, or no permission on the bucket): %w", s, s.endpoint, s.credsFrom, err)
 	}
