@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
 	"github.com/aws/aws-sdk-go-v2/credentials/ssocreds"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go/logging"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -94,6 +95,16 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
+	// The SDK builds the STS clients of the credential providers before
+	// it reads AWS_ENDPOINT_URL or the profile's endpoint_url, so only
+	// AWS_ENDPOINT_URL_STS reached them; the AWS CLI sends STS calls to the
+	// general endpoint too, which is where MinIO serves its STS.
+	if ep := firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"), readProfile(configFile(), profile).Endpoint); ep != "" {
+		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(ep) }
+		opts = append(opts,
+			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) { o.Client = stsAt{o.Client, nil, at} }),
+			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) { o.Client = stsAt{nil, o.Client, at} }))
+	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
@@ -119,6 +130,21 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 		}
 	}
 	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout}), from, nil, nil
+}
+
+// stsAt is an STS client whose calls go to another endpoint.
+type stsAt struct {
+	role     stscreds.AssumeRoleAPIClient
+	identity stscreds.AssumeRoleWithWebIdentityAPIClient
+	at       func(*sts.Options)
+}
+
+func (c stsAt) AssumeRole(ctx context.Context, in *sts.AssumeRoleInput, opts ...func(*sts.Options)) (*sts.AssumeRoleOutput, error) {
+	return c.role.AssumeRole(ctx, in, append(opts, c.at)...)
+}
+
+func (c stsAt) AssumeRoleWithWebIdentity(ctx context.Context, in *sts.AssumeRoleWithWebIdentityInput, opts ...func(*sts.Options)) (*sts.AssumeRoleWithWebIdentityOutput, error) {
+	return c.identity.AssumeRoleWithWebIdentity(ctx, in, append(opts, c.at)...)
 }
 
 // credentialSource names where the provider the SDK chose gets credentials, or ""
