@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -48,11 +49,28 @@ const noCredentials = "no AWS credentials were found: set AWS_ACCESS_KEY_ID and 
 // It says they are always expired, so that minio-go asks for them before
 // every request and the SDK's CredentialsCache alone decides when to
 // fetch new ones (an atomic load while they are fresh).
+//
+// A refresh that fails while the current credentials are still valid (the
+// cache asks refreshBefore early) keeps them, with a warning, and tries
+// again after retryRefresh: a credentials service that hiccups at the
+// refresh gives no EIO.
 type sdkCredentials struct {
 	provider aws.CredentialsProvider
 	from     string // where they come from, for errors
 	timeout  time.Duration
+	early    time.Duration // how much earlier than their expiry the cache's Expires is
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	last      aws.Credentials // the last ones fetched
+	validTo   time.Time       // when last really expire (zero: never)
+	failedAt  time.Time       // of the last failed refresh, while last are kept
+	failedErr error
 }
+
+// retryRefresh is how long a failed refresh is not tried again while the
+// current credentials are kept.
+const retryRefresh = 10 * time.Second
 
 var _ credentials.Provider = (*sdkCredentials)(nil)
 
@@ -61,17 +79,47 @@ func (p *sdkCredentials) RetrieveWithCredContext(*credentials.CredContext) (cred
 }
 
 func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	// Valid for a minute more at least: a GET signed now may wait for
+	// its connection and be retried.
+	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(time.Minute).Before(p.validTo))
+	if usable && !p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh {
+		return value(p.last), nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	c, err := p.provider.Retrieve(ctx)
 	if err != nil {
-		return credentials.Value{}, fmt.Errorf("credentials from %s: %w", p.from, err)
+		err = fmt.Errorf("credentials from %s: %w", p.from, unwrapCache(err))
+		if !usable {
+			return credentials.Value{}, err
+		}
+		if p.failedAt.IsZero() || err.Error() != p.failedErr.Error() {
+			p.log.Warn("refreshing the credentials failed: the current ones are used until they expire; retried every "+retryRefresh.String(),
+				"expires", p.validTo, "err", err)
+		}
+		p.failedAt, p.failedErr = now, err
+		return value(p.last), nil
 	}
+	if !p.failedAt.IsZero() {
+		p.log.Info("credentials refreshed from " + p.from)
+		p.failedAt, p.failedErr = time.Time{}, nil
+	}
+	p.last, p.validTo = c, time.Time{}
+	if c.CanExpire {
+		p.validTo = c.Expires.Add(p.early)
+	}
+	return value(c), nil
+}
+
+func value(c aws.Credentials) credentials.Value {
 	v := credentials.Value{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, SignerType: credentials.SignatureV4}
 	if c.CanExpire {
 		v.Expiration = c.Expires
 	}
-	return v, nil
+	return v
 }
 
 func (p *sdkCredentials) IsExpired() bool { return true }
@@ -129,7 +177,14 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 			from = "environment"
 		}
 	}
-	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout}), from, nil, nil
+	// The cache moves Expires refreshBefore earlier, but for the
+	// instance metadata's credentials, which it leaves alone when they
+	// expire within 15 minutes and extends itself when a refresh fails.
+	early := refreshBefore
+	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		early = 0
+	}
+	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}), from, nil, nil
 }
 
 // stsAt is an STS client whose calls go to another endpoint.

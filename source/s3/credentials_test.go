@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // isolate empties every source of AWS credentials and writes the shared
@@ -114,5 +117,43 @@ func TestAMissingProfileIsAnErrorNamingItAndTheFiles(t *testing.T) {
 	_, _, _, err := chain(context.Background(), "", time.Second, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), `profile "absent"`) || !strings.Contains(err.Error(), filepath.Join(dir, "config")) {
 		t.Fatalf("err %v: want one naming the profile and the config file", err)
+	}
+}
+
+// A refresh that fails while the credentials are still valid keeps them
+// (the cache asks refreshBefore early), and is not tried again before
+// retryRefresh; once they are really expired the failure is the error,
+// naming the source.
+func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource(t *testing.T) {
+	var calls int
+	fail := false
+	var expires time.Time
+	p := &sdkCredentials{
+		provider: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			calls++
+			if fail {
+				return aws.Credentials{}, errors.New("service down")
+			}
+			return aws.Credentials{AccessKeyID: "k", SecretAccessKey: "s", CanExpire: true, Expires: expires}, nil
+		}),
+		from: "container (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
+	}
+	// As the cache hands them out: already past their early Expires,
+	// really valid for refreshBefore more.
+	expires = time.Now().Add(-time.Second)
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
+		t.Fatalf("first: %+v, %v", v, err)
+	}
+	fail = true
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
+		t.Fatalf("failed refresh of valid credentials: %+v, %v; want them kept", v, err)
+	}
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" || calls != 2 {
+		t.Fatalf("right after a failed refresh: %+v, %v, %d calls; want them kept without a call", v, err, calls)
+	}
+	// Really expired: nothing to keep.
+	p.validTo, p.failedAt = expires, time.Time{}
+	if _, err := p.Retrieve(); err == nil || !strings.Contains(err.Error(), "credentials from container (test): service down") {
+		t.Fatalf("failed refresh of expired credentials: %v; want an error naming the source", err)
 	}
 }
