@@ -226,14 +226,16 @@ var signedBy = regexp.MustCompile(`Credential=([^/]+)/`)
 
 // Container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI, served here
 // by the metadata emulator) that expire are fetched again before they
-// expire, mid-epoch, and the reads go on with the new ones: no EIO, the
-// same bytes as a local mount. The credentials service rotates keys as
-// ECS does: its first answer (versitygw's root keys, expiring in 5m20s)
-// comes from one emulator, later answers (a second user's keys, expiring
-// in 2h) from another. The cache refreshes 5 minutes early, so at 20s:
-// every GET the S3 server sees before then is signed with the first keys,
-// every one after with the second.
-func TestS3ExpiringContainerCredentialsAreRefreshedEarlyMidEpochWithoutEIO(t *testing.T) {
+// expire, mid-epoch, and the reads go on: no EIO, the same bytes as a
+// local mount. The credentials service rotates keys as ECS does: its
+// first answer (versitygw's root keys, expiring in 5m20s) comes from one
+// emulator, later answers (a second user's keys, expiring in 2h) from
+// another. The cache refreshes 5 minutes early, at 20s; the service is
+// down from then until 25s, so the first keys, still valid, are kept, and
+// the refresh is tried again 10s later and gets the second keys: the S3
+// server sees GETs signed with the first keys until ~31s, and after that
+// only with the second.
+func TestS3ExpiringContainerCredentialsAreRefreshedEarlyMidEpochAndKeptThroughAFailedRefreshWithoutEIO(t *testing.T) {
 	t.Setenv("VGW_IAM_DIR", t.TempDir()) // versitygw's own users, for the second keys
 	s := startS3(t)
 	if out, err := exec.Command(s.gw, "admin", "--access", s3Access, "--secret", s3Secret, "--endpoint-url", s.endpoint,
@@ -257,6 +259,10 @@ func TestS3ExpiringContainerCredentialsAreRefreshedEarlyMidEpochWithoutEIO(t *te
 			target = first.url
 		}
 		mu.Unlock()
+		if target == rotated.url && time.Now().Before(refresh.Add(5*time.Second)) {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
 		u, _ := url.Parse(target)
 		httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
 	}))
@@ -304,33 +310,41 @@ func TestS3ExpiringContainerCredentialsAreRefreshedEarlyMidEpochWithoutEIO(t *te
 		t.Fatal("epoch 0 read across the credentials' refresh differs from a local mount")
 	}
 	if !bytes.Equal(m.read(1, 0, 1), local.read(1, 0, 1)) {
-		t.Fatal("epoch 1 after the credentials' refresh differs from a local mount")
+		t.Fatal("epoch 1 after the failed refresh differs from a local mount")
+	}
+	if log, ok := m.logHas("refreshing the credentials failed", "container ("+service.URL); !ok {
+		t.Fatalf("the log does not say the refresh from the container credentials failed:\n%s", log)
+	}
+	retried := refresh.Add(5 * time.Second) // the service is up again; the retry comes 10s after the failure
+	time.Sleep(time.Until(refresh.Add(12 * time.Second)))
+	if !bytes.Equal(m.read(2, 0, 1), local.read(2, 0, 1)) {
+		t.Fatal("epoch 2 after the credentials' refresh differs from a local mount")
 	}
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(fetches) < 2 {
-		t.Fatalf("the credentials were fetched %d times, want again before they expire at %v", len(fetches), refresh.Add(5*time.Minute).Sub(t0))
+	// One fetch per expiry plus the SDK's tries while the service is
+	// down, not one per request: the cache holds them.
+	if len(fetches) < 3 || len(fetches) > 8 {
+		t.Fatalf("the credentials were fetched %d times (at %v) for %d GETs: want once at the mount, a failed refresh at 20s, one more after 25s", len(fetches), sinceAll(t0, fetches), len(gets))
 	}
-	// One fetch per expiry, not one per request: the cache holds them.
-	if len(fetches) > 3 {
-		t.Fatalf("the credentials were fetched %d times for %d GETs: they are not cached", len(fetches), len(gets))
-	}
-	var before, after int
+	var before, kept, after int
 	for _, g := range gets {
 		switch {
-		case g.key == s3Access && g.at.Before(refresh.Add(2*time.Second)):
+		case g.key == s3Access && g.at.Before(refresh):
 			before++
-		case g.key == rotatedAccess && !g.at.Before(refresh):
+		case g.key == s3Access && g.at.Before(refresh.Add(12*time.Second)):
+			kept++
+		case g.key == rotatedAccess && !g.at.Before(retried):
 			after++
 		default:
-			t.Fatalf("a GET at %v signed with key %q (the refresh is at 20s)", g.at.Sub(t0), g.key)
+			t.Fatalf("a GET at %v signed with key %q (refresh at 20s, failing until 25s)", g.at.Sub(t0), g.key)
 		}
 	}
-	if before == 0 || after == 0 {
-		t.Fatalf("GETs signed with the first keys: %d, with the refreshed ones: %d; want both", before, after)
+	if before == 0 || kept == 0 || after == 0 {
+		t.Fatalf("GETs signed with the first keys before the refresh: %d, kept after it failed: %d, with the refreshed keys: %d; want all", before, kept, after)
 	}
-	t.Logf("credentials fetched at %v; GETs with the first keys %d, with the refreshed keys %d", sinceAll(t0, fetches), before, after)
+	t.Logf("credentials fetched at %v; GETs with the first keys %d, kept after the failed refresh %d, with the refreshed keys %d", sinceAll(t0, fetches), before, kept, after)
 }
 
 func sinceAll(t0 time.Time, ts []time.Time) []time.Duration {
