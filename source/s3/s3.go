@@ -2,9 +2,9 @@
 // S3, MinIO, Ceph RGW, versitygw, R2 and GCS through their S3 APIs).
 //
 // It uses minio-go: a small, well-kept client whose dependency tree is a
-// fraction of the AWS SDK's, which signs for any S3 server, pages listings,
-// reads the AWS environment and the shared credentials and config files
-// (AWS_PROFILE), and exposes the raw ranged GET with If-Match that the loader needs.
+// fraction of the AWS SDK's, which signs for any S3 server, pages listings
+// and exposes the raw ranged GET with If-Match that the loader needs; only
+// the credentials come from the AWS SDK's config loader (credentials.go).
 // Retries are corgifs's own, because a body cut off mid-transfer is retried
 // by nobody else and every retry must stay pinned to the indexed ETag.
 package s3
@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/corgifs/corgifs/source"
 )
@@ -62,6 +61,8 @@ type Source struct {
 	attempts       int
 	log            *slog.Logger
 	count          *counters
+	credsFrom      string // where the credentials come from, for errors
+	noCreds        error  // the instance metadata service's answer when there are none (anonymous requests), else nil
 }
 
 var _ source.Source = (*Source)(nil)
@@ -107,15 +108,17 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("S3 endpoint %q: want http(s)://host[:port]", endpoint)
 	}
-	// The AWS order: the environment, then the profile AWS_PROFILE (else
-	// default) of the shared credentials file (AWS_SHARED_CREDENTIALS_FILE,
-	// else ~/.aws/credentials) merged with the shared config file
-	// (AWS_CONFIG_FILE, else ~/.aws/config), whose [profile NAME] keys
-	// minio-go reads too.
-	creds := credentials.NewChainCredentials([]credentials.Provider{
-		&credentials.EnvAWS{},
-		&credentials.FileAWSCredentials{},
-	})
+	// The AWS CLI's chain (see credentials.go), found once here so that
+	// a mount names the source it uses or fails saying why.
+	creds, from, none, err := chain(ctx, region, c.Timeout, c.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("s3://%s: %w", bucket, err)
+	}
+	if none != nil {
+		c.Logger.Warn("credentials from: none: no AWS credentials were found, requests are anonymous", "instance_metadata", none)
+	} else {
+		c.Logger.Info("credentials from: " + from)
+	}
 	lookup := minio.BucketLookupAuto
 	if c.PathStyle {
 		lookup = minio.BucketLookupPath
@@ -143,7 +146,8 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{bucket: bucket, prefix: prefix, endpoint: u.Scheme + "://" + u.Host, core: minio.Core{Client: cl},
-		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count}
+		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count,
+		credsFrom: from, noCreds: none}
 	cctx, cancel := context.WithTimeout(ctx, 2*c.Timeout)
 	defer cancel()
 	exists, err := cl.BucketExists(cctx, bucket)
@@ -175,13 +179,19 @@ func (s *Source) explain(err error) error {
 	er := minio.ToErrorResponse(err)
 	switch er.Code {
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden":
-		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE: %w",
-			s, s.endpoint, er.Code, er.Message, err)
+		if s.noCreds != nil {
+			return fmt.Errorf("%s: %s refused anonymous access (%s: %s), and %s (the instance metadata service: %w)", s, s.endpoint, er.Code, er.Message, noCredentials, s.noCreds)
+		}
+		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); they came from %s; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE: %w",
+			s, s.endpoint, er.Code, er.Message, s.credsFrom, err)
 	case "NoSuchBucket":
 		return fmt.Errorf("%s: bucket %q does not exist at %s: %w", s, s.bucket, s.endpoint, err)
 	}
 	if er.StatusCode == http.StatusForbidden {
-		return fmt.Errorf("%s: access denied by %s (wrong credentials, or no permission on the bucket): %w", s, s.endpoint, err)
+		if s.noCreds != nil {
+			return fmt.Errorf("%s: %s refused anonymous access, and %s (the instance metadata service: %w)", s, s.endpoint, noCredentials, s.noCreds)
+		}
+		return fmt.Errorf("%s: access denied by %s to the credentials from %s (wrong credentials, or no permission on the bucket): %w", s, s.endpoint, s.credsFrom, err)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {

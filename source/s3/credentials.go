@@ -1,0 +1,254 @@
+package s3
+
+// Credentials come from the AWS SDK for Go v2's config loader, not from
+// minio-go's own chain. minio-go (v7.4.1) reads the environment, the shared
+// files (with credential_process and SSO) and its IAM provider (web
+// identity, container, instance metadata), but not role_arn with
+// source_profile (an assume-role profile fell back to anonymous access and
+// failed with "Access Denied"), nor AWS_EC2_METADATA_SERVICE_ENDPOINT. The
+// SDK's loader is the chain of the AWS CLI itself, profile keys and
+// precedence included, and its CredentialsCache refreshes before expiry.
+// Only the credentials are taken from it: requests are still minio-go's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/endpointcreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/ssocreds"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go/logging"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// refreshBefore is how long before their expiry credentials are fetched
+// again: the instance metadata service has new ones at least five minutes
+// before the old expire, and a GET signed just before the expiry must
+// still be valid when its last retry reaches the server.
+const refreshBefore = 5 * time.Minute
+
+// noCredentials is the remedy printed when the chain found nothing.
+const noCredentials = "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); " +
+	"or AWS_PROFILE naming a profile of ~/.aws/credentials or ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE) " +
+	"with keys, credential_process, sso_session or role_arn with source_profile; " +
+	"or AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; or AWS_CONTAINER_CREDENTIALS_FULL_URI; " +
+	"on EC2 the instance profile is read from the instance metadata service (AWS_EC2_METADATA_SERVICE_ENDPOINT)"
+
+// sdkCredentials gives minio-go the credentials of an AWS SDK provider.
+// It says they are always expired, so that minio-go asks for them before
+// every request and the SDK's CredentialsCache alone decides when to
+// fetch new ones (an atomic load while they are fresh).
+//
+// A refresh that fails while the current credentials are still valid (the
+// cache asks refreshBefore early) keeps them, with a warning, and tries
+// again after retryRefresh: a credentials service that hiccups at the
+// refresh gives no EIO.
+type sdkCredentials struct {
+	provider aws.CredentialsProvider
+	from     string // where they come from, for errors
+	timeout  time.Duration
+	early    time.Duration // how much earlier than their expiry the cache's Expires is
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	last      aws.Credentials // the last ones fetched
+	validTo   time.Time       // when last really expire (zero: never)
+	failedAt  time.Time       // of the last failed refresh, while last are kept
+	failedErr error
+}
+
+// retryRefresh is how long a failed refresh is not tried again while the
+// current credentials are kept.
+const retryRefresh = 10 * time.Second
+
+var _ credentials.Provider = (*sdkCredentials)(nil)
+
+func (p *sdkCredentials) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	return p.Retrieve()
+}
+
+func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	// Valid for a minute more at least: a GET signed now may wait for
+	// its connection and be retried.
+	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(time.Minute).Before(p.validTo))
+	if usable && !p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh {
+		return value(p.last), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	c, err := p.provider.Retrieve(ctx)
+	if err != nil {
+		err = fmt.Errorf("credentials from %s: %w", p.from, unwrapCache(err))
+		if !usable {
+			return credentials.Value{}, err
+		}
+		if p.failedAt.IsZero() || err.Error() != p.failedErr.Error() {
+			p.log.Warn("refreshing the credentials failed: the current ones are used until they expire; retried every "+retryRefresh.String(),
+				"expires", p.validTo, "err", err)
+		}
+		p.failedAt, p.failedErr = now, err
+		return value(p.last), nil
+	}
+	if !p.failedAt.IsZero() {
+		p.log.Info("credentials refreshed from " + p.from)
+		p.failedAt, p.failedErr = time.Time{}, nil
+	}
+	p.last, p.validTo = c, time.Time{}
+	if c.CanExpire {
+		p.validTo = c.Expires.Add(p.early)
+	}
+	return value(c), nil
+}
+
+func value(c aws.Credentials) credentials.Value {
+	v := credentials.Value{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, SignerType: credentials.SignatureV4}
+	if c.CanExpire {
+		v.Expiration = c.Expires
+	}
+	return v
+}
+
+func (p *sdkCredentials) IsExpired() bool { return true }
+
+// chain is the credentials the AWS tools would use, and where they come
+// from ("none" if nowhere: requests are then anonymous, as public buckets
+// allow, and none is the instance metadata service's answer). It fails if a source is configured but gives no credentials
+// (a role that cannot be assumed, a missing token file, a bad profile).
+func chain(ctx context.Context, region string, timeout time.Duration, log *slog.Logger) (creds *credentials.Credentials, from string, none, err error) {
+	profile := profileName()
+	opts := []func(*config.LoadOptions) error{
+		// The SDK's own warnings (such as its fallback to IMDSv1) go
+		// to corgifs's log, not to stderr in the SDK's format.
+		config.WithLogger(logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+			log.Debug("AWS SDK: "+fmt.Sprintf(format, v...), "class", string(c))
+		})),
+		config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = refreshBefore }),
+		// STS and SSO need a region; AWS_REGION or the profile's comes first.
+		config.WithDefaultRegion("us-east-1"),
+	}
+	if region != "" {
+		opts = append(opts, config.WithRegion(region))
+	}
+	// The SDK builds the STS clients of the credential providers before
+	// it reads AWS_ENDPOINT_URL or the profile's endpoint_url, so only
+	// AWS_ENDPOINT_URL_STS reached them; the AWS CLI sends STS calls to the
+	// general endpoint too, which is where MinIO serves its STS.
+	if ep := firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"), readProfile(configFile(), profile).Endpoint); ep != "" {
+		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(ep) }
+		opts = append(opts,
+			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) { o.Client = stsAt{o.Client, nil, at} }),
+			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) { o.Client = stsAt{nil, o.Client, at} }))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
+	}
+	from = credentialSource(cfg.Credentials, profile)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	got, err := cfg.Credentials.Retrieve(rctx)
+	switch {
+	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
+		// The instance metadata service is the last resort of the
+		// chain, asked when nothing else is configured: off EC2 it does
+		// not answer, and that is "no credentials".
+		anonymous := credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
+		return anonymous, "none", unwrapCache(err), nil
+	case err != nil:
+		return nil, from, nil, fmt.Errorf("credentials from %s: %w", from, unwrapCache(err))
+	}
+	if from == "" {
+		from = "shared profile " + profile
+		if got.Source == config.CredentialsSourceName {
+			from = "environment"
+		}
+	}
+	// The cache moves Expires refreshBefore earlier, but for the
+	// instance metadata's credentials, which it leaves alone when they
+	// expire within 15 minutes and extends itself when a refresh fails.
+	early := refreshBefore
+	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		early = 0
+	}
+	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}), from, nil, nil
+}
+
+// stsAt is an STS client whose calls go to another endpoint.
+type stsAt struct {
+	role     stscreds.AssumeRoleAPIClient
+	identity stscreds.AssumeRoleWithWebIdentityAPIClient
+	at       func(*sts.Options)
+}
+
+func (c stsAt) AssumeRole(ctx context.Context, in *sts.AssumeRoleInput, opts ...func(*sts.Options)) (*sts.AssumeRoleOutput, error) {
+	return c.role.AssumeRole(ctx, in, append(opts, c.at)...)
+}
+
+func (c stsAt) AssumeRoleWithWebIdentity(ctx context.Context, in *sts.AssumeRoleWithWebIdentityInput, opts ...func(*sts.Options)) (*sts.AssumeRoleWithWebIdentityOutput, error) {
+	return c.identity.AssumeRoleWithWebIdentity(ctx, in, append(opts, c.at)...)
+}
+
+// credentialSource names where the provider the SDK chose gets credentials, or ""
+// for static keys (the environment or a profile: the Source of the keys
+// says which).
+func credentialSource(p aws.CredentialsProvider, profile string) string {
+	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(p, target) }
+	switch {
+	case is((*stscreds.WebIdentityRoleProvider)(nil)):
+		if f := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); f != "" {
+			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + ")"
+		}
+		return "web identity (web_identity_token_file of shared profile " + profile + ")"
+	case is((*stscreds.AssumeRoleProvider)(nil)):
+		return "assume role (role_arn of shared profile " + profile + ")"
+	case is((*endpointcreds.Provider)(nil)):
+		u := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+		if u == "" {
+			u = "169.254.170.2" + os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+		}
+		return "container (" + u + ")"
+	case is((*ec2rolecreds.Provider)(nil)):
+		e := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+		if e == "" {
+			e = "http://169.254.169.254"
+		}
+		return "instance metadata (" + e + ")"
+	case is((*processcreds.Provider)(nil)):
+		return "credential_process of shared profile " + profile
+	case is((*ssocreds.Provider)(nil)):
+		return "SSO cache of shared profile " + profile
+	}
+	return ""
+}
+
+// unwrapCache drops the CredentialsCache's "failed to refresh cached
+// credentials" wrapping, which says nothing to a user.
+func unwrapCache(err error) error {
+	if u := errors.Unwrap(err); u != nil && strings.HasPrefix(err.Error(), "failed to refresh cached credentials") {
+		return u
+	}
+	return err
+}
+
+// credentialsFile is the shared credentials file:
+// AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials.
+func credentialsFile() string {
+	if f := os.Getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
+		return f
+	}
+	return "~/.aws/credentials"
+}

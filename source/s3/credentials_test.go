@@ -1,0 +1,159 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+// isolate empties every source of AWS credentials and writes the shared
+// config file; it returns its directory.
+func isolate(t *testing.T, config string) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_STS", "AWS_REGION", "AWS_DEFAULT_REGION"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	if err := os.WriteFile(filepath.Join(dir, "config"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
+
+// Each kind of source the chain finds is named, as the mount's log line
+// "credentials from: ..." shows it, and the keys reach minio-go.
+func TestChainNamesWhereTheCredentialsComeFrom(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+
+	t.Run("environment", func(t *testing.T) {
+		isolate(t, "")
+		t.Setenv("AWS_ACCESS_KEY_ID", "env-key")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+		creds, from, none, err := chain(ctx, "", time.Second, log)
+		if err != nil || none != nil || from != "environment" {
+			t.Fatalf("from %q, none %v, err %v", from, none, err)
+		}
+		if v, err := creds.GetWithContext(nil); err != nil || v.AccessKeyID != "env-key" || v.SecretAccessKey != "env-secret" {
+			t.Fatalf("keys %+v, %v", v, err)
+		}
+	})
+	t.Run("credential_process", func(t *testing.T) {
+		isolate(t, `[profile proc]
+credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAccessKey":"proc-secret","Expiration":"2099-01-01T00:00:00Z"}'
+`)
+		t.Setenv("AWS_PROFILE", "proc")
+		creds, from, _, err := chain(ctx, "", 10*time.Second, log)
+		if err != nil || from != "credential_process of shared profile proc" {
+			t.Fatalf("from %q, err %v", from, err)
+		}
+		// They count as expired refreshBefore before their expiry.
+		early := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).Add(-refreshBefore)
+		if v, err := creds.GetWithContext(nil); err != nil || v.AccessKeyID != "proc-key" || !v.Expiration.Equal(early) {
+			t.Fatalf("keys %+v, %v; want proc-key expiring at %v", v, err, early)
+		}
+	})
+	t.Run("nothing", func(t *testing.T) {
+		isolate(t, "")
+		creds, from, none, err := chain(ctx, "", time.Second, log)
+		if err != nil || none == nil || from != "none" {
+			t.Fatalf("from %q, none %v, err %v", from, none, err)
+		}
+		if v, _ := creds.GetWithContext(nil); v.AccessKeyID != "" {
+			t.Fatalf("keys %+v, want anonymous", v)
+		}
+	})
+}
+
+// A profile that assumes a role (role_arn with source_profile) is not
+// taken for "no credentials" and anonymous access, as minio-go's chain
+// did: when the STS cannot be reached, the error names the role path.
+func TestAnAssumeRoleProfileWhoseSTSFailsIsAnErrorNamingTheRoleNotAnonymousAccess(t *testing.T) {
+	isolate(t, `[profile base]
+aws_access_key_id = base-key
+aws_secret_access_key = base-secret
+
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = base
+`)
+	t.Setenv("AWS_PROFILE", "role")
+	t.Setenv("AWS_ENDPOINT_URL_STS", deadAddr(t))
+	_, from, _, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "credentials from assume role (role_arn of shared profile role)") {
+		t.Fatalf("from %q, err %v: want an error naming the assume-role profile", from, err)
+	}
+}
+
+// A profile named by AWS_PROFILE that no file has is an error naming it
+// and the files, not anonymous access.
+func TestAMissingProfileIsAnErrorNamingItAndTheFiles(t *testing.T) {
+	dir := isolate(t, "[profile other]\nregion = us-east-1\n")
+	t.Setenv("AWS_PROFILE", "absent")
+	_, _, _, err := chain(context.Background(), "", time.Second, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `profile "absent"`) || !strings.Contains(err.Error(), filepath.Join(dir, "config")) {
+		t.Fatalf("err %v: want one naming the profile and the config file", err)
+	}
+}
+
+// A refresh that fails while the credentials are still valid keeps them
+// (the cache asks refreshBefore early), and is not tried again before
+// retryRefresh; once they are really expired the failure is the error,
+// naming the source.
+func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource(t *testing.T) {
+	var calls int
+	fail := false
+	var expires time.Time
+	p := &sdkCredentials{
+		provider: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			calls++
+			if fail {
+				return aws.Credentials{}, errors.New("service down")
+			}
+			return aws.Credentials{AccessKeyID: "k", SecretAccessKey: "s", CanExpire: true, Expires: expires}, nil
+		}),
+		from: "container (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
+	}
+	// As the cache hands them out: already past their early Expires,
+	// really valid for refreshBefore more.
+	expires = time.Now().Add(-time.Second)
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
+		t.Fatalf("first: %+v, %v", v, err)
+	}
+	fail = true
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
+		t.Fatalf("failed refresh of valid credentials: %+v, %v; want them kept", v, err)
+	}
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" || calls != 2 {
+		t.Fatalf("right after a failed refresh: %+v, %v, %d calls; want them kept without a call", v, err, calls)
+	}
+	// Really expired: nothing to keep.
+	p.validTo, p.failedAt = expires, time.Time{}
+	if _, err := p.Retrieve(); err == nil || !strings.Contains(err.Error(), "credentials from container (test): service down") {
+		t.Fatalf("failed refresh of expired credentials: %v; want an error naming the source", err)
+	}
+}
