@@ -65,7 +65,7 @@ func (d *DirShared) String() string { return d.dir }
 
 func (d *DirShared) path(name string) (string, error) {
 	if name == "" || strings.HasPrefix(name, "/") || slices.Contains(strings.Split(name, "/"), "..") {
-		return "", fmt.Errorf("shared name %q: want a relative path without ..", name)
+		return "", fmt.Errorf("shared name %q: want a relative path with no '..' element", name)
 	}
 	return filepath.Join(d.dir, filepath.FromSlash(name)), nil
 }

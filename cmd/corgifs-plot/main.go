@@ -44,6 +44,7 @@ func main() {
 
 func run(args []string, stdin io.Reader) error {
 	if len(args) == 0 {
+		//lint:ignore ST1005 the message is the usage text, which ends with a newline
 		return errors.New("no command\n" + usage)
 	}
 	fs := flag.NewFlagSet("corgifs-plot "+args[0], flag.ContinueOnError)

@@ -34,7 +34,7 @@ func (sh *Shared) String() string { return sh.s.String() }
 
 func (sh *Shared) key(name string) (string, error) {
 	if name == "" || strings.HasPrefix(name, "/") || slices.Contains(strings.Split(name, "/"), "..") {
-		return "", fmt.Errorf("shared name %q: want a relative path without ..", name)
+		return "", fmt.Errorf("shared name %q: want a relative path with no '..' element", name)
 	}
 	return sh.s.prefix + name, nil
 }
