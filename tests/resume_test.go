@@ -1,0 +1,69 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/corgifs/corgifs/shuffler"
+)
+
+// TestElasticResumeServesTheRestOfTheEpochExactlyOnceAtAnyK reads epoch 1
+// of a K=4 mount partially (a different amount of each part), then reads
+// the resume of that checkpoint at K'=3 and K'=6: what was read before and
+// after is the epoch, each record once, and a second daemon serves the
+// resume byte for byte alike.
+func TestElasticResumeServesTheRestOfTheEpochExactlyOnceAtAnyK(t *testing.T) {
+	src := genSynthetic(t, 4000, 8, 2, 3, "clustered")
+	flags := append(slices.Clone(smallFlags), "--parts", "4")
+	m := startMount(t, src, flags...)
+	const epoch = 1
+	var whole, before [][]byte
+	tok := shuffler.ResumeToken{Parts: 4}
+	for i := range 4 {
+		recs := frames(t, m.read(epoch, i, 4))
+		whole = append(whole, recs...)
+		c := []int{0, len(recs) / 3, len(recs), 7}[i]
+		before = append(before, recs[:c]...)
+		tok.Consumed = append(tok.Consumed, int64(c))
+	}
+	want := sortedHashes(hashes(whole))
+	other := startMount(t, src, flags...)
+	for _, k := range []int{3, 6} {
+		after := slices.Clone(before)
+		for j := range k {
+			p := shuffler.ResumePartPath(m.dir, epoch, []shuffler.ResumeToken{tok}, j, k, m.ext)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatalf("K'=%d: %v\n%s", k, err, m.log)
+			}
+			b2, err := os.ReadFile(shuffler.ResumePartPath(other.dir, epoch, []shuffler.ResumeToken{tok}, j, k, m.ext))
+			if err != nil || !bytes.Equal(b, b2) {
+				t.Fatalf("K'=%d part %d: another daemon serves other bytes (%v)", k, j, err)
+			}
+			after = append(after, frames(t, b)...)
+		}
+		if got := sortedHashes(hashes(after)); !slices.EqualFunc(got, want, func(a, b [32]byte) bool { return a == b }) {
+			t.Fatalf("K'=%d: read before and after the resume: %d records, the epoch has %d, or others", k, len(after), len(whole))
+		}
+	}
+}
+
+// TestElasticResumeOfMRSIsRefusedWithEINVALAndALogLine checks that a
+// strategy where a resume is not defined says so rather than serving a
+// wrong set.
+func TestElasticResumeOfMRSIsRefusedWithEINVALAndALogLine(t *testing.T) {
+	src := genSynthetic(t, 500, 8, 2, 1, "clustered")
+	m := startMount(t, src, append(slices.Clone(smallFlags), "--strategy", "mrs")...)
+	tok := shuffler.ResumeToken{Parts: 2, Consumed: []int64{1, 2}}
+	_, err := os.Stat(shuffler.ResumePartPath(m.dir, 0, []shuffler.ResumeToken{tok}, 0, 3, m.ext))
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("stat of a resume part of an mrs mount: %v, want EINVAL", err)
+	}
+	if !bytes.Contains([]byte(m.log.String()), []byte("elastic resume is not defined")) {
+		t.Fatalf("no log line says why\n%s", m.log)
+	}
+}
