@@ -221,6 +221,10 @@ func TestResumeRefusesStrategiesWhereItIsNotDefined(t *testing.T) {
 func TestResumeTokenHasOneSpelling(t *testing.T) {
 	tok := ResumeToken{Parts: 4, Consumed: []int64{0, 1, 300, 1 << 33}}
 	s := tok.String()
+	// Pinned: python/corgifs/resume.py computes the same spelling.
+	if s != "aecaaanmakaibaeaebzxh3a7" {
+		t.Fatalf("token %s, the Python package spells it aecaaanmakaibaeaebzxh3a7", s)
+	}
 	got, err := ParseResumeToken(s, 1<<20)
 	if err != nil || got.Parts != 4 || !slices.Equal(got.Consumed, tok.Consumed) {
 		t.Fatalf("round trip of %s: %+v, %v", s, got, err)
@@ -249,5 +253,32 @@ func TestResumeTokenHasOneSpelling(t *testing.T) {
 	}
 	if strings.Join(strings.Split(strings.TrimPrefix(dir, ResumePrefix), "/"), "") != long.String() {
 		t.Fatal("the pieces do not join to the token")
+	}
+}
+
+// BenchmarkResume resolves a resume of 10⁶ records in 1000-record blocks
+// (K = 4, half of each part consumed) and plans its 6 parts: the work a
+// daemon does at the first lookup of a resume directory.
+func BenchmarkResume(b *testing.B) {
+	ix := sizedIndex(equalFrames(1_000_000, 100), 1000)
+	pl, err := NewPlanner(ix, Params{Strategy: "corgipile", Seed: 1, Buffer: BufferSize{Percent: 5}, MaxMemory: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := ResumeToken{Parts: 4}
+	for i := range 4 {
+		p, _ := pl.Plan(0, i, 4)
+		tok.Consumed = append(tok.Consumed, p.Records/2)
+	}
+	for b.Loop() {
+		r, err := pl.Resume(0, tok)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range 6 {
+			if _, err := r.Plan(j, 6); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
