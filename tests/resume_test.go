@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -65,5 +67,45 @@ func TestElasticResumeOfMRSIsRefusedWithEINVALAndALogLine(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(m.log.String()), []byte("elastic resume is not defined")) {
 		t.Fatalf("no log line says why\n%s", m.log)
+	}
+}
+
+// TestElasticResumeOfManyPartsNamesItsTokenInPieces checkpoints K=150
+// parts, whose token is longer than one name may be: the path continues
+// in subdirectories, and the resume at K'=5 still completes the epoch.
+func TestElasticResumeOfManyPartsNamesItsTokenInPieces(t *testing.T) {
+	src := genSynthetic(t, 6000, 8, 2, 3, "clustered")
+	m := startMount(t, src, "--block-size", "4KiB", "--buffer", "16KiB", "--seed", "5")
+	const epoch, k = 0, 150
+	var whole, before [][]byte
+	tok := shuffler.ResumeToken{Parts: k}
+	for i := range k {
+		recs := frames(t, m.read(epoch, i, k))
+		whole = append(whole, recs...)
+		c := (i * 7) % (len(recs) + 1)
+		before = append(before, recs[:c]...)
+		tok.Consumed = append(tok.Consumed, int64(c))
+	}
+	chain := []shuffler.ResumeToken{tok}
+	if dir := shuffler.ResumeDir(chain...); !strings.Contains(dir, "/") {
+		t.Fatalf("token of %d characters fits one name: the test needs a longer one", len(dir))
+	}
+	after := slices.Clone(before)
+	for j := range 5 {
+		b, err := os.ReadFile(shuffler.ResumePartPath(m.dir, epoch, chain, j, 5, m.ext))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, m.log)
+		}
+		after = append(after, frames(t, b)...)
+	}
+	if !slices.Equal(sortedHashes(hashes(after)), sortedHashes(hashes(whole))) {
+		t.Fatalf("read before and after: %d records, the epoch has %d, or others", len(after), len(whole))
+	}
+	// A piece split elsewhere is not the checkpoint's name.
+	dir := shuffler.ResumeDir(chain...)
+	cut := strings.Index(dir, "/")
+	moved := dir[:cut-1] + "/" + dir[cut-1:cut] + dir[cut+1:]
+	if _, err := os.Stat(filepath.Join(m.dir, shuffler.EpochName(epoch), moved, shuffler.PartName(0, 5, m.ext))); err == nil {
+		t.Fatal("a token split at another place resolves too")
 	}
 }
