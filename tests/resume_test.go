@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/corgifs/corgifs/shuffler"
 )
@@ -65,7 +67,8 @@ func TestElasticResumeOfMRSIsRefusedWithEINVALAndALogLine(t *testing.T) {
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("stat of a resume part of an mrs mount: %v, want EINVAL", err)
 	}
-	if !bytes.Contains([]byte(m.log.String()), []byte("elastic resume is not defined")) {
+	// The daemon's log reaches the test through a pipe: wait for it.
+	if !m.waitLog(regexp.MustCompile(`resume refused.*elastic resume is not defined for this strategy`), 10*time.Second) {
 		t.Fatalf("no log line says why\n%s", m.log)
 	}
 }
