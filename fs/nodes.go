@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -156,6 +157,9 @@ func (d *epochNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 }
 
 func (d *epochNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if strings.HasPrefix(name, shuffler.ResumePrefix) {
+		return d.root.lookupResume(ctx, &d.Inode, d.epoch, nil, name, out)
+	}
 	i, k, ok := parsePart(name, d.root.ext())
 	if !ok {
 		return nil, syscall.ENOENT
@@ -182,6 +186,9 @@ type partNode struct {
 	root               *rootNode
 	epoch, part, parts int
 	size               int64
+	// plan, when set, is the part's own plan (a resume's, resume.go),
+	// not one the planner shares.
+	plan *shuffler.Plan
 }
 
 var (
@@ -212,7 +219,7 @@ func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	s, err := shuffler.OpenStream(p.root.cfg.Planner, p.root.cfg.Loader, p.epoch, p.part, p.parts)
+	s, err := p.openStream()
 	if err != nil {
 		p.root.cfg.Logger.Error("open: no plan", "err", err)
 		return nil, 0, syscall.EIO

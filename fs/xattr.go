@@ -24,7 +24,7 @@ func (p *partNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 	if attr != RecordsXattr {
 		return 0, syscall.ENODATA
 	}
-	n, err := p.root.cfg.Planner.Records(p.epoch, p.part, p.parts)
+	n, err := p.records()
 	if err != nil || n < 0 {
 		return 0, syscall.ENODATA
 	}

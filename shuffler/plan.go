@@ -139,6 +139,9 @@ type Buffer struct {
 	// loaded buffer, in served order), instead of Shuffle's: feedback
 	// strategies' orders (grab.go).
 	Perm []int32
+	// Subset says Perm lists only some of the loaded records: the buffer
+	// serves len(Perm) records (a resume's, resume.go).
+	Subset bool
 }
 
 // Unit is what the loader reads for the buffer.

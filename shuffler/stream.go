@@ -312,11 +312,17 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	}
 	// A count unknown at planning (-1, a probed index) is the one loaded:
 	// the permutation depends on the seed and the count only.
-	if b.Count >= 0 && len(buf.Starts) != b.Count {
-		s.ld.Release(buf)
-		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts), b.Count)
-	}
 	n := len(buf.Starts)
+	if b.Subset {
+		n = len(b.Perm)
+		if slices.ContainsFunc(b.Perm, func(k int32) bool { return int(k) >= len(buf.Starts) }) {
+			s.ld.Release(buf)
+			return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, fewer than the plan serves from", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, len(buf.Starts))
+		}
+	} else if b.Count >= 0 && n != b.Count {
+		s.ld.Release(buf)
+		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, n, b.Count)
+	}
 	s.perm = slices.Grow(s.perm[:0], n)[:n]
 	v.src = slices.Grow(v.src[:0], n)[:n]
 	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
@@ -436,7 +442,11 @@ func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) erro
 				}
 			}
 		}
-		perm = slices.Grow(perm[:0], len(ids))[:len(ids)]
+		n := len(ids)
+		if b.Subset {
+			n = len(b.Perm)
+		}
+		perm = slices.Grow(perm[:0], n)[:n]
 		if b.Perm != nil {
 			for i, k := range b.Perm {
 				perm[i] = uint32(k)

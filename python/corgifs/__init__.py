@@ -24,6 +24,7 @@ from .crc import HAVE_FAST_CRC, crc32c, masked_crc32c
 from .feedback import FeedbackRefused, FeedbackWriter, Projection, feedback_path, feedback_status
 from .formats import EXTENSIONS, FORMATS, Reader, read_records, reader
 from .mount import config, order, part_name, part_path, reader_of
+from .resume import resume_dir, resume_part_path, resume_token
 # After .mount: the name corgifs.mount is the function, not the module
 # (whose functions are all re-exported here).
 from .daemon import MountError, binary, flag_args, mount
@@ -41,6 +42,7 @@ __all__ = [
     "read_records", "read_tfrecords", "decode_example", "parse_example", "frame", "CorruptRecord",
     "crc32c", "masked_crc32c", "HAVE_FAST_CRC", "HAVE_FAST_DECODE", "FORMATS", "EXTENSIONS", "Reader",
     "FeedbackWriter", "FeedbackRefused", "Projection", "feedback_path", "feedback_status",
+    "resume_token", "resume_dir", "resume_part_path",
 ]
 
 

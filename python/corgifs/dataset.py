@@ -8,6 +8,7 @@ import torch
 import torch.utils.data as tud
 
 from .mount import config, part_path, reader_of
+from .resume import NO_RESUME_STRATEGIES, resume_part_path, resume_token
 
 __all__ = ["Dataset", "DataLoader", "PartOf", "RECORDS_XATTR"]
 
@@ -65,8 +66,15 @@ class Dataset(tud.IterableDataset):
     record and the count of records consumed. The Dataset knows what the
     training loop consumed when it is iterated in the training process
     (num_workers=0) or through corgifs.DataLoader (a torch DataLoader that
-    tells the Dataset, with any num_workers). Resume with the same world
-    and num_workers.
+    tells the Dataset, with any num_workers).
+
+    Resume with another world size or num_workers (elastic resume,
+    docs/elastic.md): the records of the epoch not consumed are read from
+    the mount's resume parts, exactly once across the new K' parts. The
+    checkpoint must then hold the positions of every part: with world 1
+    one rank's state_dict(); with world > 1 the list of every rank's
+    state_dict() (torch.distributed.all_gather_object), given to
+    load_state_dict() as a list.
     """
 
     def __init__(self, mount, epoch=0, rank=None, world=None, format=None, verify=True, decode=True,
@@ -88,6 +96,7 @@ class Dataset(tud.IterableDataset):
         self._consumed = {}   # part -> (next offset, records): consumed this epoch
         self._parts = None    # K of the epoch being read
         self._here = None     # (part, K, next offset, records) of the last record yielded
+        self._chain = []      # resume tokens of the epoch being read (elastic resume)
         self._resolve()
 
     def _resolve(self):
@@ -111,9 +120,17 @@ class Dataset(tud.IterableDataset):
         self._resolve()
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
+        if self._resume is None:
+            self._chain = []
 
     def part(self, worker=0, workers=1):
         """The path of the part that `worker` of `workers` of this rank reads."""
+        chain = self._chain_for(workers)
+        if chain:
+            if not (0 <= self.rank < self.world and 0 <= worker < workers):
+                raise ValueError(f"rank {self.rank} of {self.world}, worker {worker} of {workers}: out of range")
+            return resume_part_path(self.mount, self.epoch, chain, self.rank * workers + worker,
+                                    self.world * workers, self.reader.ext)
         return part_path(self.mount, self.epoch, self.rank, self.world, worker, workers, self.reader.ext)
 
     def part_records(self, worker=0, workers=1):
@@ -139,12 +156,44 @@ class Dataset(tud.IterableDataset):
         with `workers` workers per rank."""
         k = self.world * workers
         self._consumed = {}
-        if self._resume is not None and self._resume["epoch"] == self.epoch:
-            if self._resume["parts"] not in (None, k):
-                raise ValueError(f"the state was taken with {self._resume['parts']} parts (world x workers), "
-                                 f"this iteration reads {k}: resume with the same world size and num_workers")
-            self._consumed = {int(i): tuple(p) for i, p in self._resume["positions"].items()}
+        self._chain = []
+        r = self._resume
+        if r is not None and r["epoch"] == self.epoch:
+            if r["parts"] not in (None, k):
+                # From now on the state is the resume's, at K = k.
+                r.update(parts=k, chain=self._chain_for(workers), positions={})
+            self._chain = list(r["chain"])
+            self._consumed = {int(i): tuple(p) for i, p in r["positions"].items()}
         self._parts = k
+
+    def _chain_for(self, workers):
+        """The resume tokens of the parts read with `workers` workers per
+        rank: those of the epoch being read, or, for a state loaded with
+        another K, the loaded ones and the token of that state (elastic
+        resume: the records it had not consumed, read as the new parts)."""
+        r = self._resume
+        k = self.world * workers
+        if r is None or r["epoch"] != self.epoch:
+            return self._chain
+        kk = r["parts"]
+        if kk in (None, k):
+            return list(r["chain"])
+        if not r["complete"]:
+            raise ValueError(
+                f"the state was taken with {kk} parts (world {r['world']} x workers) and this iteration reads {k}: "
+                "a resume at another K needs the positions of every part, and this state holds one rank's only. "
+                "Gather every rank's ds.state_dict() (torch.distributed.all_gather_object) and pass the list to "
+                "load_state_dict(), or resume with the same world size and num_workers")
+        try:
+            strategy = config(self.mount).get("strategy")
+        except (OSError, ValueError):
+            strategy = None
+        if strategy in NO_RESUME_STRATEGIES:
+            raise ValueError(f"{self.mount} serves strategy {strategy}, whose epochs cannot be resumed at another "
+                             f"number of parts (docs/elastic.md): resume with the same world size and num_workers "
+                             f"({kk} parts), or start the epoch {self.epoch} over")
+        counts = [int(r["positions"].get(i, (0, 0))[1]) for i in range(kk)]
+        return list(r["chain"]) + [resume_token(counts)]
 
     def _end(self):
         if self._resume is not None and self._resume["epoch"] == self.epoch:
@@ -175,26 +224,48 @@ class Dataset(tud.IterableDataset):
 
     def state_dict(self):
         """Where this rank is in the epoch: {"epoch", "rank", "world",
-        "parts" (K), "positions": {part: [next offset, records consumed]}}."""
+        "parts" (K), "positions": {part: [next offset, records consumed]},
+        "resume": the resume tokens of the parts read (elastic resume;
+        [] for the epoch's own parts)}."""
         return {
-            "version": 1,
+            "version": 2,
             "epoch": self.epoch,
             "rank": self.rank,
             "world": self.world,
             "parts": self._parts,
             "positions": {str(i): list(p) for i, p in sorted(self._consumed.items())},
+            "resume": list(self._chain),
         }
 
     def load_state_dict(self, state):
         """Resumes at the record after the last one consumed when state was
-        taken, on the next iteration of state's epoch."""
-        if state.get("version") != 1:
-            raise ValueError(f"unknown corgifs.Dataset state version {state.get('version')!r}")
-        self.epoch = state["epoch"]
-        self._resume = {"epoch": state["epoch"], "parts": state.get("parts"),
-                        "positions": dict(state.get("positions", {}))}
-        self._parts = state.get("parts")
-        self._consumed = {int(i): tuple(p) for i, p in self._resume["positions"].items()}
+        taken, on the next iteration of state's epoch. state is one
+        state_dict(), or the list of every rank's (needed to resume a
+        world > 1 at another world size or num_workers)."""
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+        if not states:
+            raise ValueError("load_state_dict: no state")
+        for s in states:
+            if s.get("version") not in (1, 2):
+                raise ValueError(f"unknown corgifs.Dataset state version {s.get('version')!r}")
+        first = states[0]
+        for s in states[1:]:
+            for key in ("epoch", "world", "parts", "resume"):
+                if s.get(key) != first.get(key):
+                    raise ValueError(f"load_state_dict: the states differ in {key}: {first.get(key)!r} and "
+                                     f"{s.get(key)!r}; pass the states of one checkpoint")
+        positions = {}
+        for s in states:
+            positions.update({int(i): tuple(p) for i, p in s.get("positions", {}).items()})
+        world = first.get("world") or 1
+        ranks = {s.get("rank", 0) for s in states}
+        self.epoch = first["epoch"]
+        self._resume = {"epoch": first["epoch"], "parts": first.get("parts"), "world": world,
+                        "complete": ranks >= set(range(world)), "chain": list(first.get("resume", [])),
+                        "positions": positions}
+        self._parts = first.get("parts")
+        self._chain = list(self._resume["chain"])
+        self._consumed = dict(positions)
 
 
 _Tagged = collections.namedtuple("_Tagged", "where batch")

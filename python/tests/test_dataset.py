@@ -165,10 +165,51 @@ def test_resume_from_a_mid_epoch_state_gives_the_remaining_records(torch, mount,
     assert sorted(sum(nxt, [])) == list(range(RECORDS))
 
 
-def test_resume_with_another_worker_count_is_refused(torch, mount):
+def test_resume_token_is_spelled_as_the_daemon_spells_it():
+    # Pinned by shuffler's TestResumeTokenHasOneSpelling too.
+    assert corgifs.resume_token([0, 1, 300, 1 << 33]) == "aecaaanmakaibaeaebzxh3a7"
+
+
+@pytest.mark.parametrize("workers,then", [(4, 3), (4, 0), (2, 6)])
+def test_elastic_resume_at_another_worker_count_reads_the_rest_of_the_epoch_once(torch, mount, workers, then):
     ds = corgifs.Dataset(mount.dir)
-    _, state = _epoch(torch, ds, 2, stop_after=3)
-    ds = corgifs.Dataset(mount.dir)
-    ds.load_state_dict(state)
-    with pytest.raises(ValueError, match="same world size and num_workers"):
-        _epoch(torch, ds, 0)
+    ds.set_epoch(1)
+    head, state = _epoch(torch, ds, workers, stop_after=29)
+    k = max(1, workers)
+    assert state["parts"] == k and state["resume"] == []
+    consumed = {int(i): n for i, (_, n) in state["positions"].items()}
+    assert sum(consumed.values()) == 29 * 32
+
+    resumed = corgifs.Dataset(mount.dir)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)
+    tail, state2 = _epoch(torch, resumed, then, stop_after=11)
+    assert state2["resume"] == [corgifs.resume_token([consumed.get(i, 0) for i in range(k)])]
+    # A checkpoint of the resumed run, resumed again at yet another K.
+    again = corgifs.Dataset(mount.dir)
+    again.load_state_dict(state2)
+    rest, _ = _epoch(torch, again, 2 if max(1, then) != 2 else 3)
+    got = sum(head, []) + sum(tail, []) + sum(rest, [])
+    assert sorted(got) == list(range(RECORDS)), "the elastic resume missed or repeated records"
+    # The epoch after the resumed one is read from the epoch's own parts.
+    again.set_epoch(2)
+    nxt, _ = _epoch(torch, again, 2)
+    assert sorted(sum(nxt, [])) == list(range(RECORDS))
+
+
+def test_elastic_resume_of_a_world_of_two_needs_every_ranks_state(torch, mount):
+    states, head = [], []
+    for rank in range(2):
+        ds = corgifs.Dataset(mount.dir, rank=rank, world=2, allow_unequal_parts=True)
+        ds.set_epoch(1)
+        h, st = _epoch(torch, ds, 2, stop_after=5 + 7 * rank)
+        states.append(st)
+        head += sum(h, [])
+    one = corgifs.Dataset(mount.dir)
+    one.load_state_dict(states[0])
+    with pytest.raises(ValueError, match="all_gather_object"):
+        _epoch(torch, one, 3)
+    merged = corgifs.Dataset(mount.dir)
+    merged.load_state_dict(states)
+    tail, _ = _epoch(torch, merged, 3)
+    assert sorted(head + sum(tail, [])) == list(range(RECORDS))
