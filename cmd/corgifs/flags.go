@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -191,6 +192,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
 		Compression: d.compression,
 		Probe:       d.probeMode() == blockcache.IndexProbe,
+		MaxTables:   blockcache.TableBudget(int64(d.maxMemory)),
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -292,6 +294,14 @@ func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions 
 		o.InFlight = d.s3.concurrency
 	}
 	return o
+}
+
+// limitIndexHeap sets the Go heap's soft limit for indexing, before the
+// mount sets its own: the index's tables take at most a quarter of
+// maxMemory (blockcache.TableBudget), and without a limit the heap could
+// double between collections while they grow.
+func limitIndexHeap(maxMemory int64) {
+	debug.SetMemoryLimit(maxMemory/2 + 32<<20)
 }
 
 // memorySplit divides maxMemory between the loader's slabs, which live
@@ -404,6 +414,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 	if err := d.openSource(ctx, src, log); err != nil {
 		return nil, nil, 0, err
 	}
+	limitIndexHeap(int64(d.maxMemory))
 	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
 	if err != nil {
 		return nil, nil, 0, err

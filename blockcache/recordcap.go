@@ -1,0 +1,109 @@
+package blockcache
+
+import (
+	"fmt"
+
+	"github.com/corgifs/corgifs/formats"
+	"github.com/dustin/go-humanize"
+)
+
+// TableBudget is the share of a memory budget (--max-memory) that a full
+// index's per-record tables may take: a quarter, so that building them
+// (slices grown by append, the sidecar's encoding) and the blocks loaded
+// beside them stay within the budget and its stated margin.
+func TableBudget(maxMemory int64) int64 { return maxMemory / 4 }
+
+// tableBytes is what a full index keeps in memory for each record of
+// format f: its frame length, and its CRC32C for a format without
+// checksums of its own.
+func tableBytes(f formats.Format) int64 {
+	if f.Checksummed() {
+		return 4
+	}
+	return 8
+}
+
+// maxRecords is the most records a full index built with o may hold
+// (Options.MaxTables), or 0 for no limit.
+func maxRecords(o Options) int64 {
+	if o.MaxTables <= 0 || o.counted == nil || o.Format == nil {
+		return 0
+	}
+	return max(1, o.MaxTables/tableBytes(o.Format))
+}
+
+// tooManyRecords is the error of a scan that found more than limit
+// records, the last at rec of the file named name.
+func tooManyRecords(o Options, name string, limit int64, rec formats.Record) error {
+	per := tableBytes(o.Format)
+	return fmt.Errorf("index: %s: more than %d records by offset %d: the index keeps %d bytes a record in memory, and %d records take %s, the most that --max-memory allows the index (a quarter of it); a file of very many tiny or empty records (such as a decompression bomb) is refused here, before memory grows: if the records are wanted, raise --max-memory (each GiB of it admits %d records of this format), else leave the file out with --include",
+		name, limit, rec.Offset, per, limit, humanize.IBytes(uint64(limit*per)), TableBudget(1<<30)/per)
+}
+
+// joinTables returns the per-record tables of the scans, table(sc), one
+// after the other, and drops each scan's own: the only file's is returned
+// as it is, and the others are copied into a table made once at its full
+// length, not grown by append.
+func joinTables(scans []fileScan, table func(*fileScan) *[]uint32) []uint32 {
+	var n, nonEmpty int
+	for i := range scans {
+		if k := len(*table(&scans[i])); k > 0 {
+			n += k
+			nonEmpty++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if nonEmpty == 1 {
+		for i := range scans {
+			if t := table(&scans[i]); len(*t) > 0 {
+				out := *t
+				*t = nil
+				return out
+			}
+		}
+	}
+	out := make([]uint32, 0, n)
+	for i := range scans {
+		t := table(&scans[i])
+		out = append(out, *t...)
+		*t = nil
+	}
+	return out
+}
+
+// frameStats returns the smallest, the median (the element at len/2 in
+// sorted order) and the largest of frames, which must not be empty, with
+// two counting passes over them instead of a sorted copy: 4 bytes a record
+// more would be the largest allocation of the index.
+func frameStats(frames []uint32) (lo, median, hi uint32) {
+	lo, hi = frames[0], frames[0]
+	var counts [1 << 16]int
+	for _, v := range frames {
+		lo, hi = min(lo, v), max(hi, v)
+		counts[v>>16]++
+	}
+	rank := len(frames) / 2
+	var top uint32
+	for i, c := range counts {
+		if rank < c {
+			top = uint32(i)
+			break
+		}
+		rank -= c
+	}
+	counts = [1 << 16]int{}
+	for _, v := range frames {
+		if v>>16 == top {
+			counts[v&0xffff]++
+		}
+	}
+	for i, c := range counts {
+		if rank < c {
+			return lo, top<<16 | uint32(i), hi
+		}
+		rank -= c
+	}
+	panic("blockcache: frameStats: median not found")
+}

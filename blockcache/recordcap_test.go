@@ -1,0 +1,45 @@
+package blockcache
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// frameStats must give the minimum, the median (the element at len/2 of
+// the sorted values) and the maximum that sorting a copy gives, for values
+// spread over all 32 bits and for values crowded into one bucket.
+func TestFrameStatsEqualsSortedCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, spread := range []uint32{1, 7, 1 << 16, 1<<32 - 1} {
+		for _, n := range []int{1, 2, 3, 10, 1001} {
+			v := make([]uint32, n)
+			for i := range v {
+				v[i] = 16 + uint32(r.Uint64()%uint64(spread))
+			}
+			s := slices.Sorted(slices.Values(v))
+			lo, med, hi := frameStats(v)
+			if lo != s[0] || med != s[n/2] || hi != s[n-1] {
+				t.Errorf("spread %d, %d values: frameStats %d %d %d, sorted copy %d %d %d", spread, n, lo, med, hi, s[0], s[n/2], s[n-1])
+			}
+		}
+	}
+}
+
+// joinTables must keep the files' order and drop each file's own table.
+func TestJoinTablesKeepsFileOrder(t *testing.T) {
+	scans := []fileScan{{frames: []uint32{1, 2}}, {}, {frames: []uint32{3}}}
+	got := joinTables(scans, func(sc *fileScan) *[]uint32 { return &sc.frames })
+	if !slices.Equal(got, []uint32{1, 2, 3}) {
+		t.Errorf("joined %v, want [1 2 3]", got)
+	}
+	for i, sc := range scans {
+		if sc.frames != nil {
+			t.Errorf("scan %d keeps its table", i)
+		}
+	}
+	one := []fileScan{{}, {frames: []uint32{5, 6}}}
+	if got := joinTables(one, func(sc *fileScan) *[]uint32 { return &sc.frames }); !slices.Equal(got, []uint32{5, 6}) {
+		t.Errorf("one file's table joined as %v", got)
+	}
+}

@@ -1,0 +1,154 @@
+package tests
+
+// Memory on small hostile inputs (issue 22, item 5): decompression bombs,
+// huge lines, feedback under many K. RELIABILITY.md lists each with its
+// test.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corgifs/corgifs/internal/childmount"
+	"github.com/corgifs/corgifs/internal/testenv"
+)
+
+// statedMargin is the README's promise: the daemon's resident memory
+// stays within --max-memory plus this. A race-detector build keeps shadow
+// memory beside every heap byte and a history per goroutine on top.
+func statedMargin() int64 {
+	if raceEnabled {
+		return 64<<20 + 192<<20
+	}
+	return 64 << 20
+}
+
+// compressWith runs the shell pipeline tool (reading stdin, writing
+// stdout) to write path from what gen writes; it fails the test when the
+// tool is missing.
+func compressWith(t *testing.T, tool, path string, gen func(io.Writer) error) {
+	t.Helper()
+	name := strings.Fields(tool)[0]
+	if _, err := exec.LookPath(name); err != nil {
+		testenv.Missing(t, "%s is not installed (Debian package %s)", name, name)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command("sh", "-c", tool)
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &errb
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gerr := gen(in)
+	in.Close()
+	if err := cmd.Wait(); err != nil || gerr != nil {
+		t.Fatalf("%s: %v %v\n%s", tool, err, gerr, errb.String())
+	}
+}
+
+// emptyFrames writes n empty TFRecord frames (16 bytes each, both CRCs
+// valid) to w.
+func emptyFrames(n int64) func(io.Writer) error {
+	return func(w io.Writer) error {
+		chunk := bytes.Repeat(frame(0, nil), 1<<16) // 1 MiB
+		for ; n > 0; n -= 1 << 16 {
+			k := min(n, 1<<16)
+			if _, err := w.Write(chunk[:k*16]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// A .tfrecord.gz of about 2 MB holding 67 million empty records (1 GiB
+// decompressed), and the same as .tfrecord.zst: `corgifs index` and
+// `corgifs mount` at --max-memory 64MiB must refuse it with a message that
+// names the file, the offset, the cause and the remedy, and their peak
+// resident size (the kernel's high-water mark, VmHWM, as wait4 reports it
+// for the process that exited) must stay within --max-memory + 64 MiB.
+// Before, the index's table of frame lengths grew to 1.28 GB (index) and
+// 1.40 GB (mount).
+func TestDecompressionBombOfEmptyRecordsIsRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
+	fuseOK(t)
+	const budget = 64 << 20
+	for _, c := range []struct{ name, tool string }{
+		{"a.tfrecord.gz", "pigz -p 2 -9 -c"},
+		{"a.tfrecord.zst", "zstd -q -19 -c"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			compressWith(t, c.tool, filepath.Join(src, c.name), emptyFrames(1<<26))
+			fi, err := os.Stat(filepath.Join(src, c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d bytes, 1 GiB decompressed", c.name, fi.Size())
+			mnt := t.TempDir()
+			for _, args := range [][]string{
+				{"index", src, "--cache-dir", t.TempDir(), "--max-memory", "64MiB"},
+				{"mount", src, mnt, "--cache-dir", t.TempDir(), "--max-memory", "64MiB"},
+			} {
+				_, stderr, code, peakKiB := runTimed(t, 2*time.Minute, args...)
+				peak := peakKiB << 10
+				t.Logf("corgifs %s: exit %d, peak RSS %d MiB\n%s", args[0], code, peak>>20, stderr)
+				if code == 0 {
+					if args[0] == "mount" {
+						childmount.Detach(mnt)
+					}
+					t.Fatalf("corgifs %s accepted a bomb of 67 million empty records at --max-memory 64MiB", args[0])
+				}
+				for _, want := range []string{c.name, "more than 4194304 records by offset", "decompression bomb", "raise --max-memory", "--include"} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("corgifs %s: the refusal does not say %q:\n%s", args[0], want, stderr)
+					}
+				}
+				if limit := budget + statedMargin(); peak > limit {
+					t.Errorf("corgifs %s: peak RSS %d MiB refusing the bomb, want at most %d MiB (--max-memory + 64 MiB)", args[0], peak>>20, limit>>20)
+				}
+			}
+		})
+	}
+}
+
+// A .tfrecord.gz of 2 million empty records (32 MiB decompressed), which
+// --max-memory 64MiB admits, is mounted and read whole, 4 parts at once:
+// every record is served, and the daemon's VmHWM over indexing and reading
+// stays within --max-memory + 64 MiB although each loaded record costs
+// the heap as much as its 16 bytes cost the slabs.
+func TestEmptyRecordsThatFitAreServedWithinMaxMemoryPlus64MiB(t *testing.T) {
+	const budget, records, k = 64 << 20, 2 << 20, 4
+	src := filepath.Join(t.TempDir(), "src")
+	compressWith(t, "pigz -p 2 -9 -c", filepath.Join(src, "a.tfrecord.gz"), emptyFrames(records))
+	m := startMount(t, src, "--max-memory", "64MiB", "--seed", "3", "--parts", fmt.Sprint(k), "--block-size", "1MiB")
+	var got int64
+	for i := range k {
+		got += int64(len(m.read(0, i, k))) / 16
+	}
+	if got != records {
+		t.Errorf("%d records served in epoch 0, want %d", got, records)
+	}
+	hwm := procStatus(t, m.cmd.Process.Pid, "VmHWM")
+	limit := budget + statedMargin()
+	t.Logf("daemon peak RSS %d MiB over indexing and reading (limit %d MiB)", hwm>>20, limit>>20)
+	if hwm > limit {
+		t.Errorf("daemon peak RSS %d MiB over indexing and reading %d empty records, want at most %d MiB (--max-memory + 64 MiB)", hwm>>20, records, limit>>20)
+	}
+}
