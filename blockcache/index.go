@@ -216,6 +216,11 @@ type Options struct {
 	// decompression bomb of empty records) is refused before memory
 	// grows, not after (see recordcap.go).
 	MaxTables int64
+	// MaxRecord, if positive, is the longest record a scan that must
+	// hold a whole record to find its end (a text line) holds: a longer
+	// one is refused once that much is read, not once the format's own
+	// limit (256 MiB) is (RecordBudget).
+	MaxRecord int64
 
 	// counted counts the records scanned by every file of one Build
 	// (set by Build; shared by the copies of o its scanners get).
@@ -648,6 +653,9 @@ func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path strin
 	}
 	var last int64
 	limit := maxRecords(o)
+	if rl, ok := sc.(formats.RecordLimiter); ok && o.MaxRecord > 0 {
+		rl.LimitRecord(o.MaxRecord)
+	}
 	for {
 		for sc.Next() {
 			if err := c.add(sc.Record()); err != nil {
@@ -664,6 +672,9 @@ func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path strin
 		err := sc.Err()
 		if err == nil {
 			return nil
+		}
+		if le := (*formats.LongRecordError)(nil); errors.As(err, &le) && o.MaxRecord > 0 {
+			return recordTooLong(name, le)
 		}
 		var ce *formats.CorruptError
 		rs, ok := sc.(formats.Resyncer)

@@ -13,6 +13,12 @@ import (
 // beside them stay within the budget and its stated margin.
 func TableBudget(maxMemory int64) int64 { return maxMemory / 4 }
 
+// RecordBudget is the longest record that indexing holds in memory to find
+// its end, for a memory budget (--max-memory): a quarter of it, as the
+// tables, so that the scan's buffer, grown by doubling, stays within the
+// budget; never more than the formats' own limit of 256 MiB.
+func RecordBudget(maxMemory int64) int64 { return min(maxMemory/4, 256<<20) }
+
 // tableBytes is what a full index keeps in memory for each record of
 // format f: its frame length, and its CRC32C for a format without
 // checksums of its own.
@@ -106,4 +112,11 @@ func frameStats(frames []uint32) (lo, median, hi uint32) {
 		rank -= c
 	}
 	panic("blockcache: frameStats: median not found")
+}
+
+// recordTooLong is the error of a scan of the file named name that found
+// a record longer than Options.MaxRecord.
+func recordTooLong(name string, le *formats.LongRecordError) error {
+	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of --max-memory (or 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise --max-memory (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with --include",
+		name, le, humanize.IBytes(uint64(le.Max)), humanize.IBytes(uint64(8*le.Max)), humanize.IBytes(uint64(2*le.Max)))
 }

@@ -152,3 +152,74 @@ func TestEmptyRecordsThatFitAreServedWithinMaxMemoryPlus64MiB(t *testing.T) {
 		t.Errorf("daemon peak RSS %d MiB over indexing and reading %d empty records, want at most %d MiB (--max-memory + 64 MiB)", hwm>>20, records, limit>>20)
 	}
 }
+
+// compressed returns data compressed by the shell pipeline tool (reading
+// stdin, writing stdout).
+func compressed(t *testing.T, tool string, data []byte) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c")
+	compressWith(t, tool, path, func(w io.Writer) error { _, err := w.Write(data); return err })
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A .jsonl.gz (and a .jsonl.zst) of about 3 MB whose second line is 3 GiB
+// long, made of members (frames) each compressed by the real tool: index
+// and mount at --max-memory 64MiB must refuse it naming the file, the
+// line, its offset, the limit and the remedy, and stop reading there: the
+// peak resident size stays within --max-memory + 64 MiB. Before, the scan
+// buffered the line up to 256 MiB, doubling its buffer, and reached about
+// 800 MB first.
+func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
+	fuseOK(t)
+	const budget = 64 << 20
+	for _, c := range []struct{ name, tool string }{
+		{"a.jsonl.gz", "pigz -p 2 -9 -c"},
+		{"a.jsonl.zst", "zstd -q -19 -c"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			head := compressed(t, c.tool, []byte("{\"k\":1}\n{\"a\":\""))
+			mib := compressed(t, c.tool, bytes.Repeat([]byte("x"), 1<<20))
+			tail := compressed(t, c.tool, []byte("\"}\n{\"k\":2}\n"))
+			src := filepath.Join(t.TempDir(), "src")
+			compressWith(t, "cat", filepath.Join(src, c.name), func(w io.Writer) error {
+				if _, err := w.Write(head); err != nil {
+					return err
+				}
+				for range 3 << 10 {
+					if _, err := w.Write(mib); err != nil {
+						return err
+					}
+				}
+				_, err := w.Write(tail)
+				return err
+			})
+			mnt := t.TempDir()
+			for _, args := range [][]string{
+				{"index", src, "--cache-dir", t.TempDir(), "--max-memory", "64MiB"},
+				{"mount", src, mnt, "--cache-dir", t.TempDir(), "--max-memory", "64MiB"},
+			} {
+				_, stderr, code, peakKiB := runTimed(t, 2*time.Minute, args...)
+				peak := peakKiB << 10
+				t.Logf("corgifs %s: exit %d, peak RSS %d MiB\n%s", args[0], code, peak>>20, stderr)
+				if code == 0 {
+					if args[0] == "mount" {
+						childmount.Detach(mnt)
+					}
+					t.Fatalf("corgifs %s accepted a line of 3 GiB at --max-memory 64MiB", args[0])
+				}
+				for _, want := range []string{c.name, "corrupt record at offset 8: line 2: longer than 16777216 bytes", "a quarter of --max-memory", "raise --max-memory", "--include"} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("corgifs %s: the refusal does not say %q:\n%s", args[0], want, stderr)
+					}
+				}
+				if limit := budget + statedMargin(); peak > limit {
+					t.Errorf("corgifs %s: peak RSS %d MiB refusing a line of 3 GiB, want at most %d MiB (--max-memory + 64 MiB)", args[0], peak>>20, limit>>20)
+				}
+			}
+		})
+	}
+}

@@ -193,6 +193,7 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		Compression: d.compression,
 		Probe:       d.probeMode() == blockcache.IndexProbe,
 		MaxTables:   blockcache.TableBudget(int64(d.maxMemory)),
+		MaxRecord:   blockcache.RecordBudget(int64(d.maxMemory)),
 	}
 	if !d.includeSet {
 		o.Include = nil
