@@ -6,6 +6,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -221,5 +222,66 @@ func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// One epoch's feedback written through a grab mount under every part
+// count K from 1 to 12, on 2 million fixed-size records with
+// --feedback-dim 1 (a reservation of 32 MiB, 16 bytes a record): the
+// store's memory (stats.json feedback.bytes_held) stays within its
+// reservation after every K, and the daemon's VmHWM within --max-memory +
+// 64 MiB. Before, each K kept another copy of the served ids, and 2M
+// records under many K held 106 MB.
+func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
+	const records, recSize, budget = 2 << 20, 8, 128 << 20
+	src := filepath.Join(t.TempDir(), "src")
+	data := make([]byte, records*recSize)
+	for i := range records {
+		copy(data[i*recSize:], fmt.Sprintf("%08x", i))
+	}
+	writeFile(t, filepath.Join(src, "a.bin"), data)
+	m := startMount(t, src, "--strategy", "grab", "--format", "fixed", "--record-size", fmt.Sprint(recSize),
+		"--feedback-dim", "1", "--max-memory", "128MiB", "--seed", "4")
+	type fbStats struct {
+		Feedback struct {
+			BytesReserved int64 `json:"bytes_reserved"`
+			BytesHeld     int64 `json:"bytes_held"`
+			Accepted      int64 `json:"accepted"`
+		} `json:"feedback"`
+	}
+	var accepted int64
+	for k := 1; k <= 12; k++ {
+		for i := range k {
+			fi, err := os.Stat(m.part(0, i, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := filepath.Join(m.dir, ".corgifs", "feedback", "epoch-0000", fmt.Sprintf("part-%05d-of-%05d.f32", i, k))
+			if err := os.WriteFile(name, feedbackFile("CGFB", 1, 1, int(fi.Size()/recSize)), 0o644); err != nil {
+				t.Fatalf("K=%d part %d: %v\n%s", k, i, err, m.log)
+			}
+			accepted++
+		}
+		b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st fbStats
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		f := st.Feedback
+		if f.Accepted != accepted || f.BytesReserved != records*16 {
+			t.Fatalf("after K=%d: %d uploads accepted (want %d), %d bytes reserved (want %d)", k, f.Accepted, accepted, f.BytesReserved, records*16)
+		}
+		if f.BytesHeld > f.BytesReserved {
+			t.Errorf("after K=%d: feedback holds %d bytes, more than its reservation of %d", k, f.BytesHeld, f.BytesReserved)
+		}
+	}
+	hwm := procStatus(t, m.cmd.Process.Pid, "VmHWM")
+	limit := budget + statedMargin()
+	t.Logf("%d uploads; daemon peak RSS %d MiB (limit %d MiB)", accepted, hwm>>20, limit>>20)
+	if hwm > limit {
+		t.Errorf("daemon peak RSS %d MiB taking one epoch's feedback under 12 part counts, want at most %d MiB (--max-memory + 64 MiB)", hwm>>20, limit>>20)
 	}
 }
