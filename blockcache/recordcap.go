@@ -10,14 +10,19 @@ import (
 // TableBudget is the share of a memory budget (--max-memory) that a full
 // index's per-record tables may take: a quarter, so that building them
 // (slices grown by append, the sidecar's encoding) and the blocks loaded
-// beside them stay within the budget and its stated margin.
-func TableBudget(maxMemory int64) int64 { return maxMemory / 4 }
+// beside them stay within the budget and its stated margin; but at least
+// minTables, which the margin of 64 MiB absorbs, so that a tiny budget
+// is refused for what it is (smaller than a block) rather than here.
+func TableBudget(maxMemory int64) int64 { return max(maxMemory/4, minTables) }
+
+// minTables is the least TableBudget and RecordBudget give.
+const minTables = 4 << 20
 
 // RecordBudget is the longest record that indexing holds in memory to find
 // its end, for a memory budget (--max-memory): a quarter of it, as the
 // tables, so that the scan's buffer, grown by doubling, stays within the
 // budget; never more than the formats' own limit of 256 MiB.
-func RecordBudget(maxMemory int64) int64 { return min(maxMemory/4, 256<<20) }
+func RecordBudget(maxMemory int64) int64 { return min(max(maxMemory/4, minTables), 256<<20) }
 
 // tableBytes is what a full index keeps in memory for each record of
 // format f: its frame length, and its CRC32C for a format without
@@ -42,7 +47,7 @@ func maxRecords(o Options) int64 {
 // records, the last at rec of the file named name.
 func tooManyRecords(o Options, name string, limit int64, rec formats.Record) error {
 	per := tableBytes(o.Format)
-	return fmt.Errorf("index: %s: more than %d records by offset %d: the index keeps %d bytes a record in memory, and %d records take %s, the most that --max-memory allows the index (a quarter of it); a file of very many tiny or empty records (such as a decompression bomb) is refused here, before memory grows: if the records are wanted, raise --max-memory (each GiB of it admits %d records of this format), else leave the file out with --include",
+	return fmt.Errorf("index: %s: more than %d records by offset %d: the index keeps %d bytes a record in memory, and %d records take %s, the most that --max-memory allows the index (a quarter of it, at least 4 MiB); a file of very many tiny or empty records (such as a decompression bomb) is refused here, before memory grows: if the records are wanted, raise --max-memory (each GiB of it admits %d records of this format), else leave the file out with --include",
 		name, limit, rec.Offset, per, limit, humanize.IBytes(uint64(limit*per)), TableBudget(1<<30)/per)
 }
 
@@ -117,6 +122,6 @@ func frameStats(frames []uint32) (lo, median, hi uint32) {
 // recordTooLong is the error of a scan of the file named name that found
 // a record longer than Options.MaxRecord.
 func recordTooLong(name string, le *formats.LongRecordError) error {
-	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of --max-memory (or 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise --max-memory (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with --include",
+	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of --max-memory (at least 4 MiB, at most 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise --max-memory (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with --include",
 		name, le, humanize.IBytes(uint64(le.Max)), humanize.IBytes(uint64(8*le.Max)), humanize.IBytes(uint64(2*le.Max)))
 }

@@ -213,7 +213,7 @@ func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 					}
 					t.Fatalf("corgifs %s accepted a line of 3 GiB at --max-memory 64MiB", args[0])
 				}
-				for _, want := range []string{c.name, "corrupt record at offset 8: line 2: longer than 16777216 bytes", "a quarter of --max-memory", "raise --max-memory", "--include"} {
+				for _, want := range []string{c.name, "corrupt record at offset 8: line 2: longer than 16777216 bytes", "a quarter of --max-memory (at least 4 MiB, at most 256 MiB)", "raise --max-memory", "--include"} {
 					if !strings.Contains(stderr, want) {
 						t.Errorf("corgifs %s: the refusal does not say %q:\n%s", args[0], want, stderr)
 					}
