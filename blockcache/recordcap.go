@@ -125,3 +125,17 @@ func recordTooLong(name string, le *formats.LongRecordError) error {
 	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of --max-memory (at least 4 MiB, at most 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise --max-memory (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with --include",
 		name, le, humanize.IBytes(uint64(le.Max)), humanize.IBytes(uint64(8*le.Max)), humanize.IBytes(uint64(2*le.Max)))
 }
+
+// checkTables refuses a cached index (nil passes) whose per-record tables
+// take more than o.MaxTables: one built under a larger --max-memory.
+func (ix *Index) checkTables(o Options) error {
+	if ix == nil || ix.Probed || o.MaxTables <= 0 {
+		return nil
+	}
+	per := tableBytes(ix.Fmt())
+	if limit := max(1, o.MaxTables/per); ix.Records > limit {
+		return fmt.Errorf("index of %s: %d records, whose tables take %s (%d bytes a record), more than --max-memory allows the index (a quarter of it, at least 4 MiB: %d records): raise --max-memory (each GiB of it admits %d records of this format)",
+			ix.Root, ix.Records, humanize.IBytes(uint64(ix.Records*per)), per, limit, TableBudget(1<<30)/per)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package blockcache
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,26 @@ func TestJoinTablesKeepsFileOrder(t *testing.T) {
 	one := []fileScan{{}, {frames: []uint32{5, 6}}}
 	if got := joinTables(one, func(sc *fileScan) *[]uint32 { return &sc.frames }); !slices.Equal(got, []uint32{5, 6}) {
 		t.Errorf("one file's table joined as %v", got)
+	}
+}
+
+// A full index refuses the record past Options.MaxTables, counting the
+// records of every file together, naming the file and the offset; the
+// same dataset within the limit is indexed, and its sidecar, cached, is
+// refused by a later Open with a lower limit rather than used.
+func TestIndexTablesPastMaxTablesAreRefused(t *testing.T) {
+	root, _ := dataset(t, 3, 3, 20, 64) // 60 records, 4 bytes of tables each
+	_, err := Build(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 50})
+	// Files are scanned a few at once: any of them may hold the 51st.
+	if err == nil || !strings.Contains(err.Error(), ".tfrecord: more than 50 records by offset") {
+		t.Fatalf("60 records over 3 files with room for 50: %v", err)
+	}
+	cache := t.TempDir()
+	if _, _, err := Open(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 60, CacheDir: cache}); err != nil {
+		t.Fatalf("60 records with room for 60: %v", err)
+	}
+	_, cached, err := Open(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 50, CacheDir: cache})
+	if err == nil || cached || !strings.Contains(err.Error(), "60 records") {
+		t.Fatalf("the cached index of 60 records opened with room for 50: cached %v, %v", cached, err)
 	}
 }
