@@ -324,33 +324,51 @@ const (
 // within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
 // bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes a record the slabs can hold), the reply
-// buffers of the FUSE requests in flight (fs.RequestMemory, whatever the
-// number of readers), and room to collect garbage in (gcRoom) beyond
-// these is its soft limit. outsideHeap of the process is neither.
-// When the estimate leaves the heap more than the 64 MiB allowance, the
-// slabs get less.
+// buffers parts serve (16 bytes for each record the slabs hold: as much
+// as the slabs themselves for records of 16 bytes), the reply buffers of
+// the FUSE requests in flight (fs.RequestMemory, whatever the number of
+// readers), and room to collect garbage in (gcRoom) beyond these is its
+// soft limit. outsideHeap of the process is neither. The slabs get the
+// most that keeps the sum within the bound, which may be less than the
+// largest block: the mount then refuses, naming minMaxMemory.
 func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
-	est := 4 * ix.Records
+	index := 4 * ix.Records
 	if ix.RecordCRCs != nil {
-		est += 4 * ix.Records // a CRC32C per record, for formats without checksums
+		index += 4 * ix.Records // a CRC32C per record, for formats without checksums
 	}
 	if recordStrategy {
-		est += 16 * ix.Records
+		index += 16 * ix.Records
 	}
-	if ix.Records > 0 && ix.Bytes > 0 {
-		est += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
+	// tables is the heap the record tables of s bytes of loaded blocks take.
+	tables := func(s int64) int64 {
+		if ix.Records <= 0 || ix.Bytes <= 0 {
+			return 0
+		}
+		return 16 * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
 	}
-	heapLimit = est + fs.RequestMemory + gcRoom
-	slabs = maxMemory - max(0, heapLimit+outsideHeap-64<<20)
-	return max(slabs, maxMemory/2), heapLimit
+	over := func(s int64) int64 { // what the heap and the rest take past the 64 MiB allowance
+		return max(0, index+tables(s)+fs.RequestMemory+gcRoom+outsideHeap-64<<20)
+	}
+	// The largest s with s + over(s) <= maxMemory; both grow with s.
+	lo, hi := int64(0), max(0, maxMemory)
+	for lo < hi {
+		mid := hi - (hi-lo)/2
+		if mid+over(mid) <= maxMemory {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, index + tables(lo) + fs.RequestMemory + gcRoom
 }
 
 // minMaxMemory returns the smallest --max-memory that gives the slabs at
-// least need bytes. memorySplit gives them at least half, and more memory
-// never gives them less.
+// least need bytes: more memory never gives them less.
 func minMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
 	lo, hi := need, 2*need
+	for slabs, _ := memorySplit(ix, hi, recordStrategy); slabs < need && hi < 1<<50; slabs, _ = memorySplit(ix, hi, recordStrategy) {
+		lo, hi = hi, 2*hi
+	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		if slabs, _ := memorySplit(ix, mid, recordStrategy); slabs >= need {
