@@ -31,6 +31,16 @@ func statedMargin() int64 {
 	return 64 << 20
 }
 
+// raceScale divides n by 8 under the race detector, whose daemon
+// decompresses, scans and serves about ten times slower: the inputs stay
+// past every limit they test, at a size the suite's time allows.
+func raceScale(n int64) int64 {
+	if raceEnabled {
+		return n / 8
+	}
+	return n
+}
+
 // compressWith runs the shell pipeline tool (reading stdin, writing
 // stdout) to write path from what gen writes; it fails the test when the
 // tool is missing.
@@ -87,7 +97,7 @@ func emptyFrames(n int64) func(io.Writer) error {
 // resident size (the kernel's high-water mark, VmHWM, as wait4 reports it
 // for the process that exited) must stay within --max-memory + 64 MiB.
 // Before, the index's table of frame lengths grew to 1.28 GB (index) and
-// 1.40 GB (mount).
+// 1.40 GB (mount). (An eighth of the bomb under the race detector.)
 func TestDecompressionBombOfEmptyRecordsIsRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 	fuseOK(t)
 	const budget = 64 << 20
@@ -97,12 +107,12 @@ func TestDecompressionBombOfEmptyRecordsIsRefusedWithinMaxMemoryPlus64MiB(t *tes
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			src := filepath.Join(t.TempDir(), "src")
-			compressWith(t, c.tool, filepath.Join(src, c.name), emptyFrames(1<<26))
+			compressWith(t, c.tool, filepath.Join(src, c.name), emptyFrames(raceScale(1<<26)))
 			fi, err := os.Stat(filepath.Join(src, c.name))
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: %d bytes, 1 GiB decompressed", c.name, fi.Size())
+			t.Logf("%s: %d bytes, %d MiB decompressed", c.name, fi.Size(), raceScale(1<<26)*16>>20)
 			mnt := t.TempDir()
 			for _, args := range [][]string{
 				{"index", src, "--cache-dir", t.TempDir(), "--max-memory", "64MiB"},
@@ -174,7 +184,7 @@ func compressed(t *testing.T, tool string, data []byte) []byte {
 // line, its offset, the limit and the remedy, and stop reading there: the
 // peak resident size stays within --max-memory + 64 MiB. Before, the scan
 // buffered the line up to 256 MiB, doubling its buffer, and reached about
-// 800 MB first.
+// 800 MB first. (A line of 384 MiB under the race detector.)
 func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 	fuseOK(t)
 	const budget = 64 << 20
@@ -191,7 +201,7 @@ func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 				if _, err := w.Write(head); err != nil {
 					return err
 				}
-				for range 3 << 10 {
+				for range raceScale(3 << 10) {
 					if _, err := w.Write(mib); err != nil {
 						return err
 					}
@@ -232,9 +242,15 @@ func TestJSONLinesOf3GiBAreRefusedWithinMaxMemoryPlus64MiB(t *testing.T) {
 // store's memory (stats.json feedback.bytes_held) stays within its
 // reservation after every K, and the daemon's VmHWM within --max-memory +
 // 64 MiB. Before, each K kept another copy of the served ids, and 2M
-// records under many K held 106 MB.
+// records under many K held 106 MB. (256Ki records, K up to 6, under the
+// race detector.)
 func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
-	const records, recSize, budget = 2 << 20, 8, 128 << 20
+	const recSize, budget = 8, 128 << 20
+	records := raceScale(2 << 20)
+	maxK := 12
+	if raceEnabled {
+		maxK = 6
+	}
 	src := filepath.Join(t.TempDir(), "src")
 	data := make([]byte, records*recSize)
 	for i := range records {
@@ -251,7 +267,7 @@ func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
 		} `json:"feedback"`
 	}
 	var accepted int64
-	for k := 1; k <= 12; k++ {
+	for k := 1; k <= maxK; k++ {
 		for i := range k {
 			fi, err := os.Stat(m.part(0, i, k))
 			if err != nil {
@@ -293,10 +309,11 @@ func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
 // (not the looser margin other tests allow), with room to spare. Before,
 // the memory split gave the slabs all of --max-memory and the heap a
 // soft limit that reached the bound exactly, and such runs peaked at
-// 127.8-130 MiB.
+// 127.8-130 MiB. (128Ki records under the race detector, whose margin is
+// wider.)
 func TestSixtyFourReadersStayWithinMaxMemoryPlus64MiB(t *testing.T) {
 	const budget, readers = 64 << 20, 64
-	src := genSynthetic(t, 1<<20, 239, 4, 16, "clustered")
+	src := genSynthetic(t, int(raceScale(1<<20)), 239, 4, 16, "clustered")
 	m := startMount(t, src, "--max-memory", "64MiB", "--seed", "6", "--parts", fmt.Sprint(readers))
 	resetPeakRSS(t, m.cmd.Process.Pid)
 	errs := make([]error, readers)
