@@ -210,6 +210,22 @@ type Options struct {
 	// Probe indexes by probing near every multiple of BlockSize instead
 	// of reading every byte (--index probe; see probe.go).
 	Probe bool
+	// MaxTables, if positive, is the most memory a full index's
+	// per-record tables (Frames, and RecordCRCs for formats without
+	// checksums: 4 or 8 bytes a record) may take. The scan refuses the
+	// record past it, so that a file of many tiny records (a
+	// decompression bomb of empty records) is refused before memory
+	// grows, not after (see recordcap.go).
+	MaxTables int64
+	// MaxRecord, if positive, is the longest record a scan that must
+	// hold a whole record to find its end (a text line) holds: a longer
+	// one is refused once that much is read, not once the format's own
+	// limit (256 MiB) is (RecordBudget).
+	MaxRecord int64
+
+	// counted counts the records scanned by every file of one Build
+	// (set by Build; shared by the copies of o its scanners get).
+	counted *atomic.Int64
 }
 
 func (o *Options) fill() {
@@ -307,6 +323,7 @@ func Build(ctx context.Context, root string, o Options) (*Index, error) {
 	ix := &Index{Root: root, src: src, BlockSize: o.BlockSize, Files: files, FollowSymlinks: o.FollowSymlinks,
 		Format: f.Name(), FormatOptions: formats.OptionsOf(f), format: f}
 	o.Format = f
+	o.counted = new(atomic.Int64)
 	var total int64
 	for _, f := range files {
 		total += f.Size
@@ -439,8 +456,6 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 			}
 		}
 		ix.Blocks = append(ix.Blocks, sc.blocks...)
-		ix.Frames = append(ix.Frames, sc.frames...)
-		ix.RecordCRCs = append(ix.RecordCRCs, sc.crcs...)
 		ix.Damaged = append(ix.Damaged, sc.damaged...)
 		for _, b := range sc.blocks {
 			ix.Records += int64(b.Records)
@@ -450,6 +465,11 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 	if head >= 0 {
 		ix.Head = ix.Files[head].Head
 	}
+	// The per-record tables are joined in place of the files' own, which
+	// are dropped as they are copied: a dataset of many records never
+	// holds them twice over (see recordcap.go).
+	ix.Frames = joinTables(scans, func(sc *fileScan) *[]uint32 { return &sc.frames })
+	ix.RecordCRCs = joinTables(scans, func(sc *fileScan) *[]uint32 { return &sc.crcs })
 	if _, ok := f.(formats.WDS); ok && !ix.Probed {
 		// A WebDataset key in two shards (a sample split across them)
 		// would be merged by a reader when the two samples meet in a
@@ -471,11 +491,10 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 		ix.RecordMedian, ix.RecordMax = ix.RecordMin, ix.RecordMin
 	}
 	if len(ix.Frames) > 0 {
-		sizes := slices.Clone(ix.Frames)
-		slices.Sort(sizes)
-		ix.RecordMin = formats.PayloadLen(f, int64(sizes[0]))
-		ix.RecordMedian = formats.PayloadLen(f, int64(sizes[len(sizes)/2]))
-		ix.RecordMax = formats.PayloadLen(f, int64(sizes[len(sizes)-1]))
+		lo, median, hi := frameStats(ix.Frames)
+		ix.RecordMin = formats.PayloadLen(f, int64(lo))
+		ix.RecordMedian = formats.PayloadLen(f, int64(median))
+		ix.RecordMax = formats.PayloadLen(f, int64(hi))
 	}
 	return ix, nil
 }
@@ -630,10 +649,17 @@ func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path strin
 		name, from, to = path+" (decompressed)", "decompressed_from", "decompressed_to"
 	}
 	var last int64
+	limit := maxRecords(o)
+	if rl, ok := sc.(formats.RecordLimiter); ok && o.MaxRecord > 0 {
+		rl.LimitRecord(o.MaxRecord)
+	}
 	for {
 		for sc.Next() {
 			if err := c.add(sc.Record()); err != nil {
 				return fmt.Errorf("index: %s: %w", path, err)
+			}
+			if limit > 0 && o.counted.Add(1) > limit {
+				return tooManyRecords(o, name, limit, sc.Record())
 			}
 			if sc.Offset()-last >= 4<<20 {
 				last = sc.Offset()
@@ -643,6 +669,9 @@ func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path strin
 		err := sc.Err()
 		if err == nil {
 			return nil
+		}
+		if le := (*formats.LongRecordError)(nil); errors.As(err, &le) && o.MaxRecord > 0 {
+			return recordTooLong(name, le)
 		}
 		var ce *formats.CorruptError
 		rs, ok := sc.(formats.Resyncer)

@@ -132,6 +132,9 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 			}
 		} else {
 			ix, why = loadSidecar(dir, name, h)
+			if err := ix.checkTables(o); err != nil {
+				return nil, false, err
+			}
 			if ix != nil {
 				ix.src, ix.Root = sourceOf(root, o), root
 				why = ix.changed(ctx, o)

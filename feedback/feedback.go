@@ -213,6 +213,11 @@ func (s *Store) Epoch(epoch, part, parts int) (ids []int32, vecs []float32, dim 
 	}
 	ids, name, dim := p.ids, p.file, p.dim
 	s.mu.Unlock()
+	ids, ok = s.servedIDs(ids, name)
+	if !ok {
+		s.log.Error("feedback: could not read back the served ids of an accepted upload", "epoch", epoch, "part", part, "parts", parts)
+		return nil, nil, 0, false
+	}
 	vecs = make([]float32, len(ids)*dim)
 	if err := s.readVectors(name, dim, len(ids), func(i int, v []float32) { copy(vecs[i*dim:], v) }); err != nil {
 		s.log.Error("feedback: could not read back an accepted upload", "epoch", epoch, "part", part, "parts", parts, "err", err)

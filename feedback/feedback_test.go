@@ -341,9 +341,10 @@ func TestOnlyTheNewestEpochsAreKept(t *testing.T) {
 			t.Errorf("epoch %d kept: %v, want %v", e, ok, want)
 		}
 	}
+	// Each kept upload, and the served ids saved beside it.
 	ents, _ := os.ReadDir(s.dir.Path())
-	if len(ents) != 2 {
-		t.Errorf("files in the store: %d, want 2", len(ents))
+	if len(ents) != 4 {
+		t.Errorf("files in the store: %d, want 4", len(ents))
 	}
 }
 

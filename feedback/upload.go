@@ -98,6 +98,9 @@ func (s *Store) BeginBy(uid uint32, epoch, part, parts int, served []int32) (*Up
 	case p.state == stateAccepted:
 		why, kind = "this part's feedback was accepted already (at "+p.at.UTC().Format(time.RFC3339)+"); it is final, since orders may have been planned from it", ErrFinal
 	}
+	if why == "" && !s.makeRoomLocked(int64(len(served))) {
+		why, kind = s.tooManyOpen(len(served)), ErrBusy
+	}
 	if why == "" {
 		s.parts[k] = &partState{state: stateReceiving, uid: uid, records: len(served), at: time.Now(), ids: served}
 	}
@@ -273,6 +276,9 @@ func (s *Store) accept(u *Upload, d int) error {
 			return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("cannot read the staged upload back: %v", err))
 		}
 	}
+	if err := s.SaveOrder(servedName(name), u.served); err != nil {
+		return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("cannot keep the upload's served ids in the cache directory: %v", err))
+	}
 	if err := s.dir.Rename(u.tmp, name); err != nil {
 		return s.refuseLocked(u.k, u.uid, u.tmp, fmt.Sprintf("cannot keep the upload in the cache directory: %v", err))
 	}
@@ -283,6 +289,11 @@ func (s *Store) accept(u *Upload, d int) error {
 	}
 	*p = partState{state: stateAccepted, uid: u.uid, records: len(u.served), dim: d, bytes: HeaderSize + int64(len(u.served))*int64(4*d),
 		at: time.Now(), ids: u.served, file: name}
+	// Its ids were counted since Begin; others make room if they must.
+	p.ids = nil
+	if s.makeRoomLocked(int64(len(u.served))) {
+		p.ids = u.served
+	}
 	s.stats.Accepted++
 	s.log.Info("feedback accepted", "uid", u.uid, "epoch", u.k.epoch, "part", u.k.part, "parts", u.k.parts, "records", len(u.served), "dim", d)
 	if u.k.epoch > s.newest {
@@ -311,6 +322,11 @@ func (s *Store) pruneLocked() {
 		if p.file != "" {
 			if err := s.dir.Remove(p.file); err != nil {
 				s.log.Warn("feedback: could not remove an old upload", "err", err)
+			}
+			if f, err := orderName(servedName(p.file)); err == nil {
+				if err := s.dir.Remove(f); err != nil {
+					s.log.Warn("feedback: could not remove the served ids of an old upload", "err", err)
+				}
 			}
 			p.file, p.ids = "", nil
 		}

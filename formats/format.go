@@ -221,12 +221,15 @@ type cutScanner struct {
 	n     int64
 	label string // "line" or "row"
 	err   error
+	// max is the longest record the scanner holds (LimitRecord), and
+	// initial its buffer's first size.
+	max, initial int64
 }
 
 func newCutScanner(r io.ReaderAt, start, end int64, label string, cut cutFunc, check func(rec []byte, n int64) error) *cutScanner {
-	s := &cutScanner{off: start, label: label}
+	s := &cutScanner{off: start, label: label, max: maxCutRecord, initial: min(256<<10, max(end-start, 64))}
 	s.sc = bufio.NewScanner(io.NewSectionReader(r, start, end-start))
-	s.sc.Buffer(make([]byte, 0, min(256<<10, max(end-start, 64))), maxCutRecord)
+	s.sc.Buffer(make([]byte, 0, s.initial), maxCutRecord)
 	s.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
 		if atEOF && len(data) == 0 {
 			return 0, nil, nil
@@ -258,7 +261,7 @@ func (s *cutScanner) Next() bool {
 	if !s.sc.Scan() {
 		s.err = s.sc.Err()
 		if errors.Is(s.err, bufio.ErrTooLong) {
-			s.err = &CorruptError{Offset: s.off, Reason: fmt.Sprintf("%s %d: longer than %d bytes (no line end?)", s.label, s.n+1, maxCutRecord)}
+			s.err = s.tooLong()
 		}
 		return false
 	}

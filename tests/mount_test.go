@@ -343,7 +343,8 @@ func TestManyOpenPartsStayWithinMaxMemory(t *testing.T) {
 	}
 	wg.Wait()
 	s := m.stats()
-	if s.MemoryPeak > budget || s.MemoryBudget != budget {
+	// The slabs get --max-memory less the heap's estimate (memorySplit).
+	if s.MemoryPeak > s.MemoryBudget || s.MemoryBudget > budget || s.MemoryBudget < budget/2 {
 		t.Fatalf("peak memory %d bytes with a budget of %d (reported %d)", s.MemoryPeak, budget, s.MemoryBudget)
 	}
 	if s.MemoryPeak == 0 || total == 0 {

@@ -33,11 +33,12 @@ func TestSharedPlansKeepTheDaemonWithinMemoryWith64OpenParts(t *testing.T) {
 	const n, k = 2_000_000, 64
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, filepath.Join(src, "a.tfrecord"), tinyRecords(n))
-	const budget = 16 << 20
-	// 4 MiB blocks: a block is the block size plus up to a record, and
-	// with direct reads whole pages, so an 8 MiB one would not fit in the
-	// half of 16 MiB the slabs get.
-	m := startMount(t, src, "--strategy", "full", "--max-memory", "16MiB", "--seed", "1", "--parts", fmt.Sprint(k), "--block-size", "4MiB")
+	// 64 MiB: the index's tables may take a quarter of --max-memory (2M
+	// records take 8 MiB; blockcache.TableBudget), and 16 MiB would refuse
+	// them. 4 MiB blocks: a block is the block size plus up to a record,
+	// and with direct reads whole pages.
+	const budget = 64 << 20
+	m := startMount(t, src, "--strategy", "full", "--max-memory", "64MiB", "--seed", "1", "--parts", fmt.Sprint(k), "--block-size", "4MiB")
 	var files []*os.File
 	defer func() {
 		for _, f := range files {

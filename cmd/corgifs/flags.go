@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -208,6 +209,8 @@ func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockc
 		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
 		Compression: d.compression,
 		Probe:       d.probeMode() == blockcache.IndexProbe,
+		MaxTables:   blockcache.TableBudget(int64(d.maxMemory)),
+		MaxRecord:   blockcache.RecordBudget(int64(d.maxMemory)),
 	}
 	if !d.includeSet {
 		o.Include = nil
@@ -302,38 +305,78 @@ func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions 
 	return o
 }
 
+// limitIndexHeap sets the Go heap's soft limit for indexing, before the
+// mount sets its own: the index's tables take at most a quarter of
+// maxMemory (blockcache.TableBudget), and without a limit the heap could
+// double between collections while they grow.
+func limitIndexHeap(maxMemory int64) {
+	debug.SetMemoryLimit(maxMemory/2 + 32<<20)
+}
+
+// gcRoom is the Go heap's room to collect garbage in, beyond what
+// memorySplit estimates it holds; outsideHeap is the resident memory that
+// is neither the heap nor the slabs: the binary's code and data (its
+// pages resident as they run, measured 13-14 MiB) and the soft limit's
+// overshoot. With 32 and 10 MiB, 64 readers of 1 KiB records at
+// --max-memory 64MiB peaked at 124-130 MiB, at or past the stated
+// --max-memory + 64 MiB; with these, at TestSixtyFourReadersStayWithinMaxMemoryPlus64MiB's
+// figures (RELIABILITY.md). The slabs still get all of --max-memory
+// while the index estimate is under 8 MiB.
+const (
+	gcRoom      = 24 << 20
+	outsideHeap = 24 << 20
+)
+
 // memorySplit divides maxMemory between the loader's slabs, which live
 // outside the Go heap, and the heap, so that the daemon's resident size stays
 // within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
 // bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes a record the slabs can hold), the reply
-// buffers of the FUSE requests in flight (fs.RequestMemory, whatever the
-// number of readers), and room to collect garbage in: 32 MiB beyond these
-// is its soft limit. About 10 MiB of the process is neither (code, runtime).
-// When the estimate leaves the heap more than the 64 MiB allowance, the
-// slabs get less.
+// buffers parts serve (16 bytes for each record the slabs hold: as much
+// as the slabs themselves for records of 16 bytes), the reply buffers of
+// the FUSE requests in flight (fs.RequestMemory, whatever the number of
+// readers), and room to collect garbage in (gcRoom) beyond these is its
+// soft limit. outsideHeap of the process is neither. The slabs get the
+// most that keeps the sum within the bound, which may be less than the
+// largest block: the mount then refuses, naming minMaxMemory.
 func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
-	est := 4 * ix.Records
+	index := 4 * ix.Records
 	if ix.RecordCRCs != nil {
-		est += 4 * ix.Records // a CRC32C per record, for formats without checksums
+		index += 4 * ix.Records // a CRC32C per record, for formats without checksums
 	}
 	if recordStrategy {
-		est += 16 * ix.Records
+		index += 16 * ix.Records
 	}
-	if ix.Records > 0 && ix.Bytes > 0 {
-		est += 16 * min(ix.Records, maxMemory/max(1, ix.Bytes/ix.Records))
+	// tables is the heap the record tables of s bytes of loaded blocks take.
+	tables := func(s int64) int64 {
+		if ix.Records <= 0 || ix.Bytes <= 0 {
+			return 0
+		}
+		return 16 * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
 	}
-	heapLimit = est + fs.RequestMemory + 32<<20
-	slabs = maxMemory - max(0, heapLimit+10<<20-64<<20)
-	return max(slabs, maxMemory/2), heapLimit
+	over := func(s int64) int64 { // what the heap and the rest take past the 64 MiB allowance
+		return max(0, index+tables(s)+fs.RequestMemory+gcRoom+outsideHeap-64<<20)
+	}
+	// The largest s with s + over(s) <= maxMemory; both grow with s.
+	lo, hi := int64(0), max(0, maxMemory)
+	for lo < hi {
+		mid := hi - (hi-lo)/2
+		if mid+over(mid) <= maxMemory {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, index + tables(lo) + fs.RequestMemory + gcRoom
 }
 
 // minMaxMemory returns the smallest --max-memory that gives the slabs at
-// least need bytes. memorySplit gives them at least half, and more memory
-// never gives them less.
+// least need bytes: more memory never gives them less.
 func minMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
 	lo, hi := need, 2*need
+	for slabs, _ := memorySplit(ix, hi, recordStrategy); slabs < need && hi < 1<<50; slabs, _ = memorySplit(ix, hi, recordStrategy) {
+		lo, hi = hi, 2*hi
+	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		if slabs, _ := memorySplit(ix, mid, recordStrategy); slabs >= need {
@@ -416,6 +459,7 @@ func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, s
 		return nil, nil, 0, err
 	}
 	d.chooseSizes(ctx, src, shuffler.ReadsRecords(d.strategy), log)
+	limitIndexHeap(int64(d.maxMemory))
 	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
 	if err != nil {
 		return nil, nil, 0, err

@@ -264,6 +264,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	var d datasetFlags
 	d.register(fset, false)
 	d.registerFormat(fset)
+	fset.Var(&d.maxMemory, "max-memory", "memory `budget` of indexing: the index's per-record tables (4 bytes a record, 8 for\nformats without checksums) may take a quarter of it; a source of more records is refused")
 	pos, err := parse(fset, args, 1)
 	if err != nil {
 		return err
@@ -287,6 +288,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	// The size a mount of one part would choose, so that it finds this
 	// index in the cache.
 	d.chooseSizes(ctx, pos[0], false, log)
+	limitIndexHeap(int64(d.maxMemory))
 	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
 	if err != nil {
 		return err
