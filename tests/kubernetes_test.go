@@ -21,11 +21,11 @@ import (
 // (cmd/corgifs-csi, deploy/kubernetes: their dependencies stay out of
 // this module's go.mod), so that the one test command of README.md runs
 // them too.
-func goTestModule(t *testing.T, dir string, env ...string) {
+func goTestModule(t *testing.T, dir, run string, env ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	args := []string{"test", "-count=1"}
+	args := []string{"test", "-count=1", "-run", run}
 	if testing.Verbose() {
 		args = append(args, "-v")
 	}
@@ -45,13 +45,13 @@ func goTestModule(t *testing.T, dir string, env ...string) {
 // mount with this tree's daemon.
 func TestCSIDriverPassesCSISanityAndPublishesMounts(t *testing.T) {
 	fuseOK(t)
-	goTestModule(t, "../cmd/corgifs-csi", "CORGIFS_BIN="+bin)
+	goTestModule(t, "../cmd/corgifs-csi", ".", "CORGIFS_BIN="+bin)
 }
 
 // TestKubernetesManifestsDecodeStrictlyAsAPITypes runs the module that
 // checks deploy/kubernetes against the k8s.io/api types.
 func TestKubernetesManifestsDecodeStrictlyAsAPITypes(t *testing.T) {
-	goTestModule(t, "../deploy/kubernetes")
+	goTestModule(t, "../deploy/kubernetes", ".")
 }
 
 // TestOCIImageRunsInPodmanAndServesTheHost builds the release's OCI image
@@ -60,7 +60,9 @@ func TestKubernetesManifestsDecodeStrictlyAsAPITypes(t *testing.T) {
 // unpacked root with an OCI runtime, then loads it into podman and runs
 // `corgifs mount` in a container with /dev/fuse, whose mount reaches the
 // host through a shared bind mount: the host reads every byte of an epoch
-// through it, and stopping the container unmounts it.
+// through it, and stopping the container unmounts it. Then it runs the
+// image's CSI driver in a container as the DaemonSet does and publishes a
+// volume through it (the driver module's publish test, from the host).
 func TestOCIImageRunsInPodmanAndServesTheHost(t *testing.T) {
 	fuseOK(t)
 	if os.Geteuid() != 0 {
@@ -185,7 +187,8 @@ func TestOCIImageRunsInPodmanAndServesTheHost(t *testing.T) {
 	if mountedCorgifs(mnt) {
 		t.Errorf("%s is still a corgifs mount after podman stop", mnt)
 	}
-	t.Logf("image %s (%s): inspected with skopeo, unpacked with umoci, run with %s; podman served a mount the host read (%d bytes)", ref, filepath.Base(archive), runtimeName, served)
+	csiDriverInContainer(t, ctx, ref, runtimeName, data)
+	t.Logf("image %s (%s): inspected with skopeo, unpacked with umoci, run with %s; podman served a mount the host read (%d bytes); its corgifs-csi published a volume", ref, filepath.Base(archive), runtimeName, served)
 }
 
 // ociRuntime runs the unpacked image's `corgifs --version` with crun,
@@ -247,4 +250,52 @@ func mountedCorgifs(mnt string) bool {
 		}
 	}
 	return false
+}
+
+// csiDriverInContainer runs /usr/bin/corgifs-csi of the image ref as the
+// DaemonSet's container (its socket in a host directory, a kubelet-like
+// directory shared both ways, /dev/fuse) and runs the driver module's
+// publish test against it from the host.
+func csiDriverInContainer(t *testing.T, ctx context.Context, ref, runtimeName, data string) {
+	t.Helper()
+	sockDir, err := os.MkdirTemp("", "csi") // short: a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	kubelet := filepath.Join(t.TempDir(), "kubelet")
+	for _, args := range [][]string{{"mkdir", kubelet}, {"mount", "--bind", kubelet, kubelet}, {"mount", "--make-shared", kubelet}} {
+		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", kubelet).Run() })
+	name := fmt.Sprintf("corgifs-csi-test-%d", os.Getpid())
+	t.Cleanup(func() { exec.Command("podman", "rm", "-f", name).Run() })
+	args := append(podmanRuntime(runtimeName), "run", "-d", "--name", name,
+		"--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
+		"--device", "/dev/fuse", "--cap-add", "SYS_ADMIN",
+		"-v", sockDir+":/csi", "-v", kubelet+":"+kubelet+":rshared", "-v", data+":"+data+":ro",
+		"--entrypoint", "/usr/bin/corgifs-csi", ref,
+		"--endpoint=unix:///csi/csi.sock", "--node-id=test-node", "--corgifs=/usr/bin/corgifs", "--state-dir=/tmp/state")
+	if out, err := exec.CommandContext(ctx, "podman", args...).CombinedOutput(); err != nil {
+		t.Fatalf("podman run corgifs-csi: %v\n%s", err, out)
+	}
+	sock := filepath.Join(sockDir, "csi.sock")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := exec.Command("podman", "logs", name).CombinedOutput()
+			t.Fatalf("the driver in the container did not create %s; its log:\n%s", sock, logs)
+		}
+	}
+	goTestModule(t, "../cmd/corgifs-csi", "^TestNodePublishServesDatasetAndUnpublishRemovesIt$",
+		"CORGIFS_CSI_ENDPOINT=unix://"+sock, "CORGIFS_CSI_SOURCE="+data, "CORGIFS_CSI_TARGET_DIR="+kubelet)
+	logs, _ := exec.Command("podman", "logs", name).CombinedOutput()
+	t.Logf("corgifs-csi in the container:\n%s", logs)
+	if out, err := exec.CommandContext(ctx, "podman", append(podmanRuntime(runtimeName), "stop", "-t", "20", name)...).CombinedOutput(); err != nil {
+		t.Errorf("podman stop corgifs-csi: %v\n%s", err, out)
+	}
 }
