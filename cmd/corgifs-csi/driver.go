@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -70,6 +71,7 @@ type driver struct {
 
 	mu      sync.Mutex
 	daemons map[string]*daemon // by target path
+	busy    map[string]bool    // target paths with a call in progress
 }
 
 // daemon is one corgifs mount process the driver started.
@@ -79,10 +81,12 @@ type daemon struct {
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed once cmd.Wait returned
 	logPath  string
+	logStart int64 // the log's size when it started: what it logged since is its own
+	started  time.Time
 }
 
 func newDriver(cfg config, log *slog.Logger) *driver {
-	return &driver{cfg: cfg, log: log, daemons: make(map[string]*daemon)}
+	return &driver{cfg: cfg, log: log, daemons: make(map[string]*daemon), busy: make(map[string]bool)}
 }
 
 func (d *driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -137,35 +141,68 @@ func (d *driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 
 	d.mu.Lock()
-	defer d.mu.Unlock() // one mount at a time: publishes are rare, and a lock per path is not worth it
-	if dm := d.daemons[target]; dm != nil && dm.running() {
-		if dm.volumeID != req.GetVolumeId() || !slices.Equal(dm.args, args) {
-			return nil, status.Errorf(codes.AlreadyExists, "NodePublishVolume: %s already serves volume %s with %q; unpublish it first", target, dm.volumeID, dm.args)
+	if d.busy[target] {
+		d.mu.Unlock()
+		return nil, status.Errorf(codes.Aborted, "NodePublishVolume %s: another call on %s is in progress", req.GetVolumeId(), target)
+	}
+	dm := d.daemons[target]
+	if dm != nil && !dm.running() {
+		delete(d.daemons, target)
+		dm = nil
+	}
+	if dm != nil && (dm.volumeID != req.GetVolumeId() || !slices.Equal(dm.args, args)) {
+		d.mu.Unlock()
+		return nil, status.Errorf(codes.AlreadyExists, "NodePublishVolume: %s already serves volume %s with %q; unpublish it first", target, dm.volumeID, dm.args)
+	}
+	d.busy[target] = true
+	d.mu.Unlock()
+	defer d.done(target)
+
+	if dm == nil {
+		typ, err := mountTypeAt(target)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: %v", req.GetVolumeId(), err)
 		}
-		return &csi.NodePublishVolumeResponse{}, nil
+		switch typ {
+		case "":
+		case mountType:
+			// A mount of a daemon started by an earlier driver process: the
+			// volume it serves is not known, trust the kubelet's retry.
+			return &csi.NodePublishVolumeResponse{}, nil
+		default:
+			return nil, status.Errorf(codes.AlreadyExists, "NodePublishVolume %s: %s is already a %s mount", req.GetVolumeId(), target, typ)
+		}
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: create the target: %v", req.GetVolumeId(), err)
+		}
+		if dm, err = d.start(req.GetVolumeId(), target, args, env); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.daemons[target] = dm
+		d.mu.Unlock()
 	}
-	typ, err := mountTypeAt(target)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: %v", req.GetVolumeId(), err)
-	}
-	switch typ {
-	case "":
-	case mountType:
-		// A mount of a daemon started by an earlier driver process: the
-		// volume it serves is not known, trust the kubelet's retry.
-		return &csi.NodePublishVolumeResponse{}, nil
-	default:
-		return nil, status.Errorf(codes.AlreadyExists, "NodePublishVolume %s: %s is already a %s mount", req.GetVolumeId(), target, typ)
-	}
-	if err := os.MkdirAll(target, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: create the target: %v", req.GetVolumeId(), err)
-	}
-	dm, err := d.start(ctx, req.GetVolumeId(), target, args, env)
-	if err != nil {
+	// A daemon that is still indexing when the call's deadline comes keeps
+	// going: the kubelet's retry, same volume and attributes, waits for it
+	// here rather than starting over.
+	if err := d.waitReady(ctx, dm, target); err != nil {
+		if !dm.running() {
+			d.mu.Lock()
+			if d.daemons[target] == dm {
+				delete(d.daemons, target)
+			}
+			d.mu.Unlock()
+		}
 		return nil, err
 	}
-	d.daemons[target] = dm
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// done ends the call in progress on target.
+func (d *driver) done(target string) {
+	d.mu.Lock()
+	delete(d.busy, target)
+	d.mu.Unlock()
 }
 
 // NodeUnpublishVolume stops the daemon serving the target path, unmounts
@@ -179,10 +216,17 @@ func (d *driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Error(codes.InvalidArgument, "NodeUnpublishVolume: target_path is empty")
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if dm := d.daemons[target]; dm != nil {
+	if d.busy[target] {
+		d.mu.Unlock()
+		return nil, status.Errorf(codes.Aborted, "NodeUnpublishVolume %s: another call on %s is in progress", req.GetVolumeId(), target)
+	}
+	dm := d.daemons[target]
+	delete(d.daemons, target)
+	d.busy[target] = true
+	d.mu.Unlock()
+	defer d.done(target)
+	if dm != nil {
 		dm.stop(d.log)
-		delete(d.daemons, target)
 	}
 	typ, err := mountTypeAt(target)
 	if err != nil {
@@ -240,8 +284,8 @@ func daemonEnv(secrets map[string]string) ([]string, error) {
 }
 
 // start runs `corgifs mount` in the foreground as a child in a session of
-// its own and waits until its mount shows at target or it exits.
-func (d *driver) start(ctx context.Context, volumeID, target string, args, env []string) (*daemon, error) {
+// its own.
+func (d *driver) start(volumeID, target string, args, env []string) (*daemon, error) {
 	logDir := filepath.Join(d.cfg.stateDir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: %v", volumeID, err)
@@ -252,7 +296,7 @@ func (d *driver) start(ctx context.Context, volumeID, target string, args, env [
 		return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: %v", volumeID, err)
 	}
 	defer logf.Close() // the child has its own copy
-	start, _ := logf.Seek(0, 2)
+	logStart, _ := logf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(d.cfg.corgifs, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -262,32 +306,40 @@ func (d *driver) start(ctx context.Context, volumeID, target string, args, env [
 	if err := cmd.Start(); err != nil {
 		return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: start %s: %v", volumeID, d.cfg.corgifs, err)
 	}
-	dm := &daemon{volumeID: volumeID, args: args, cmd: cmd, exited: make(chan struct{}), logPath: logPath}
+	dm := &daemon{volumeID: volumeID, args: args, cmd: cmd, exited: make(chan struct{}), logPath: logPath, logStart: logStart, started: time.Now()}
 	go func() {
 		cmd.Wait() // the exit status is in the log
 		close(dm.exited)
 	}()
 	d.log.Info("mounting", "volume", volumeID, "target", target, "pid", cmd.Process.Pid, "args", args, "log", logPath)
+	return dm, nil
+}
 
-	deadline := time.NewTimer(d.cfg.readyTimeout)
+// waitReady returns once dm's mount shows at target. If the daemon exits
+// first, or has not mounted --mount-timeout after it started (then it is
+// stopped), the error has its last log lines. When ctx ends first the
+// daemon keeps running for the next call.
+func (d *driver) waitReady(ctx context.Context, dm *daemon, target string) error {
+	src := dm.args[len(dm.args)-2]
+	deadline := time.NewTimer(time.Until(dm.started.Add(d.cfg.readyTimeout)))
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		typ, err := mountTypeAt(target)
-		if err == nil && typ == mountType {
-			return dm, nil
+		if typ, err := mountTypeAt(target); err == nil && typ == mountType {
+			return nil
 		}
 		select {
 		case <-dm.exited:
-			return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: corgifs mount of %s at %s exited (%v): %s (log: %s)",
-				volumeID, args[len(args)-2], target, cmd.ProcessState, logTail(logPath, start), logPath)
+			return status.Errorf(codes.Internal, "NodePublishVolume %s: corgifs mount of %s at %s exited (%v): %s (log: %s)",
+				dm.volumeID, src, target, dm.cmd.ProcessState, logTail(dm.logPath, dm.logStart), dm.logPath)
 		case <-ctx.Done():
-			dm.stop(d.log)
-			return nil, status.Errorf(codes.DeadlineExceeded, "NodePublishVolume %s: the mount of %s was not ready before the call's deadline; the kubelet retries (log: %s)", volumeID, target, logPath)
+			return status.Errorf(codes.DeadlineExceeded, "NodePublishVolume %s: the mount of %s at %s is not ready yet (indexing?); it keeps starting and the next call waits for it (log: %s)",
+				dm.volumeID, src, target, dm.logPath)
 		case <-deadline.C:
 			dm.stop(d.log)
-			return nil, status.Errorf(codes.DeadlineExceeded, "NodePublishVolume %s: the mount of %s was not ready after --mount-timeout %v: %s (log: %s)", volumeID, target, d.cfg.readyTimeout, logTail(logPath, start), logPath)
+			return status.Errorf(codes.DeadlineExceeded, "NodePublishVolume %s: the mount of %s at %s was not ready %v after it started (--mount-timeout); stopped it: %s (log: %s)",
+				dm.volumeID, src, target, d.cfg.readyTimeout, logTail(dm.logPath, dm.logStart), dm.logPath)
 		case <-tick.C:
 		}
 	}
