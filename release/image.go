@@ -102,7 +102,7 @@ func buildImage(ctx context.Context, c config, arch, dir string, log *slog.Logge
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: v1.MediaTypeImageManifest,
 		Config:    v1.Descriptor{MediaType: v1.MediaTypeImageConfig, Digest: digest.FromBytes(cfgJSON), Size: int64(len(cfgJSON))},
-		Layers: []v1.Descriptor{{MediaType: v1.MediaTypeImageLayerGzip, Digest: digest.FromBytes(gz.Bytes()), Size: int64(gz.Len())}},
+		Layers:    []v1.Descriptor{{MediaType: v1.MediaTypeImageLayerGzip, Digest: digest.FromBytes(gz.Bytes()), Size: int64(gz.Len())}},
 		Annotations: map[string]string{
 			v1.AnnotationVersion:  c.version,
 			v1.AnnotationRevision: c.commit,
