@@ -252,6 +252,10 @@ func (d *driver) mountArgs(attrs map[string]string, target, volumeID string) ([]
 	if src == "" {
 		return nil, fmt.Errorf("volume attribute %q is missing: set spec.csi.volumeAttributes.source of the PV to a directory on the node or s3://bucket/prefix", sourceAttr)
 	}
+	if strings.HasPrefix(src, "-") {
+		// corgifs would take it for a flag.
+		return nil, fmt.Errorf("volume attribute %s=%q starts with '-': want a directory on the node or s3://bucket/prefix", sourceAttr, src)
+	}
 	args := []string{"mount",
 		// Pods run as any user: let them read (the daemon runs as root,
 		// which needs no user_allow_other in /etc/fuse.conf).

@@ -296,6 +296,10 @@ func TestNodePublishErrorsNameTheCause(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"stratgy"`) || !strings.Contains(err.Error(), "strategy") {
 		t.Errorf("unknown attribute: %v, want InvalidArgument naming it and the valid ones", err)
 	}
+	req.VolumeContext = map[string]string{sourceAttr: "--debug"}
+	if _, err = node.NodePublishVolume(ctx, req); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a source that looks like a flag: %v, want InvalidArgument", err)
+	}
 	req.VolumeContext = map[string]string{sourceAttr: "/nonexistent/corgi"}
 	_, err = node.NodePublishVolume(ctx, req)
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "/nonexistent/corgi") {
