@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,6 +155,22 @@ func TestManifestsDecodeStrictlyAndReferToEachOther(t *testing.T) {
 	want := "--kubelet-registration-path=/var/lib/kubelet/plugins/" + drv.Name + "/csi.sock"
 	if !slices.Contains(registrarArgs, want) {
 		t.Errorf("DaemonSet %s: node-driver-registrar's args %q lack %s", ds.Name, registrarArgs, want)
+	}
+
+	// The image is the release's: its name in release/image.go, its tag
+	// the version in version.go.
+	vb, err := os.ReadFile("../../version.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`Version = "([^"]+)"`).FindSubmatch(vb)
+	if m == nil {
+		t.Fatal("no Version in ../../version.go")
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "corgifs-csi" && c.Image != "ghcr.io/corgifs/corgifs:"+string(m[1]) {
+			t.Errorf("DaemonSet %s: image %s, want the release's ghcr.io/corgifs/corgifs:%s", ds.Name, c.Image, m[1])
+		}
 	}
 
 	// The Job: one pod per part, each reading its own by its index.
