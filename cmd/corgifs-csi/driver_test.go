@@ -123,8 +123,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // controller and snapshot services are skipped, and so is the one node
 // spec that creates its volume through CreateVolume ("should remove
 // target path"); TestNodePublishServesDatasetAndUnpublishRemovesIt checks
-// that property with a published volume. csi-sanity takes the same skips
-// as --ginkgo.skip='Controller Server|GroupController|should remove target path'.
+// that property with a published volume.
+// TestCSISanityCommandPassesAgainstTheDriverBinary runs the same suite
+// through the csi-sanity command.
 func TestCSISanityNodeAndIdentity(t *testing.T) {
 	bin := corgifsBinary(t)
 	endpoint, _ := startDriver(t, bin)
@@ -137,7 +138,7 @@ func TestCSISanityNodeAndIdentity(t *testing.T) {
 	sc := sanity.GinkgoTest(&cfg)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
-	suite.SkipStrings = []string{"Controller Server", "GroupController", "should remove target path"}
+	suite.SkipStrings = []string{sanitySkip}
 	reporter.Verbose = testing.Verbose()
 	reporter.NoColor = true
 	if !ginkgo.RunSpecs(t, "csi-sanity: corgifs-csi node driver", suite, reporter) {

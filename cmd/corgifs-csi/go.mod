@@ -30,3 +30,5 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 )
+
+tool github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
