@@ -146,7 +146,8 @@ func (d *driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.Aborted, "NodePublishVolume %s: another call on %s is in progress", req.GetVolumeId(), target)
 	}
 	dm := d.daemons[target]
-	if dm != nil && !dm.running() {
+	crashed := dm != nil && !dm.running() // its mount, if any, is dead
+	if crashed {
 		delete(d.daemons, target)
 		dm = nil
 	}
@@ -166,6 +167,14 @@ func (d *driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		switch typ {
 		case "":
 		case mountType:
+			if crashed {
+				// "Transport endpoint is not connected" for the pod:
+				// detach it and serve again.
+				if err := syscall.Unmount(target, syscall.MNT_DETACH); err != nil {
+					return nil, status.Errorf(codes.Internal, "NodePublishVolume %s: unmount the mount of the daemon that exited at %s: %v", req.GetVolumeId(), target, err)
+				}
+				break
+			}
 			// A mount of a daemon started by an earlier driver process: the
 			// volume it serves is not known, trust the kubelet's retry.
 			return &csi.NodePublishVolumeResponse{}, nil

@@ -258,6 +258,21 @@ func TestNodePublishServesDatasetAndUnpublishRemovesIt(t *testing.T) {
 	if _, err := node.NodePublishVolume(ctx, req); err != nil {
 		t.Errorf("NodePublishVolume again, same volume and attributes: %v, want success (idempotent)", err)
 	}
+	if dm != nil {
+		// A daemon killed under a published volume leaves a dead mount;
+		// the kubelet's next publish serves it again.
+		dm.cmd.Process.Kill()
+		<-dm.exited
+		if _, err := node.NodePublishVolume(ctx, req); err != nil {
+			t.Fatalf("NodePublishVolume after the daemon was killed: %v", err)
+		}
+		if _, err := os.ReadFile(filepath.Join(target, ".corgifs", "config.json")); err != nil {
+			t.Errorf("the mount after republishing over a killed daemon: %v", err)
+		}
+		d.mu.Lock()
+		dm = d.daemons[target]
+		d.mu.Unlock()
+	}
 	other := &csi.NodePublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: target, VolumeCapability: mountCap(),
 		VolumeContext: map[string]string{sourceAttr: src, "seed": "8"}}
 	if _, err := node.NodePublishVolume(ctx, other); status.Code(err) != codes.AlreadyExists {
