@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/corgifs/corgifs v0.0.0
 	github.com/goreleaser/nfpm/v2 v2.48.0
+	github.com/opencontainers/go-digest v1.0.0
+	github.com/opencontainers/image-spec v1.1.1
 )
 
 require (

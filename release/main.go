@@ -1,7 +1,8 @@
 // Command release builds the release artifacts of corgifs into -out: for
 // linux/amd64 and linux/arm64, static binaries (CGO_ENABLED=0) of corgifs
 // and corgifs-plot in a .tar.gz with the license, README, changelog and
-// the systemd examples, a Debian package of each, and SHA256SUMS.
+// the systemd examples, a Debian package of each, an OCI image of each
+// (corgifs and the CSI driver corgifs-csi, no base image), and SHA256SUMS.
 //
 // The builds are reproducible: the same source, Go toolchain and
 // SOURCE_DATE_EPOCH give the same bytes, wherever the tree is and whoever
@@ -52,6 +53,7 @@ type config struct {
 	date    time.Time // SOURCE_DATE_EPOCH: every time stamp in the archives and packages
 	arches  []string
 	deb     bool
+	image   bool
 }
 
 func main() {
@@ -70,10 +72,11 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	commit := fset.String("commit", "", "commit stamped into --version (default: git rev-parse HEAD in -root)")
 	arches := fset.String("arch", "amd64,arm64", "comma-separated linux architectures")
 	deb := fset.Bool("deb", true, "also build a Debian package per architecture")
+	image := fset.Bool("image", true, "also build an OCI image per architecture (NAME.oci.tar: podman load -i, skopeo copy oci-archive:)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	c := config{root: *root, out: *out, version: strings.TrimPrefix(*version, "v"), commit: *commit, arches: strings.Split(*arches, ","), deb: *deb}
+	c := config{root: *root, out: *out, version: strings.TrimPrefix(*version, "v"), commit: *commit, arches: strings.Split(*arches, ","), deb: *deb, image: *image}
 	var err error
 	if c.root, err = filepath.Abs(c.root); err != nil {
 		return err
@@ -111,6 +114,14 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			}
 			artifacts = append(artifacts, deb)
 			log.Info("built", "artifact", deb)
+		}
+		if c.image {
+			img, err := buildImage(ctx, c, arch, dir, log)
+			if err != nil {
+				return err
+			}
+			artifacts = append(artifacts, img)
+			log.Info("built", "artifact", img)
 		}
 	}
 	return writeSums(c.out, artifacts)
