@@ -244,6 +244,11 @@ type LoaderOptions struct {
 	// modification time (damaged in place): the check of a cached index
 	// cannot see that, so the CLI marks the sidecar stale with it.
 	OnDamage func(reason string)
+	// OnProbeWrong, if set, is called once for each file of a probed
+	// index whose probed boundaries its record chain disproves (see
+	// probe_proof.go): the CLI records it with MarkProbeWrong, so that the
+	// next index scans that file whole. Without it, OnDamage is called.
+	OnProbeWrong func(file File, reason string)
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
@@ -321,6 +326,9 @@ type Loader struct {
 	// once loaded (0 before), with the blocks and records learned so far.
 	learned                       []atomic.Int32
 	learnedBlocks, learnedRecords atomic.Int64
+	// proof proves the probed boundaries of formats whose probe an
+	// embedded record can fool before a block is served (probe_proof.go).
+	proof *prover
 	direct                        bool        // read blocks directly when not cached
 	noDirect                      atomic.Bool // the file system refused a direct read
 	// decoders holds *zaccess.Decoder for compressed files, kept from
@@ -343,7 +351,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if ix.CountsUnknown {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
-	return &Loader{
+	l := &Loader{
 		ix: ix, src: ix.source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
@@ -353,6 +361,14 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 		tier: diskTier{disk: o.DiskCache},
 	}
+	l.proof = newProver(ix, learned, o.Logger, func(fi int32, reason string) {
+		if o.OnProbeWrong != nil {
+			o.OnProbeWrong(ix.Files[fi], reason)
+		} else {
+			l.damaged(errors.New(reason))
+		}
+	})
+	return l
 }
 
 // Learned returns how many blocks of a probed index have been loaded, so
@@ -950,6 +966,18 @@ func (l *Loader) read(b *Buf) error {
 			order = decodeOrder(exts)
 		}
 	}
+	// The probed boundaries of the blocks are proven alongside their reads
+	// (their record chains are walked from a proven boundary): no block is
+	// served before they are (probe_proof.go).
+	proofs := make([]error, len(exts))
+	var pwg sync.WaitGroup
+	if l.proof != nil {
+		for i, e := range exts {
+			if e.block >= 0 && e.records == 0 && !l.proof.proven(e.block) {
+				pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
+			}
+		}
+	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
@@ -993,7 +1021,13 @@ func (l *Loader) read(b *Buf) error {
 		})
 	}
 	wg.Wait()
+	pwg.Wait()
 	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, err := range proofs {
 		if err != nil {
 			return err
 		}
@@ -1059,6 +1093,13 @@ func (sp *splitter) filled(n int64) error {
 	var err error
 	sp.starts, sp.done, err = f.SplitFilled(l.ix.Files[e.file].Head, b.Data[e.at:e.at+span], filled, sp.done, e.off, sp.starts)
 	if err != nil {
+		if l.proof != nil && e.block >= 0 && e.records == 0 {
+			// A block that does not tile: if one of its cuts is false,
+			// say so (and have the file scanned whole next time).
+			if perr := l.proof.prove(e.block, true); perr != nil {
+				return perr
+			}
+		}
 		if l.ix.Probed {
 			err = fmt.Errorf("%s: %w; %s: %w", l.ix.Path(e.file), err, probeHint, syscall.EIO)
 		} else {

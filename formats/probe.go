@@ -160,7 +160,8 @@ func tarAnchor(src *readerAtSrc, h Head, off int64) (int64, error) {
 		if tarChecksum(b) != nil {
 			continue
 		}
-		if cBytes(b[:100]) == nil || len(cBytes(b[:100])) == 100 || cBytes(b[345:500]) != nil || !isASCII(cBytes(b[:100])) {
+		// (cBytes never returns nil: an empty field is an empty slice.)
+		if name := cBytes(b[:100]); len(name) == 0 || len(name) == 100 || len(cBytes(b[345:500])) != 0 || !isASCII(name) {
 			continue // a name an extended header before it may have replaced
 		}
 		if _, ok := wdsKey(cBytes(b[:100]), b[156]); !ok {

@@ -219,6 +219,13 @@ the next).`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
+	lo.OnProbeWrong = func(file blockcache.File, reason string) {
+		if err := blockcache.MarkProbeWrong(ix.Root, d.indexOptions(log, nil), file, reason); err != nil {
+			log.Warn("could not record the file whose probe was wrong; the next mount probes it again", "file", file.Path, "err", err)
+			return
+		}
+		log.Warn("index sidecar marked stale: the next mount rebuilds the index, scanning this file whole", "file", file.Path)
+	}
 	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
 		return err
 	}
