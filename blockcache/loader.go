@@ -328,9 +328,9 @@ type Loader struct {
 	learnedBlocks, learnedRecords atomic.Int64
 	// proof proves the probed boundaries of formats whose probe an
 	// embedded record can fool before a block is served (probe_proof.go).
-	proof *prover
-	direct                        bool        // read blocks directly when not cached
-	noDirect                      atomic.Bool // the file system refused a direct read
+	proof    *prover
+	direct   bool        // read blocks directly when not cached
+	noDirect atomic.Bool // the file system refused a direct read
 	// decoders holds *zaccess.Decoder for compressed files, kept from
 	// one extent to the next.
 	decoders sync.Pool

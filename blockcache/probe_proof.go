@@ -86,7 +86,7 @@ type fileProof struct {
 	state    []atomic.Uint32
 	once     sync.Once // wrong reported
 
-	mu   sync.Mutex
+	mu     sync.Mutex
 	at     int64 // a true boundary the walk reached
 	next   int32 // the cuts before it are settled
 	broken error // the chain is broken there (a *formats.CorruptError)
