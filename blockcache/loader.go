@@ -326,14 +326,14 @@ type Loader struct {
 	// once loaded (0 before), with the blocks and records learned so far.
 	learned                       []atomic.Int32
 	learnedBlocks, learnedRecords atomic.Int64
-	// proof proves the probed boundaries of formats whose probe an
-	// embedded record can fool before a block is served (probe_proof.go).
-	proof    *prover
-	direct   bool        // read blocks directly when not cached
-	noDirect atomic.Bool // the file system refused a direct read
+	direct                        bool        // read blocks directly when not cached
+	noDirect                      atomic.Bool // the file system refused a direct read
 	// decoders holds *zaccess.Decoder for compressed files, kept from
 	// one extent to the next.
 	decoders sync.Pool
+	// proof proves the probed boundaries of formats whose probe an
+	// embedded record can fool before a block is served (probe_proof.go).
+	proof *prover
 }
 
 // NewLoader returns a Loader for the blocks of ix.
