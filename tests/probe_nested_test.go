@@ -218,4 +218,3 @@ func TestNestedStreamsUnderAProbedIndexServeOnlySourceRecordsThenExactEpochs(t *
 		})
 	}
 }
-
