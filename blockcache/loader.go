@@ -969,11 +969,14 @@ func (l *Loader) read(b *Buf) error {
 	// The probed boundaries of the blocks are proven alongside their reads
 	// (their record chains are walked from a proven boundary): no block is
 	// served before they are (probe_proof.go).
-	proofs := make([]error, len(exts))
+	var proofs []error
 	var pwg sync.WaitGroup
 	if l.proof != nil {
 		for i, e := range exts {
 			if e.block >= 0 && e.records == 0 && !l.proof.proven(e.block) {
+				if proofs == nil {
+					proofs = make([]error, len(exts))
+				}
 				pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
 			}
 		}

@@ -62,9 +62,14 @@ const (
 	cutFalse
 )
 
-// maxWalks bounds the chain walks at once, so that their read windows
-// (one chainWindow each) stay a small constant beside the memory budget.
-const maxWalks = 4
+// maxWalks bounds the chain walks at once (more for a remote source,
+// whose reads wait for the network), so that their read windows (at most
+// 2 MiB each, formats.chainWindowMax) stay a small constant beside the
+// memory budget: 8 or 16 MiB.
+const (
+	maxWalks       = 4
+	maxRemoteWalks = 8
+)
 
 // prover settles the probed cuts of an index's files by their record
 // chains (see the comment above).
@@ -99,7 +104,11 @@ func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, wrong func(i
 	if !ix.Probed || !ok {
 		return nil
 	}
-	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, maxWalks),
+	walks := maxWalks
+	if !isLocal(ix.source()) {
+		walks = maxRemoteWalks
+	}
+	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, walks),
 		files: make([]fileProof, len(ix.Files)), wrong: wrong}
 	for i := range p.files {
 		p.files[i].first = -1

@@ -36,27 +36,29 @@ type Chainer interface {
 	TilingProvesEnd() bool
 }
 
-// chainWindow is what a chain walk reads at a time where records are
-// small: the walk then reads the file sequentially in windows of this size.
-const chainWindow = 256 << 10
+// What a chain walk reads at a time. Where records are small the walk
+// reads the file sequentially: a window of chainWindow, doubling while the
+// walk keeps moving on by little, up to chainWindowMax (fewer, larger GETs
+// of a remote object). At its first header and past a large record it
+// makes a small read of chainJumpRead.
+const (
+	chainWindow    = 256 << 10
+	chainWindowMax = 2 << 20
+	chainJumpRead  = 4 << 10
+)
 
-// chainJumpRead is what a chain walk reads at a header far past the last
-// window (a large record jumped over): a small read, not a window.
-const chainJumpRead = 4 << 10
-
-// walkReader is an io.ReaderAt for a chain walk: it keeps the last read,
-// reads a whole window ahead where the walk moves on by little, and a small
-// read at its start and where it jumps over a large record. It never reads past end
-// (an object store fails a range past the end).
+// walkReader is an io.ReaderAt for a chain walk (see chainWindow). It
+// never reads past end (an object store fails a range past the end).
 type walkReader struct {
 	r   io.ReaderAt
 	end int64
 	buf []byte
 	off int64 // of buf[0]
+	win int64 // the next sequential window
 }
 
 func newWalkReader(r io.ReaderAt, end int64) *walkReader {
-	return &walkReader{r: r, end: end, off: -1}
+	return &walkReader{r: r, end: end, off: -1, win: chainWindow}
 }
 
 func (w *walkReader) ReadAt(p []byte, off int64) (int, error) {
@@ -66,15 +68,18 @@ func (w *walkReader) ReadAt(p []byte, off int64) (int, error) {
 	if off+int64(len(p)) > w.end {
 		return 0, io.ErrUnexpectedEOF
 	}
-	// A window where the walk moves on by little from the last read; a
-	// small read at its first header and past a large record.
 	want := int64(chainJumpRead)
 	if w.off >= 0 && off <= w.off+int64(len(w.buf))+chainWindow {
-		want = chainWindow
+		want = w.win
+		if int64(len(w.buf)) >= w.win {
+			w.win = min(2*w.win, chainWindowMax)
+		}
+	} else {
+		w.win = chainWindow
 	}
 	want = min(max(want, int64(len(p))), w.end-off)
 	if int64(cap(w.buf)) < want {
-		w.buf = make([]byte, max(want, chainWindow))
+		w.buf = make([]byte, want)
 	}
 	w.buf = w.buf[:want]
 	k, err := w.r.ReadAt(w.buf, off)
