@@ -142,79 +142,102 @@ func tarSamples(t *testing.T, b []byte) [][32]byte {
 func TestNestedStreamsUnderAProbedIndexServeOnlySourceRecordsThenExactEpochs(t *testing.T) {
 	for _, s := range nestedSets(t) {
 		t.Run(s.name, func(t *testing.T) {
-			src := filepath.Join(t.TempDir(), "src")
-			if err := os.MkdirAll(src, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(src, s.file), s.data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			want := sortedHashes(s.records(t, s.data))
-			inSource := map[[32]byte]bool{}
-			for _, h := range want {
-				inSource[h] = true
-			}
-			flags := []string{"--seed", "5", "--block-size", "2KiB"}
-			full := startMount(t, src, append(flags, "--index", "full")...)
-			fullParts := readAll(t, full)
-
-			cache := t.TempDir()
-			probed := startMount(t, src, append(flags, "--index", "probe", "--cache-dir", cache)...)
-			eio := 0
-			for epoch := range 2 {
-				for _, k := range []int{1, 3} {
-					var epochRecs [][32]byte
-					whole := true
-					for i := range k {
-						b, err := os.ReadFile(probed.part(epoch, i, k))
-						if err != nil {
-							if !errors.Is(err, syscall.EIO) {
-								t.Fatalf("epoch %d part %d/%d: %v, want EIO or the bytes", epoch, i, k, err)
-							}
-							eio++
-							whole = false
-							continue
-						}
-						for _, h := range s.records(t, b) {
-							if !inSource[h] {
-								t.Fatalf("epoch %d part %d/%d served a record that is not in the source", epoch, i, k)
-							}
-							epochRecs = append(epochRecs, h)
-						}
-					}
-					if whole && !slices.Equal(sortedHashes(epochRecs), want) {
-						t.Fatalf("epoch %d, K=%d: %d records served, the source has %d (not each exactly once)", epoch, k, len(epochRecs), len(want))
-					}
-				}
-			}
-			if !s.fooled {
-				if eio != 0 {
-					t.Fatalf("%d parts failed: the %s probe is exact", eio, s.name)
-				}
-				for key, b := range readAll(t, probed) {
-					if !bytes.Equal(b, fullParts[key]) {
-						t.Fatalf("part %s of the probed mount differs from the full mount's", key)
-					}
-				}
-				return
-			}
-			if eio == 0 {
-				t.Fatal("no part failed: the probe was not fooled, the test no longer builds its case")
-			}
-			if !probed.waitLog(regexp.MustCompile(`next mount rebuilds the index, scanning this file whole.*`+regexp.QuoteMeta(s.file)), 10*time.Second) {
-				t.Fatalf("no log line says the next mount scans %s whole:\n%s", s.file, probed.log)
-			}
-			probed.stop()
-
-			again := startMount(t, src, append(flags, "--index", "probe", "--cache-dir", cache)...)
-			if !strings.Contains(again.log.String(), "a load proved the probe of this file wrong") {
-				t.Fatalf("the second mount does not say it scans the file whole:\n%s", again.log)
-			}
-			for key, b := range readAll(t, again) {
-				if !bytes.Equal(b, fullParts[key]) {
-					t.Fatalf("part %s (epoch/part/K) of the remount: %d bytes differ from the full mount's %d", key, len(b), len(fullParts[key]))
-				}
-			}
+			src := s.write(t)
+			checkNestedProbe(t, s, src, src)
 		})
+	}
+}
+
+// The same through a real S3 server, where --index probe is the default
+// (the case of the issue): a TFRecord object of TFRecord shards.
+func TestNestedTFRecordObjectInS3ServesOnlySourceRecordsThenExactEpochs(t *testing.T) {
+	s := nestedSets(t)[0]
+	srv := startS3(t)
+	src := s.write(t)
+	srv.upload("data", "nested", src)
+	checkNestedProbe(t, s, src, "s3://data/nested", "--s3-endpoint", srv.endpoint)
+}
+
+// write writes the set's file into a new source directory.
+func (s nestedSet) write(t *testing.T) string {
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, s.file), s.data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// checkNestedProbe mounts probedSrc (src, or its copy in S3) with
+// --index probe twice with one cache directory and src with --index full,
+// and checks what the test above says.
+func checkNestedProbe(t *testing.T, s nestedSet, src, probedSrc string, remote ...string) {
+	want := sortedHashes(s.records(t, s.data))
+	inSource := map[[32]byte]bool{}
+	for _, h := range want {
+		inSource[h] = true
+	}
+	flags := []string{"--seed", "5", "--block-size", "2KiB"}
+	full := startMount(t, src, append(flags, "--index", "full")...)
+	fullParts := readAll(t, full)
+
+	cache := t.TempDir()
+	probed := startMount(t, probedSrc, append(append(flags, "--index", "probe", "--cache-dir", cache), remote...)...)
+	eio := 0
+	for epoch := range 2 {
+		for _, k := range []int{1, 3} {
+			var epochRecs [][32]byte
+			whole := true
+			for i := range k {
+				b, err := os.ReadFile(probed.part(epoch, i, k))
+				if err != nil {
+					if !errors.Is(err, syscall.EIO) {
+						t.Fatalf("epoch %d part %d/%d: %v, want EIO or the bytes", epoch, i, k, err)
+					}
+					eio++
+					whole = false
+					continue
+				}
+				for _, h := range s.records(t, b) {
+					if !inSource[h] {
+						t.Fatalf("epoch %d part %d/%d served a record that is not in the source", epoch, i, k)
+					}
+					epochRecs = append(epochRecs, h)
+				}
+			}
+			if whole && !slices.Equal(sortedHashes(epochRecs), want) {
+				t.Fatalf("epoch %d, K=%d: %d records served, the source has %d (not each exactly once)", epoch, k, len(epochRecs), len(want))
+			}
+		}
+	}
+	if !s.fooled {
+		if eio != 0 {
+			t.Fatalf("%d parts failed: the %s probe is exact", eio, s.name)
+		}
+		for key, b := range readAll(t, probed) {
+			if !bytes.Equal(b, fullParts[key]) {
+				t.Fatalf("part %s of the probed mount differs from the full mount's", key)
+			}
+		}
+		return
+	}
+	if eio == 0 {
+		t.Fatal("no part failed: the probe was not fooled, the test no longer builds its case")
+	}
+	if !probed.waitLog(regexp.MustCompile(`next mount rebuilds the index, scanning this file whole.*`+regexp.QuoteMeta(s.file)), 10*time.Second) {
+		t.Fatalf("no log line says the next mount scans %s whole:\n%s", s.file, probed.log)
+	}
+	probed.stop()
+
+	again := startMount(t, probedSrc, append(append(flags, "--index", "probe", "--cache-dir", cache), remote...)...)
+	if !strings.Contains(again.log.String(), "a load proved the probe of this file wrong") {
+		t.Fatalf("the second mount does not say it scans the file whole:\n%s", again.log)
+	}
+	for key, b := range readAll(t, again) {
+		if !bytes.Equal(b, fullParts[key]) {
+			t.Fatalf("part %s (epoch/part/K) of the remount: %d bytes differ from the full mount's %d", key, len(b), len(fullParts[key]))
+		}
 	}
 }
