@@ -17,8 +17,9 @@ import (
 // TFRecord and tar probes take bytes that look like a record start when
 // they are confirmed by what follows (the next frame header, the chain of
 // tar headers). A payload that embeds whole frames or a whole tar archive
-// can still fool them; the loader then finds that the records of a block
-// do not tile it, and fails the read rather than serve the bytes.
+// can still fool them, so for these formats (Chainer) the loader serves a
+// block only once the record chain from the file's start proves its
+// boundaries.
 type Prober interface {
 	// Probe returns the first record boundary at or after off in a file
 	// whose Head is h, the end of the file's records counting as one: off
