@@ -225,6 +225,11 @@ type Stats struct {
 	// far and the records they hold (Learned).
 	BlocksLearned  *int64 `json:"blocks_learned,omitempty"`
 	RecordsLearned *int64 `json:"records_learned,omitempty"`
+	// ProofReads and ProofBytes are the reads (GETs of a remote object)
+	// and bytes of the record-chain walks that prove a probed index's
+	// boundaries (probe_proof.go): TFRecord and tar only.
+	ProofReads int64 `json:"proof_reads,omitempty"`
+	ProofBytes int64 `json:"proof_bytes,omitempty"`
 }
 
 // LoaderOptions configure a Loader.
@@ -249,6 +254,9 @@ type LoaderOptions struct {
 	// probe_proof.go): the CLI records it with MarkProbeWrong, so that the
 	// next index scans that file whole. Without it, OnDamage is called.
 	OnProbeWrong func(file File, reason string)
+	// Proofs, if set, keeps the files whose probed boundaries were proven
+	// across mounts, so that a remount does not walk them again.
+	Proofs *ProofLog
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
@@ -361,7 +369,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 		tier: diskTier{disk: o.DiskCache},
 	}
-	l.proof = newProver(ix, learned, o.Logger, func(fi int32, reason string) {
+	l.proof = newProver(ix, learned, o.Logger, o.Proofs, func(fi int32, reason string) {
 		if o.OnProbeWrong != nil {
 			o.OnProbeWrong(ix.Files[fi], reason)
 		} else {
@@ -397,6 +405,9 @@ func (l *Loader) Stats() Stats {
 	if l.learned != nil {
 		blocks, records := l.learnedBlocks.Load(), l.learnedRecords.Load()
 		s.BlocksLearned, s.RecordsLearned = &blocks, &records
+	}
+	if l.proof != nil {
+		s.ProofReads, s.ProofBytes = l.proof.reads.Load(), l.proof.bytes.Load()
 	}
 	return s
 }
@@ -973,7 +984,7 @@ func (l *Loader) read(b *Buf) error {
 	var pwg sync.WaitGroup
 	if l.proof != nil {
 		for i, e := range exts {
-			if e.block >= 0 && e.records == 0 && !l.proof.proven(e.block) {
+			if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
 				if proofs == nil {
 					proofs = make([]error, len(exts))
 				}

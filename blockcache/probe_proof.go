@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/corgifs/corgifs/formats"
 )
@@ -80,6 +82,9 @@ type prover struct {
 	log     *slog.Logger
 	walks   chan struct{}
 	files   []fileProof
+	proofs  *ProofLog // nil: none kept
+	// reads and bytes count what the walks read (Stats).
+	reads, bytes atomic.Int64
 	// wrong is called once per file whose probe was proved wrong.
 	wrong func(file int32, reason string)
 }
@@ -90,6 +95,7 @@ type fileProof struct {
 	first, n int32
 	state    []atomic.Uint32
 	once     sync.Once // wrong reported
+	logged   bool      // in the ProofLog (under mu)
 
 	mu     sync.Mutex
 	at     int64 // a true boundary the walk reached
@@ -99,7 +105,7 @@ type fileProof struct {
 
 // newProver returns the prover of ix, or nil when none is needed: not a
 // probed index, a format whose probe is exact, or every file scanned whole.
-func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, wrong func(int32, string)) *prover {
+func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, proofs *ProofLog, wrong func(int32, string)) *prover {
 	ch, ok := ix.Fmt().(formats.Chainer)
 	if !ix.Probed || !ok {
 		return nil
@@ -109,7 +115,7 @@ func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, wrong func(i
 		walks = maxRemoteWalks
 	}
 	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, walks),
-		files: make([]fileProof, len(ix.Files)), wrong: wrong}
+		files: make([]fileProof, len(ix.Files)), wrong: wrong, proofs: proofs}
 	for i := range p.files {
 		p.files[i].first = -1
 	}
@@ -131,8 +137,10 @@ func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, wrong func(i
 		fp := &p.files[i]
 		fp.state = make([]atomic.Uint32, fp.n+1)
 		fp.at = ix.Files[i].Head.Start
-		if fp.first >= 0 && ix.Blocks[fp.first].Records != 0 {
-			// Scanned whole: its cuts are a full scan's.
+		if fp.first >= 0 && (ix.Blocks[fp.first].Records != 0 || proofs != nil && proofs.has(p.entry(int32(i)))) {
+			// Scanned whole (its cuts are a full scan's), or proven by
+			// an earlier mount.
+			fp.logged = true
 			for j := range fp.state {
 				fp.state[j].Store(cutTrue)
 			}
@@ -152,8 +160,8 @@ func (p *prover) cut(fi int32, j int32) int64 {
 	return b.Offset + b.Len
 }
 
-// proven reports whether block id may be served without a walk.
-func (p *prover) proven(id int32) bool {
+// ready reports whether block id may be served without a walk.
+func (p *prover) ready(id int32) bool {
 	b := p.ix.Blocks[id]
 	fp := &p.files[b.File]
 	j := id - fp.first
@@ -217,6 +225,7 @@ func (p *prover) walk(fi int32, target int32) error {
 	f := p.ix.Files[fi]
 	path := p.ix.Path(fi)
 	var r io.ReaderAt
+	defer p.proven(fi)
 	for fp.next <= target {
 		j := fp.next
 		c := p.cut(fi, j)
@@ -227,7 +236,7 @@ func (p *prover) walk(fi int32, target int32) error {
 					return fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
 				}
 				defer sf.Close()
-				r = sf
+				r = countedReader{sf, p}
 			}
 			at, err := p.chain.ChainFrom(r, f.Head, fp.at, c)
 			var ce *formats.CorruptError
@@ -346,4 +355,183 @@ func (ix *Index) scanWhole(o Options) []bool {
 		whole[i] = slices.Contains(list, wholeEntry{f.Path, f.Size, f.Mtime, f.Version})
 	}
 	return whole
+}
+
+// countedReader counts the reads of a walk.
+type countedReader struct {
+	r io.ReaderAt
+	p *prover
+}
+
+func (c countedReader) ReadAt(b []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(b, off)
+	c.p.reads.Add(1)
+	c.p.bytes.Add(int64(n))
+	return n, err
+}
+
+// proven adds file fi to the ProofLog once every cut a block of it needs
+// is proven true (the last one, the end of the records, is certain for
+// TFRecord). Called under fp.mu.
+func (p *prover) proven(fi int32) {
+	fp := &p.files[fi]
+	last := fp.n
+	if p.chain.TilingProvesEnd() {
+		last--
+	}
+	if fp.logged || p.proofs == nil || fp.next <= last {
+		return
+	}
+	for j := int32(0); j <= last; j++ {
+		if fp.state[j].Load() != cutTrue {
+			return
+		}
+	}
+	fp.logged = true
+	p.proofs.add(p.entry(fi))
+}
+
+// entry is the ProofLog entry of file fi: its identity and its cuts.
+func (p *prover) entry(fi int32) proofEntry {
+	f := p.ix.Files[fi]
+	fp := &p.files[fi]
+	h := sha256.New()
+	var b [8]byte
+	for j := int32(0); j <= fp.n; j++ {
+		binary.LittleEndian.PutUint64(b[:], uint64(p.cut(fi, j)))
+		h.Write(b[:])
+	}
+	return proofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
+}
+
+// proofEntry is a file whose probed cuts were proven: its identity, and
+// a hash of the cuts (another block size cuts elsewhere).
+type proofEntry struct {
+	Path    string
+	Size    int64
+	Mtime   int64
+	Version string
+	Cuts    string
+}
+
+// ProofLog keeps, in the cache directory, the files whose probed cuts a
+// record-chain walk proved, so that a remount (whose blocks may come from
+// the disk cache) does not walk them again. A boundary proven once stays
+// proven while the file keeps its identity (path, size, mtime, version)
+// and the index its cuts. New entries are written at most every
+// proofFlushEvery and at Close.
+type ProofLog struct {
+	root    string
+	o       Options
+	mu      sync.Mutex
+	set     map[proofEntry]bool
+	dirty   bool
+	flushed time.Time
+}
+
+// proofFlushEvery is how often at most a ProofLog is rewritten while a
+// mount proves files (the whole list each time).
+const proofFlushEvery = 10 * time.Second
+
+// maxProofLog bounds the list read back: past it, it starts afresh.
+const maxProofLog = 64 << 20
+
+// proofLogName is the log's name in the cache directory.
+func proofLogName(root string, o Options) string {
+	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
+	return hex.EncodeToString(sum[:12]) + ".probe-proven"
+}
+
+// OpenProofLog reads the proofs kept for root: an empty log when there
+// are none or no cache directory.
+func OpenProofLog(root string, o Options) (*ProofLog, error) {
+	o.fill()
+	root, err := rootOf(root, o)
+	if err != nil {
+		return nil, err
+	}
+	pl := &ProofLog{root: root, o: o, set: map[proofEntry]bool{}, flushed: time.Now()}
+	if o.CacheDir == "" {
+		return pl, nil
+	}
+	path, err := cacheDirFor(o.CacheDir, root, o)
+	if err != nil {
+		return pl, err
+	}
+	dir, err := openCacheDir(path)
+	if err != nil {
+		return pl, err
+	}
+	defer dir.Close()
+	name := proofLogName(root, o)
+	if !dir.exists(name) {
+		return pl, nil
+	}
+	b, err := dir.readSmall(name, maxProofLog)
+	var list []proofEntry
+	if err != nil || json.Unmarshal(b, &list) != nil {
+		return pl, nil // rewritten at the next flush
+	}
+	for _, e := range list {
+		pl.set[e] = true
+	}
+	return pl, nil
+}
+
+func (pl *ProofLog) has(e proofEntry) bool {
+	if pl == nil {
+		return false
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.set[e]
+}
+
+func (pl *ProofLog) add(e proofEntry) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.set[e] {
+		return
+	}
+	pl.set[e], pl.dirty = true, true
+	if time.Since(pl.flushed) >= proofFlushEvery {
+		pl.flush() // a failure is tried again at the next flush
+	}
+}
+
+// flush rewrites the list, under pl.mu. A failure leaves it dirty: proofs
+// not kept only cost a walk at the next mount.
+func (pl *ProofLog) flush() error {
+	pl.flushed = time.Now()
+	if !pl.dirty || pl.o.CacheDir == "" {
+		return nil
+	}
+	path, err := cacheDirFor(pl.o.CacheDir, pl.root, pl.o)
+	if err != nil {
+		return err
+	}
+	dir, err := openCacheDir(path)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	list := make([]proofEntry, 0, len(pl.set))
+	for e := range pl.set {
+		list = append(list, e)
+	}
+	if err := dir.write(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
+		return err
+	}
+	pl.dirty = false
+	return nil
+}
+
+// Close writes the proofs not yet written.
+func (pl *ProofLog) Close() error {
+	if pl == nil {
+		return nil
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.flush()
 }

@@ -329,3 +329,43 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 		t.Fatalf("third Open: from cache %v, %v", fromCache, err)
 	}
 }
+
+// A file whose cuts a loader proved is kept in the ProofLog: a later
+// loader of the same index (a remount, its blocks perhaps in the disk
+// cache) serves it without walking again, while a changed cut list (another
+// block size) is walked.
+func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	root := t.TempDir()
+	writeRecords(t, root, "a.tfrecord", randomPayloads(r, 300, 300))
+	o := Options{BlockSize: 1000, Probe: true, CacheDir: t.TempDir()}
+	load := func(ix *Index) Stats {
+		pl, err := OpenProofLog(root, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := NewLoader(ix, LoaderOptions{MaxMemory: 64 << 20, Proofs: pl})
+		for id := len(ix.Blocks) - 1; id >= 0; id-- {
+			b, err := l.Get(t.Context(), blockUnit(int32(id)))
+			if err != nil {
+				t.Fatalf("block %d: %v", id, err)
+			}
+			l.Release(b)
+		}
+		if err := pl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return l.Stats()
+	}
+	ix := build(t, root, o)
+	if s := load(ix); s.ProofReads == 0 || s.ProofBytes == 0 {
+		t.Fatalf("the first loader walked nothing: %+v", s)
+	}
+	if s := load(ix); s.ProofReads != 0 {
+		t.Fatalf("the second loader walked again: %d reads, %d bytes", s.ProofReads, s.ProofBytes)
+	}
+	o.BlockSize = 700
+	if s := load(build(t, root, o)); s.ProofReads == 0 {
+		t.Fatal("an index with other cuts was not walked")
+	}
+}

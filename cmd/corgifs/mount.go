@@ -226,6 +226,13 @@ the next).`, stderr)
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index, scanning this file whole", "file", file.Path)
 	}
+	if ix.Probed {
+		// Files proven by an earlier mount are not walked again.
+		if lo.Proofs, err = blockcache.OpenProofLog(ix.Root, d.indexOptions(log, nil)); err != nil {
+			log.Warn("could not read the record-chain proofs of earlier mounts; every probed file is walked again", "err", err)
+		}
+		defer lo.Proofs.Close()
+	}
 	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
 		return err
 	}
