@@ -168,17 +168,27 @@ func tarAnchor(src *readerAtSrc, h Head, off int64) (int64, error) {
 		if _, ok := wdsKey(cBytes(b[:100]), b[156]); !ok {
 			continue
 		}
-		// The chain from q must hold up to past off.
+		// The chain from q must hold up to past off, or to the end of
+		// the archive (off lies past the last sample: the walk from q
+		// finds the end of the records). Rejecting the second, as this
+		// did once, made a probe at the end of a shard try every header
+		// back to the start, each walking to the end. A wrong anchor (an
+		// archive inside a member) is caught when its block is loaded: the
+		// record chain from the start of the shard proves every cut
+		// (blockcache/probe_proof.go).
 		ok := true
 		for at := q; at < off; {
 			m, err := nextMember(src, at, &nb)
 			var ce *CorruptError
-			if errors.As(err, &ce) || err == nil && m.eoa && m.end <= off {
+			if errors.As(err, &ce) {
 				ok = false
 				break
 			}
 			if err != nil {
 				return 0, fmt.Errorf("probe at offset %d: %w", at, err)
+			}
+			if m.eoa {
+				break
 			}
 			at = m.end
 		}
