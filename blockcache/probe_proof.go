@@ -243,10 +243,11 @@ func (p *prover) walk(fi int32, target int32) error {
 			if errors.As(err, &ce) {
 				// The chain itself is broken: from here on nothing can
 				// be proven (a full scan reports the damage).
+				fp.broken = err // before the states, which fail reads it after
 				for k := j; k <= fp.n; k++ {
 					fp.state[k].Store(cutFalse)
 				}
-				fp.next, fp.broken = fp.n+1, err
+				fp.next = fp.n + 1
 				return nil
 			}
 			if err != nil {
