@@ -369,3 +369,36 @@ func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 		t.Fatal("an index with other cuts was not walked")
 	}
 }
+
+// A damaged length in the middle of a file breaks its record chain: the
+// blocks before the damage load, and every block from the damaged one on
+// fails with EIO saying the chain is broken (no boundary past it can be
+// proven), and the file is reported once to be scanned whole.
+func TestBrokenRecordChainFailsEveryLaterBlockOfAProbedIndex(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	data, starts := frames(t, randomPayloads(r, 200, 300))
+	bad := starts[100]
+	data[bad+8] ^= 0xff // the length CRC of record 100
+	root := t.TempDir()
+	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	probed := build(t, root, Options{BlockSize: 1000, Probe: true})
+	var wrong []string
+	l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) { wrong = append(wrong, reason) }})
+	for id := len(probed.Blocks) - 1; id >= 0; id-- {
+		b := probed.Blocks[id]
+		buf, err := l.Get(t.Context(), blockUnit(int32(id)))
+		if b.Offset+b.Len <= bad {
+			if err != nil {
+				t.Fatalf("block %d %+v, before the damage at %d: %v", id, b, bad, err)
+			}
+			l.Release(buf)
+			continue
+		}
+		if !errors.Is(err, syscall.EIO) || b.Offset > bad && !strings.Contains(err.Error(), "record chain from its start is broken") {
+			t.Fatalf("block %d %+v, past the damage at %d: %v; want EIO saying the chain is broken", id, b, bad, err)
+		}
+	}
+	if len(wrong) != 1 {
+		t.Fatalf("the file was reported %d times, want once: %q", len(wrong), wrong)
+	}
+}
