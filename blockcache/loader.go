@@ -225,6 +225,11 @@ type Stats struct {
 	// far and the records they hold (Learned).
 	BlocksLearned  *int64 `json:"blocks_learned,omitempty"`
 	RecordsLearned *int64 `json:"records_learned,omitempty"`
+	// ProofReads and ProofBytes are the reads (GETs of a remote object)
+	// and bytes of the record-chain walks that prove a probed index's
+	// boundaries (probe_proof.go): TFRecord and tar only.
+	ProofReads int64 `json:"proof_reads,omitempty"`
+	ProofBytes int64 `json:"proof_bytes,omitempty"`
 }
 
 // LoaderOptions configure a Loader.
@@ -244,6 +249,14 @@ type LoaderOptions struct {
 	// modification time (damaged in place): the check of a cached index
 	// cannot see that, so the CLI marks the sidecar stale with it.
 	OnDamage func(reason string)
+	// OnProbeWrong, if set, is called once for each file of a probed
+	// index whose probed boundaries its record chain disproves (see
+	// probe_proof.go): the CLI records it with MarkProbeWrong, so that the
+	// next index scans that file whole. Without it, OnDamage is called.
+	OnProbeWrong func(file File, reason string)
+	// Proofs, if set, keeps the files whose probed boundaries were proven
+	// across mounts, so that a remount does not walk them again.
+	Proofs *ProofLog
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
@@ -326,6 +339,9 @@ type Loader struct {
 	// decoders holds *zaccess.Decoder for compressed files, kept from
 	// one extent to the next.
 	decoders sync.Pool
+	// proof proves the probed boundaries of formats whose probe an
+	// embedded record can fool before a block is served (probe_proof.go).
+	proof *prover
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -343,7 +359,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 	if ix.CountsUnknown {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
-	return &Loader{
+	l := &Loader{
 		ix: ix, src: ix.source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
@@ -353,6 +369,14 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 		tier: diskTier{disk: o.DiskCache},
 	}
+	l.proof = newProver(ix, learned, o.Logger, o.Proofs, func(fi int32, reason string) {
+		if o.OnProbeWrong != nil {
+			o.OnProbeWrong(ix.Files[fi], reason)
+		} else {
+			l.damaged(errors.New(reason))
+		}
+	})
+	return l
 }
 
 // Learned returns how many blocks of a probed index have been loaded, so
@@ -381,6 +405,9 @@ func (l *Loader) Stats() Stats {
 	if l.learned != nil {
 		blocks, records := l.learnedBlocks.Load(), l.learnedRecords.Load()
 		s.BlocksLearned, s.RecordsLearned = &blocks, &records
+	}
+	if l.proof != nil {
+		s.ProofReads, s.ProofBytes = l.proof.reads.Load(), l.proof.bytes.Load()
 	}
 	return s
 }
@@ -950,6 +977,21 @@ func (l *Loader) read(b *Buf) error {
 			order = decodeOrder(exts)
 		}
 	}
+	// The probed boundaries of the blocks are proven alongside their reads
+	// (their record chains are walked from a proven boundary): no block is
+	// served before they are (probe_proof.go).
+	var proofs []error
+	var pwg sync.WaitGroup
+	if l.proof != nil {
+		for i, e := range exts {
+			if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
+				if proofs == nil {
+					proofs = make([]error, len(exts))
+				}
+				pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
+			}
+		}
+	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
@@ -993,7 +1035,13 @@ func (l *Loader) read(b *Buf) error {
 		})
 	}
 	wg.Wait()
+	pwg.Wait()
 	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, err := range proofs {
 		if err != nil {
 			return err
 		}
@@ -1059,6 +1107,13 @@ func (sp *splitter) filled(n int64) error {
 	var err error
 	sp.starts, sp.done, err = f.SplitFilled(l.ix.Files[e.file].Head, b.Data[e.at:e.at+span], filled, sp.done, e.off, sp.starts)
 	if err != nil {
+		if l.proof != nil && e.block >= 0 && e.records == 0 {
+			// A block that does not tile: if one of its cuts is false,
+			// say so (and have the file scanned whole next time).
+			if perr := l.proof.prove(e.block, true); perr != nil {
+				return perr
+			}
+		}
 		if l.ix.Probed {
 			err = fmt.Errorf("%s: %w; %s: %w", l.ix.Path(e.file), err, probeHint, syscall.EIO)
 		} else {

@@ -35,9 +35,11 @@ const (
 //   - blocks carry no CRC: for formats without checksums of their own, a
 //     block is checked by its structure and the file's version only.
 //
-// A probe can be fooled by a payload that embeds whole records; the
-// loader then finds that the block's records do not tile it and fails the
-// read with EIO and a line that says to index with --index full.
+// A probe can be fooled by a payload that embeds whole records: for the
+// formats where it can (formats.Chainer), the loader serves a block only
+// once its boundaries are proven by the file's record chain, and a false
+// one fails with EIO and has the next index scan that file whole (see
+// probe_proof.go for the argument).
 
 // probeJob is one probe: the first record boundary at or after off in
 // file fi, into cuts[fi][k].
@@ -114,6 +116,15 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 	}
 	var probed atomic.Int64
 	ambiguous := make([]atomic.Bool, len(files))
+	wrong := 0
+	for i, w := range ix.scanWhole(o) {
+		if w {
+			// A load proved this file's probe wrong (probe_proof.go).
+			ambiguous[i].Store(true)
+			wrong++
+			o.Logger.Info("probe index: a load proved the probe of this file wrong (a payload embeds records of its format); scanning it whole", "file", ix.Path(int32(i)))
+		}
+	}
 	run(len(jobs), workers, &failed, func(j int) {
 		if err := ctx.Err(); err != nil {
 			fail(err)
@@ -170,7 +181,9 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 	if len(only) == 0 {
 		return scans, whole, nil
 	}
-	o.Logger.Info("probe index: quoting left a record boundary uncertain in some files; scanning them whole", "files", len(only), "bytes", wholeBytes)
+	if len(only) > wrong {
+		o.Logger.Info("probe index: quoting left a record boundary uncertain in some files; scanning them whole", "files", len(only)-wrong, "bytes", wholeBytes)
+	}
 	var reported int64
 	so := o
 	so.Progress = func(done, _ int64) { // one call at a time, never fewer bytes than before

@@ -17,8 +17,9 @@ import (
 // TFRecord and tar probes take bytes that look like a record start when
 // they are confirmed by what follows (the next frame header, the chain of
 // tar headers). A payload that embeds whole frames or a whole tar archive
-// can still fool them; the loader then finds that the records of a block
-// do not tile it, and fails the read rather than serve the bytes.
+// can still fool them, so for these formats (Chainer) the loader serves a
+// block only once the record chain from the file's start proves its
+// boundaries.
 type Prober interface {
 	// Probe returns the first record boundary at or after off in a file
 	// whose Head is h, the end of the file's records counting as one: off
@@ -160,23 +161,34 @@ func tarAnchor(src *readerAtSrc, h Head, off int64) (int64, error) {
 		if tarChecksum(b) != nil {
 			continue
 		}
-		if cBytes(b[:100]) == nil || len(cBytes(b[:100])) == 100 || cBytes(b[345:500]) != nil || !isASCII(cBytes(b[:100])) {
+		// (cBytes never returns nil: an empty field is an empty slice.)
+		if name := cBytes(b[:100]); len(name) == 0 || len(name) == 100 || len(cBytes(b[345:500])) != 0 || !isASCII(name) {
 			continue // a name an extended header before it may have replaced
 		}
 		if _, ok := wdsKey(cBytes(b[:100]), b[156]); !ok {
 			continue
 		}
-		// The chain from q must hold up to past off.
+		// The chain from q must hold up to past off, or to the end of
+		// the archive (off lies past the last sample: the walk from q
+		// finds the end of the records). Rejecting the second, as this
+		// did once, made a probe at the end of a shard try every header
+		// back to the start, each walking to the end. A wrong anchor (an
+		// archive inside a member) is caught when its block is loaded: the
+		// record chain from the start of the shard proves every cut
+		// (blockcache/probe_proof.go).
 		ok := true
 		for at := q; at < off; {
 			m, err := nextMember(src, at, &nb)
 			var ce *CorruptError
-			if errors.As(err, &ce) || err == nil && m.eoa && m.end <= off {
+			if errors.As(err, &ce) {
 				ok = false
 				break
 			}
 			if err != nil {
 				return 0, fmt.Errorf("probe at offset %d: %w", at, err)
+			}
+			if m.eoa {
+				break
 			}
 			at = m.end
 		}

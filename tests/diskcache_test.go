@@ -119,7 +119,9 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 	flags := []string{"--seed", "11", "--block-size", "16KiB"}
 	local := startMount(t, src, flags...)
 	dc := filepath.Join(t.TempDir(), "disk-cache")
-	remote := append(slices.Clone(flags), "--s3-endpoint", p.srv.URL)
+	// One --cache-dir for both mounts, as for a user: the second keeps the
+	// first's probed index and its record-chain proofs (no walk GETs).
+	remote := append(slices.Clone(flags), "--s3-endpoint", p.srv.URL, "--cache-dir", filepath.Join(t.TempDir(), "cache"))
 
 	m := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", dc)...)
 	sameEpoch(t, m, local, 0)

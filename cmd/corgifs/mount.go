@@ -124,6 +124,20 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
+	lo.OnProbeWrong = func(file blockcache.File, reason string) {
+		if err := blockcache.MarkProbeWrong(ix.Root, d.indexOptions(log, nil), file, reason); err != nil {
+			log.Warn("could not record the file whose probe was wrong; the next mount probes it again", "file", file.Path, "err", err)
+			return
+		}
+		log.Warn("index sidecar marked stale: the next mount rebuilds the index, scanning this file whole", "file", file.Path)
+	}
+	if ix.Probed {
+		// Files proven by an earlier mount are not walked again.
+		if lo.Proofs, err = blockcache.OpenProofLog(ix.Root, d.indexOptions(log, nil)); err != nil {
+			log.Warn("could not read the record-chain proofs of earlier mounts; every probed file is walked again", "err", err)
+		}
+		defer lo.Proofs.Close()
+	}
 	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
 		return err
 	}
