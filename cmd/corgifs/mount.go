@@ -17,6 +17,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/fs"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 )
@@ -288,7 +289,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	// The size a mount of one part would choose, so that it finds this
 	// index in the cache.
 	d.chooseSizes(ctx, pos[0], false, log)
-	limitIndexHeap(int64(d.maxMemory))
+	mount.LimitIndexHeap(int64(d.maxMemory))
 	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
 	if err != nil {
 		return err
