@@ -182,12 +182,3 @@ func (d *datasetFlags) openSource(ctx context.Context, src string, log *slog.Log
 	d.source = s
 	return nil
 }
-
-// sourceStats returns how stats.json gets the counters of an S3 source,
-// nil for a local one.
-func (d *datasetFlags) sourceStats() func() any {
-	if d.source == nil {
-		return nil
-	}
-	return func() any { return d.source.Stats() }
-}
