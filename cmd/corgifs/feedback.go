@@ -2,13 +2,7 @@ package main
 
 import (
 	"flag"
-
-	"github.com/corgifs/corgifs/shuffler"
 )
-
-// takesFeedback says whether the mount takes feedback files: with a
-// strategy that orders epochs from the trainer's feedback, and only then.
-func (d *datasetFlags) takesFeedback() bool { return shuffler.IsFeedback(d.strategy) }
 
 // registerFeedback adds the flags of the feedback store.
 func (d *datasetFlags) registerFeedback(fs *flag.FlagSet) {
