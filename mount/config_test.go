@@ -177,3 +177,33 @@ func TestOpenRefusesMaxMemoryBelowTheLargestBlock(t *testing.T) {
 		t.Fatalf("Open() = %v, want max-memory's OptionError naming the smallest that works", err)
 	}
 }
+
+func TestOpenIndexBuildsTheIndexAMountOfTheSameConfigFinds(t *testing.T) {
+	c := config(t)
+	line := `{"x": 1}` + "\n"
+	if err := os.WriteFile(filepath.Join(c.Source, "a.jsonl"), []byte(strings.Repeat(line, 500)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Strategy = "" // corgifs index has no strategy
+	bad := c
+	bad.Index = "fast"
+	if _, err := OpenIndex(context.Background(), bad, nil); err == nil {
+		t.Fatal("OpenIndex took index mode fast")
+	}
+	ix, err := OpenIndex(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Cached || ix.Index.Records != 500 || ix.Planner != nil {
+		t.Fatalf("OpenIndex: cached %v, %d records, planner %v; want a fresh index of 500 and no planner", ix.Cached, ix.Index.Records, ix.Planner)
+	}
+	c.Strategy = "corgipile"
+	ds, err := Open(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	if !ds.Cached || ds.Config.BlockSize != ix.Config.BlockSize {
+		t.Errorf("Open after OpenIndex: cached %v, block size %d (index's %d); want the sidecar at the same size", ds.Cached, ds.Config.BlockSize, ix.Config.BlockSize)
+	}
+}

@@ -30,8 +30,10 @@ type Dataset struct {
 	Config Config
 	// Source is the S3 source of an s3:// Config.Source, nil for a
 	// local one.
-	Source  *s3.Source
-	Index   *blockcache.Index
+	Source *s3.Source
+	Index  *blockcache.Index
+	// Cached: the index was loaded from its sidecar.
+	Cached  bool
 	Planner *shuffler.Planner
 	// Sizes is package sizing's choice of BlockSize and Buffer.
 	Sizes sizing.Choice
@@ -68,23 +70,13 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 		rand.Read(b[:])
 		c.Seed, c.SeedGiven, d.SeedChosen = binary.LittleEndian.Uint64(b[:])>>1, true, true
 	}
-	var err error
-	if d.Source, err = OpenSource(ctx, *c, log); err != nil {
-		return nil, err
-	}
-	recordStrategy := shuffler.ReadsRecords(c.Strategy)
-	d.Sizes = c.ChooseSizes(ctx, d.Source, recordStrategy, log)
-	c.BlockSize, c.Buffer = d.Sizes.BlockSize, d.Sizes.Buffer
 	LimitIndexHeap(c.MaxMemory)
-	o := c.IndexOptions(d.Source, log)
-	o.Progress = c.Progress
-	ix, cached, err := blockcache.Open(ctx, c.Source, o)
-	if err != nil {
+	if err := d.index(ctx); err != nil {
 		return nil, err
 	}
-	d.Index = ix
+	ix, recordStrategy := d.Index, shuffler.ReadsRecords(c.Strategy)
 	log.Info("index ready", "source", ix.Root, "index", api.IndexMode(ix), "files", len(ix.Files), "records", RecordsText(ix),
-		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
+		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", d.Cached)
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
 	}
@@ -105,6 +97,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 		return nil, err
 	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.SlabBudget)), "heap_limit", humanize.IBytes(uint64(d.HeapLimit)))
+	var err error
 	timeout := c.FeedbackTimeout
 	if timeout == 0 {
 		timeout = shuffler.DefaultFeedbackTimeout
@@ -119,6 +112,45 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// OpenIndex opens the source of cfg, chooses the block size and the
+// buffer that cfg leaves zero, and builds or loads the index, as Open
+// does, for a caller that indexes without serving (corgifs index,
+// validate): the index is the one a mount of cfg finds in the cache. It
+// checks the index options only; the Dataset has no planner.
+func OpenIndex(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.CheckIndex(); err != nil {
+		return nil, err
+	}
+	d := &Dataset{Config: cfg, log: log, blockSizeGiven: cfg.BlockSize != 0, bufferGiven: cfg.Buffer != (shuffler.BufferSize{})}
+	if err := d.index(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// index opens the source, chooses the sizes and builds or loads the
+// index (Open logs it; OpenIndex's callers print their own summary).
+func (d *Dataset) index(ctx context.Context) error {
+	c, log := &d.Config, d.log
+	var err error
+	if d.Source, err = OpenSource(ctx, *c, log); err != nil {
+		return err
+	}
+	d.Sizes = c.ChooseSizes(ctx, d.Source, shuffler.ReadsRecords(c.Strategy), log)
+	c.BlockSize, c.Buffer = d.Sizes.BlockSize, d.Sizes.Buffer
+	o := c.IndexOptions(d.Source, log)
+	o.Progress = c.Progress
+	ix, cached, err := blockcache.Open(ctx, c.Source, o)
+	if err != nil {
+		return err
+	}
+	d.Index, d.Cached = ix, cached
+	return nil
 }
 
 // OpenSource makes the S3 source of an s3:// cfg.Source, checking that

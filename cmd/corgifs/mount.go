@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/api"
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source/s3"
@@ -243,24 +242,20 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err := d.resolveFormat(); err != nil {
 		return err
 	}
-	if c := d.config(pos[0]); c.CheckIndex() != nil {
-		return flagError(c.CheckIndex())
-	}
 	log := newLogger(stderr, d.debug)
 	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := d.openSource(ctx, pos[0], log); err != nil {
-		return err
-	}
-	// The size a mount of one part would choose, so that it finds this
+	// The sizes a mount of one part would choose, so that it finds this
 	// index in the cache.
-	d.chooseSizes(ctx, pos[0], false, log)
-	mount.LimitIndexHeap(int64(d.maxMemory))
-	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(pos[0], log, stderr))
+	c := d.config(pos[0])
+	c.Progress = progressFunc(stderr, "indexing")
+	mount.LimitIndexHeap(c.MaxMemory)
+	ds, err := mount.OpenIndex(ctx, c, log)
 	if err != nil {
-		return err
+		return flagError(err)
 	}
+	ix, cached := ds.Index, ds.Cached
 	sizes := fmt.Sprintf("min %d, median %d, max %d bytes", ix.RecordMin, ix.RecordMedian, ix.RecordMax)
 	if ix.Probed {
 		sizes = "not known (probed index)"
