@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"time"
@@ -52,47 +51,3 @@ func (b *balanceFlags) register(fs *flag.FlagSet) {
 	fs.Var(givenFlag{&b.rule, &b.ruleGiven}, "balance-rule", "sign `rule` of --strategy grab, cdgrab and corgipile-balance: deterministic (+1 when\n<r, c> <= 0, as the papers' code) or randomized (the paper's RandomizedBalance, seeded)")
 	fs.Var(givenFlag{&b.timeout, &b.timeoutGiven}, "feedback-timeout", "how long the first open of epoch e+1 of a feedback strategy waits for epoch e's\nfeedback of all parts; then e+1 is served as a random reshuffle (logged, counted in\nstats.json)")
 }
-
-// check refuses the flags with a strategy they do not apply to, rather
-// than ignoring them.
-func (b *balanceFlags) check(strategy string) error {
-	if shuffler.IsFeedback(strategy) {
-		return nil
-	}
-	if b.ruleGiven {
-		return fmt.Errorf("--balance-rule applies to --strategy grab, cdgrab and corgipile-balance only, not %s", strategy)
-	}
-	if b.timeoutGiven {
-		return fmt.Errorf("--feedback-timeout applies to --strategy grab, cdgrab and corgipile-balance only, not %s", strategy)
-	}
-	return nil
-}
-
-// feedbackSource is the store the planner reads, nil without one (a nil
-// *feedback.Store in the interface would not be nil). Commands that only
-// print orders (corgifs order) read it through savedOrdersOnly.
-func (d *datasetFlags) feedbackSource() shuffler.Feedback {
-	if d.feedback == nil {
-		return nil
-	}
-	if d.balance.printOnly {
-		return savedOrdersOnly{d.feedback}
-	}
-	if d.coordinate.coord != nil {
-		return d.coordinate.coord
-	}
-	return d.feedback
-}
-
-// savedOrdersOnly is the store as a command that prints orders sees it:
-// the orders a mount saved, and nothing else. Its process receives no
-// feedback, so it must neither wait for some nor save the random order
-// it falls back to: a mount planning that epoch later would load it.
-type savedOrdersOnly struct{ shuffler.Feedback }
-
-func (savedOrdersOnly) Complete(epoch, parts int) bool { return false }
-func (savedOrdersOnly) WaitEpoch(context.Context, int, int, time.Duration) bool {
-	return false
-}
-func (savedOrdersOnly) SaveOrder(string, []int32) error { return nil }
-func (savedOrdersOnly) CountFallback()                  {}

@@ -3,13 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
 )
 
@@ -83,37 +80,4 @@ func (f *diskCacheFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.size, "disk-cache-size", "`size` the --disk-cache may hold, such as 20GiB, or a percentage such as 50% of the\n"+
 		"space free in its file system at mount (the cache's own entries counted as free); past\n"+
 		"it, the blocks the coming epochs read last, or never, are evicted first")
-}
-
-// check refuses a --disk-cache inside the mount point mnt: the daemon
-// would read its cache through itself.
-func (f *diskCacheFlags) check(mnt string) error {
-	if f.dir == "" {
-		return nil
-	}
-	m, err := realPath(mnt)
-	if err != nil {
-		return err
-	}
-	d, err := realPath(f.dir)
-	if err != nil {
-		return err
-	}
-	if rel, err := filepath.Rel(m, d); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
-		return fmt.Errorf("--disk-cache %s is inside the mount point %s; choose a directory outside it", f.dir, mnt)
-	}
-	return nil
-}
-
-// open opens the disk cache for ix, or returns nil without --disk-cache.
-// The copies of blocks waiting to be written take at most a quarter of
-// slabs, the loader's budget, and at most 64 MiB, beyond --max-memory.
-func (f *diskCacheFlags) open(ix *blockcache.Index, pl *shuffler.Planner, slabs int64, log *slog.Logger) (*blockcache.DiskCache, error) {
-	if f.dir == "" {
-		return nil, nil
-	}
-	return blockcache.OpenDiskCache(ix, blockcache.DiskCacheOptions{
-		Dir: f.dir, MaxBytes: f.size.bytes, Percent: f.size.percent, NextUse: pl.NextUse(), Logger: log,
-		MaxQueued: min(blockcache.DefaultDiskQueue, max(1, slabs/4)),
-	})
 }

@@ -9,15 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
-	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/fs"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source/s3"
@@ -145,15 +142,14 @@ type datasetFlags struct {
 	partitionGiven, exchangeGiven bool
 	debug                         bool
 	s3                            s3Flags
-	source                        *s3.Source // SRC when it is s3://bucket/prefix; made by openSource
+	// source is SRC when it is s3://bucket/prefix, opened by openSource
+	// for the commands that index without mounting (index, tune,
+	// validate); mount and order get theirs from mount.Open.
+	source *s3.Source
 
 	// prefetch is --prefetch as LoaderOptions.Prefetch: 0 the default,
 	// NoPrefetch none.
 	prefetch int
-
-	// What open made of --max-memory: the budget of the loader's slabs
-	// and the soft limit of the Go heap (see memorySplit).
-	slabBudget, heapLimit int64
 
 	// blockSizeGiven and bufferGiven: --block-size and --buffer were on
 	// the command line; the others are chosen by package sizing before
@@ -164,10 +160,8 @@ type datasetFlags struct {
 	// --workers; 0 is 1).
 	parts int
 
-	// feedbackDim is --feedback-dim; feedback the store open made for a
-	// feedback strategy (feedback.go), nil for the others.
+	// feedbackDim is --feedback-dim.
 	feedbackDim int
-	feedback    *feedback.Store
 	// balance are --balance-rule and --feedback-timeout (balance.go).
 	balance balanceFlags
 	// coordinate are --coordinate and --coordinate-rank (coordinate.go),
@@ -201,51 +195,6 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.registerFeedback(fs)
 	d.balance.register(fs)
 	fs.BoolVar(&d.equalParts, "equal-parts", false, "make all K parts of an epoch hold the same number of records (for lock-step\ndistributed training such as DDP): the shorter parts end with repeats of small records\n(no larger than the average record; their own first, then the next parts'), drawn from the\nseed; the count is in .corgifs/config.json")
-}
-
-func (d *datasetFlags) indexOptions(log *slog.Logger, progress io.Writer) blockcache.Options {
-	o := blockcache.Options{
-		BlockSize: int64(d.blockSize), Include: d.include, SkipCorrupt: d.skipCorrupt, FollowSymlinks: d.follow,
-		CacheDir: d.cacheDir, Logger: log, Progress: progressFunc(progress, "indexing"), Buffered: !d.directIO,
-		Compression: d.compression,
-		Probe:       d.probeMode() == blockcache.IndexProbe,
-		MaxTables:   blockcache.TableBudget(int64(d.maxMemory)),
-		MaxRecord:   blockcache.RecordBudget(int64(d.maxMemory)),
-	}
-	if !d.includeSet {
-		o.Include = nil
-	}
-	if d.source != nil {
-		o.Source = d.source
-	}
-	if d.format != nil {
-		o.Format, o.FormatOptions = d.format.format, d.format.options
-	}
-	return o
-}
-
-// probeMode is the index mode: --index, else probe for a remote source
-// (reading every byte of a bucket to mount it is what probing avoids) and
-// full for a local one; full too when something asked for needs every
-// record indexed (--skip-corrupt, a strategy that reads single records or
-// orders them by feedback, --equal-parts, the listing of order), which
-// --index probe refuses.
-func (d *datasetFlags) probeMode() string {
-	switch {
-	case d.index != "":
-		return d.index
-	case d.source != nil && !d.skipCorrupt && !shuffler.ReadsRecords(d.strategy) && !shuffler.IsFeedback(d.strategy) && !d.equalParts && !d.listsRecords:
-		return blockcache.IndexProbe
-	}
-	return blockcache.IndexFull
-}
-
-// checkIndex checks --index.
-func (d *datasetFlags) checkIndex() error {
-	if d.index != "" && d.index != blockcache.IndexFull && d.index != blockcache.IndexProbe {
-		return fmt.Errorf("--index %q: want full or probe", d.index)
-	}
-	return nil
 }
 
 // resolveFormat checks --compression and the format flags, if registered.
@@ -294,100 +243,6 @@ func (d *datasetFlags) prefetchFlag() string {
 	return fmt.Sprint(d.prefetch)
 }
 
-// loaderOptions are the options of a loader for the dataset opened by open.
-func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	o := blockcache.LoaderOptions{MaxMemory: d.slabBudget, Logger: log, Buffered: !d.directIO, Prefetch: d.prefetch}
-	if d.source != nil {
-		// Every GET waits for the network: as many in flight as
-		// --s3-concurrency allows.
-		o.InFlight = d.s3.concurrency
-	}
-	return o
-}
-
-// limitIndexHeap sets the Go heap's soft limit for indexing, before the
-// mount sets its own: the index's tables take at most a quarter of
-// maxMemory (blockcache.TableBudget), and without a limit the heap could
-// double between collections while they grow.
-func limitIndexHeap(maxMemory int64) {
-	debug.SetMemoryLimit(maxMemory/2 + 32<<20)
-}
-
-// gcRoom is the Go heap's room to collect garbage in, beyond what
-// memorySplit estimates it holds; outsideHeap is the resident memory that
-// is neither the heap nor the slabs: the binary's code and data (its
-// pages resident as they run, measured 13-14 MiB) and the soft limit's
-// overshoot. With 32 and 10 MiB, 64 readers of 1 KiB records at
-// --max-memory 64MiB peaked at 124-130 MiB, at or past the stated
-// --max-memory + 64 MiB; with these, at TestSixtyFourReadersStayWithinMaxMemoryPlus64MiB's
-// figures (RELIABILITY.md). The slabs still get all of --max-memory
-// while the index estimate is under 8 MiB.
-const (
-	gcRoom      = 24 << 20
-	outsideHeap = 24 << 20
-)
-
-// memorySplit divides maxMemory between the loader's slabs, which live
-// outside the Go heap, and the heap, so that the daemon's resident size stays
-// within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
-// bytes a record; with record strategies also record offsets and two
-// epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes for each record the slabs hold: as much
-// as the slabs themselves for records of 16 bytes), the reply buffers of
-// the FUSE requests in flight (fs.RequestMemory, whatever the number of
-// readers), and room to collect garbage in (gcRoom) beyond these is its
-// soft limit. outsideHeap of the process is neither. The slabs get the
-// most that keeps the sum within the bound, which may be less than the
-// largest block: the mount then refuses, naming minMaxMemory.
-func memorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
-	index := 4 * ix.Records
-	if ix.RecordCRCs != nil {
-		index += 4 * ix.Records // a CRC32C per record, for formats without checksums
-	}
-	if recordStrategy {
-		index += 16 * ix.Records
-	}
-	// tables is the heap the record tables of s bytes of loaded blocks take.
-	tables := func(s int64) int64 {
-		if ix.Records <= 0 || ix.Bytes <= 0 {
-			return 0
-		}
-		return 16 * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
-	}
-	over := func(s int64) int64 { // what the heap and the rest take past the 64 MiB allowance
-		return max(0, index+tables(s)+fs.RequestMemory+gcRoom+outsideHeap-64<<20)
-	}
-	// The largest s with s + over(s) <= maxMemory; both grow with s.
-	lo, hi := int64(0), max(0, maxMemory)
-	for lo < hi {
-		mid := hi - (hi-lo)/2
-		if mid+over(mid) <= maxMemory {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo, index + tables(lo) + fs.RequestMemory + gcRoom
-}
-
-// minMaxMemory returns the smallest --max-memory that gives the slabs at
-// least need bytes: more memory never gives them less.
-func minMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
-	lo, hi := need, 2*need
-	for slabs, _ := memorySplit(ix, hi, recordStrategy); slabs < need && hi < 1<<50; slabs, _ = memorySplit(ix, hi, recordStrategy) {
-		lo, hi = hi, 2*hi
-	}
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		if slabs, _ := memorySplit(ix, mid, recordStrategy); slabs >= need {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
-}
-
 // parseSeed returns the seed, choosing one when none was given.
 func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 	if d.seed == "" {
@@ -402,103 +257,28 @@ func (d *datasetFlags) parseSeed() (seed uint64, chosen bool, err error) {
 	return seed, false, nil
 }
 
-// checkExchange refuses --partition and --exchange with a strategy they
-// do not apply to, rather than ignoring them.
-func (d *datasetFlags) checkExchange() error {
-	if d.partitionGiven && !shuffler.Partitioned(d.strategy) {
-		return fmt.Errorf("--partition applies to --strategy local, pls, grab and cdgrab only (the set each part keeps); --strategy %s has no partition", d.strategy)
+// open checks the flags, then opens the dataset at src (mount.Open):
+// its source, index and planner.
+func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*mount.Dataset, error) {
+	c, err := d.mountConfig(src)
+	if err != nil {
+		return nil, err
 	}
-	if d.exchangeGiven && d.strategy != "pls" {
-		return fmt.Errorf("--exchange applies to --strategy pls only (local is pls with --exchange 0); --strategy %s exchanges nothing", d.strategy)
-	}
-	return nil
+	c.Progress = progressFunc(stderr, "indexing")
+	return d.openConfig(ctx, c, log)
 }
 
-// partitionOf is the planner's Partition: --partition for local and pls,
-// else none.
-func (d *datasetFlags) partitionOf() string {
-	if !shuffler.Partitioned(d.strategy) {
-		return ""
-	}
-	return string(d.partition)
-}
-
-// exchangeQ is the planner's Exchange: --exchange for pls, else 0.
-func (d *datasetFlags) exchangeQ() float64 {
-	if d.strategy != "pls" {
-		return 0
-	}
-	return float64(d.exchange)
-}
-
-// open builds or loads the index and a planner for it.
-func (d *datasetFlags) open(ctx context.Context, src string, log *slog.Logger, stderr io.Writer) (*blockcache.Index, *shuffler.Planner, uint64, error) {
-	if err := d.checkCacheDir(); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.resolveFormat(); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.balance.check(d.strategy); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.coordinate.check(d.strategy); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.checkExchange(); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.checkIndex(); err != nil {
-		return nil, nil, 0, err
-	}
-	seed, chosen, err := d.parseSeed()
+// openConfig opens the dataset of c, checked by mountConfig.
+func (d *datasetFlags) openConfig(ctx context.Context, c mount.Config, log *slog.Logger) (*mount.Dataset, error) {
+	ds, err := mount.Open(ctx, c, log)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, flagError(err)
 	}
-	if err := d.openSource(ctx, src, log); err != nil {
-		return nil, nil, 0, err
+	if ds.SeedChosen {
+		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", ds.Config.Seed)
 	}
-	d.chooseSizes(ctx, src, shuffler.ReadsRecords(d.strategy), log)
-	limitIndexHeap(int64(d.maxMemory))
-	ix, cached, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	log.Info("index ready", "source", ix.Root, "index", api.IndexMode(ix), "files", len(ix.Files), "records", recordsText(ix),
-		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", cached)
-	if len(ix.Damaged) > 0 {
-		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
-	}
-	if chosen {
-		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", seed)
-	}
-	recordStrategy := shuffler.ReadsRecords(d.strategy)
-	if c := ix.Compressed(); recordStrategy && c.Files > 0 {
-		log.Warn("this strategy reads records one at a time, and each record of a compressed file is decompressed from the access point before it (up to a block of output per record): slow; a block strategy (corgipile, block, local, pls) decompresses each block once",
-			"strategy", d.strategy, "compressed_files", c.Files)
-	}
-	d.slabBudget, d.heapLimit = memorySplit(ix, int64(d.maxMemory), recordStrategy)
-	// The planner wants room for the largest block with every strategy.
-	need := max(blockcache.MinMemory(ix, d.loaderOptions(log), recordStrategy), ix.MaxBlock())
-	if d.slabBudget < need {
-		// The smallest workable value in bytes, by the loader's own measure:
-		// a rounded size such as "65 KiB" could be just below the block.
-		return nil, nil, 0, fmt.Errorf("--max-memory %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least --max-memory %d",
-			humanize.IBytes(uint64(d.maxMemory)), humanize.IBytes(uint64(need)), minMaxMemory(ix, need, recordStrategy))
-	}
-	if err := d.openFeedback(ix, seed, need, log); err != nil {
-		return nil, nil, 0, err
-	}
-	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.slabBudget)), "heap_limit", humanize.IBytes(uint64(d.heapLimit)))
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{
-		Strategy: d.strategy, Seed: seed, Buffer: d.buffer.v, MaxMemory: d.slabBudget, EqualParts: d.equalParts,
-		Partition: d.partitionOf(), Exchange: d.exchangeQ(),
-		Feedback: d.feedbackSource(), FeedbackTimeout: d.balance.timeout.d, BalanceRule: d.balance.rule.r, Logger: log,
-	})
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	return ix, pl, seed, nil
+	d.source = ds.Source
+	return ds, nil
 }
 
 // progressFunc returns a progress callback that draws a bar on w when w is a
@@ -575,15 +355,6 @@ func strategyHelp() string {
 		fmt.Fprintf(&b, "\n  %-*s %s", w, n, shuffler.Description(n))
 	}
 	return b.String()
-}
-
-// recordsText is the record count of ix for people: a number, or that it
-// is not known yet (a probed index learns it as blocks load).
-func recordsText(ix *blockcache.Index) string {
-	if ix.CountsUnknown {
-		return "not known yet (probed index: learned as blocks load)"
-	}
-	return strconv.FormatInt(ix.Records, 10)
 }
 
 // recordsPhrase is "N records", or that they are not known yet.

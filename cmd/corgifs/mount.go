@@ -9,14 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
 
 	"github.com/corgifs/corgifs/api"
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/fs"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 )
@@ -63,27 +62,30 @@ the next).`, stderr)
 func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	fset, m := newMountFlagSet(stderr)
 	d, dc, sys := &m.d, &m.dc, &m.sys
-	epochs, parts, allowOther, nonempty, cpuprofile, feedbackGroup := m.epochs, m.parts, m.allowOther, m.nonempty, m.cpuprofile, m.feedbackGroup
 	pos, err := parse(fset, args, 2)
 	if err != nil {
 		return err
 	}
 	src, mnt := pos[0], pos[1]
-	if *epochs < 0 {
-		return fmt.Errorf("--epochs must be >= 0")
-	}
-	if err := checkParts(*parts); err != nil {
-		return err
-	}
-	fbGroup, err := d.feedbackGroup(*feedbackGroup, *allowOther)
+	// Every option is checked before anything is read, and before a
+	// --background daemon starts.
+	d.parts = *m.parts
+	c, err := d.mountConfig(src)
 	if err != nil {
 		return err
 	}
-	if err := checkMountpoint(src, mnt, *nonempty); err != nil {
+	c.Epochs, c.AllowOther, c.FeedbackGroup = *m.epochs, *m.allowOther, *m.feedbackGroup
+	c.DiskCache, c.DiskCacheBytes, c.DiskCachePercent = dc.dir, dc.size.bytes, dc.size.percent
+	// Test hook: the end-to-end tests make a lookup panic on purpose.
+	c.PanicOnLookup = os.Getenv("CORGIFS_TEST_PANIC_LOOKUP")
+	if err := c.Check(); err != nil {
+		return flagError(err)
+	}
+	if err := checkMountpoint(src, mnt, *m.nonempty); err != nil {
 		return err
 	}
-	if err := dc.check(mnt); err != nil {
-		return err
+	if err := c.CheckDiskCache(mnt); err != nil {
+		return flagError(err)
 	}
 	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
 		return err
@@ -99,8 +101,8 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	indexed := make(chan struct{})
 	go exitIfStuck(ctx, again, indexed, log)
 
-	d.parts = *parts
-	ix, pl, seed, err := d.open(ctx, src, log, stderr)
+	c.Progress = progressFunc(stderr, "indexing")
+	ds, err := d.openConfig(ctx, c, log)
 	close(indexed)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -108,43 +110,12 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		}
 		return err
 	}
-	d.warnParts(ix, pl, *parts, log)
-	d.planAhead(pl, log)
-	if target, capped := pl.BufferTarget(ix.Bytes / int64(*parts)); capped {
-		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
-			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(d.maxMemory)))
-	}
-	// Without a soft limit the heap could double between collections.
-	debug.SetMemoryLimit(d.heapLimit)
-	lo := d.loaderOptions(log)
-	lo.OnDamage = func(reason string) {
-		if err := blockcache.MarkStale(ix.Root, d.indexOptions(log, nil), reason); err != nil {
-			log.Warn("could not mark the index sidecar stale", "err", err)
-			return
-		}
-		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
-	}
-	lo.OnProbeWrong = func(file blockcache.File, reason string) {
-		if err := blockcache.MarkProbeWrong(ix.Root, d.indexOptions(log, nil), file, reason); err != nil {
-			log.Warn("could not record the file whose probe was wrong; the next mount probes it again", "file", file.Path, "err", err)
-			return
-		}
-		log.Warn("index sidecar marked stale: the next mount rebuilds the index, scanning this file whole", "file", file.Path)
-	}
-	if ix.Probed {
-		// Files proven by an earlier mount are not walked again.
-		if lo.Proofs, err = blockcache.OpenProofLog(ix.Root, d.indexOptions(log, nil)); err != nil {
-			log.Warn("could not read the record-chain proofs of earlier mounts; every probed file is walked again", "err", err)
-		}
-		defer lo.Proofs.Close()
-	}
-	if lo.DiskCache, err = dc.open(ix, pl, d.slabBudget, log); err != nil {
-		return err
-	}
-	defer lo.DiskCache.Close()
-	ld := blockcache.NewLoader(ix, lo)
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	defer ds.Close()
+	ix, pl := ds.Index, ds.Planner
+	c = ds.Config
+	d.warnParts(ix, pl, c.Parts, log)
+	if *m.cpuprofile != "" {
+		f, err := os.Create(*m.cpuprofile)
 		if err != nil {
 			return err
 		}
@@ -154,23 +125,14 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	in := api.NewConfig(ix, pl, *epochs, *parts)
-	in.Sizing = d.sizesInfo()
-	in.Prefetch = ld.PrefetchDepth()
-	srv, err := fs.Mount(context.Background(), fs.Config{
-		Mountpoint: mnt, Planner: pl, Loader: ld, Epochs: *epochs, Parts: *parts,
-		Info: in, AllowOther: *allowOther, Logger: log, Feedback: d.feedback, FeedbackGroup: fbGroup,
-		// Test hook: the end-to-end tests make a lookup panic on purpose.
-		PanicOnLookup: os.Getenv("CORGIFS_TEST_PANIC_LOOKUP"),
-		SourceStats:   d.sourceStats(),
-	})
+	srv, err := ds.Serve(context.Background(), mnt)
 	if err != nil {
-		return err
+		return flagError(err)
 	}
-	log.Info("mounted", "mountpoint", mnt, "strategy", d.strategy, "seed", seed, "parts", *parts,
-		"buffer", d.buffer.v.String(), "block_size", humanize.IBytes(uint64(d.blockSize)),
-		"max_memory", humanize.IBytes(uint64(d.maxMemory)))
-	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%s, %d parts, seed %d)", src, mnt, recordsPhrase(ix), *parts, seed))
+	log.Info("mounted", "mountpoint", mnt, "strategy", c.Strategy, "seed", c.Seed, "parts", c.Parts,
+		"buffer", c.Buffer.String(), "block_size", humanize.IBytes(uint64(c.BlockSize)),
+		"max_memory", humanize.IBytes(uint64(c.MaxMemory)))
+	rd.ready(stdout, stderr, mnt, fmt.Sprintf("corgifs: mounted %s at %s (%s, %d parts, seed %d)", src, mnt, recordsPhrase(ix), c.Parts, c.Seed))
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
@@ -243,16 +205,7 @@ func checkMountpoint(src, mnt string, nonempty bool) error {
 	return nil
 }
 
-func realPath(p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		return r, nil
-	}
-	return abs, nil
-}
+func realPath(p string) (string, error) { return mount.RealPath(p) }
 
 func runUnmount(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("unmount", "MNT", `Unmounts a corgifs mount lazily: also one that is busy or whose daemon was
@@ -289,30 +242,26 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err := d.resolveFormat(); err != nil {
 		return err
 	}
-	if err := d.checkIndex(); err != nil {
-		return err
-	}
 	log := newLogger(stderr, d.debug)
 	raiseOpenFileLimit(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := d.openSource(ctx, pos[0], log); err != nil {
-		return err
-	}
-	// The size a mount of one part would choose, so that it finds this
+	// The sizes a mount of one part would choose, so that it finds this
 	// index in the cache.
-	d.chooseSizes(ctx, pos[0], false, log)
-	limitIndexHeap(int64(d.maxMemory))
-	ix, cached, err := blockcache.Open(ctx, pos[0], d.indexOptions(log, stderr))
+	c := d.config(pos[0])
+	c.Progress = progressFunc(stderr, "indexing")
+	mount.LimitIndexHeap(c.MaxMemory)
+	ds, err := mount.OpenIndex(ctx, c, log)
 	if err != nil {
-		return err
+		return flagError(err)
 	}
+	ix, cached := ds.Index, ds.Cached
 	sizes := fmt.Sprintf("min %d, median %d, max %d bytes", ix.RecordMin, ix.RecordMedian, ix.RecordMax)
 	if ix.Probed {
 		sizes = "not known (probed index)"
 	}
 	fmt.Fprintf(stdout, "source      %s\nindex       %s\nformat      %s\nfiles       %d\nrecords     %s\nbytes       %s (%d)\nblocks      %d of about %s\nrecord size %s\nskipped     %d damaged ranges\nfrom cache  %v\n",
-		ix.Root, api.IndexMode(ix), ix.Format, len(ix.Files), recordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
+		ix.Root, api.IndexMode(ix), ix.Format, len(ix.Files), mount.RecordsText(ix), humanize.IBytes(uint64(ix.Bytes)), ix.Bytes, len(ix.Blocks),
 		humanize.IBytes(uint64(ix.BlockSize)), sizes, len(ix.Damaged), cached)
 	if c := ix.Compressed(); c.Files > 0 {
 		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",

@@ -56,10 +56,11 @@ frame's size.`, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d.parts = *parts
-	ix, pl, _, err := d.open(ctx, pos[0], log, stderr)
+	ds, err := d.open(ctx, pos[0], log, stderr)
 	if err != nil {
 		return err
 	}
+	ix, pl := ds.Index, ds.Planner
 	d.warnParts(ix, pl, *parts, log)
 	if *output == "dali" && ix.Format != "tfrecord" {
 		return fmt.Errorf("--output dali: the DALI index is for TFRecord; %s is %s (use --output file)", ix.Root, ix.Format)

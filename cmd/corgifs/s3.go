@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/source/s3"
 )
@@ -170,24 +171,16 @@ func (f *s3Flags) config(log *slog.Logger) s3.Config {
 }
 
 // openSource makes the S3 source of src when it is an s3:// URL, checking
-// that the endpoint, the credentials and the bucket are good.
+// that the endpoint, the credentials and the bucket are good
+// (mount.OpenSource), for tune, which reads the source without indexing it.
 func (d *datasetFlags) openSource(ctx context.Context, src string, log *slog.Logger) error {
 	if !s3.IsURL(src) || d.source != nil {
 		return nil
 	}
-	s, err := s3.New(ctx, src, d.s3.config(log))
+	s, err := mount.OpenSource(ctx, d.config(src), log)
 	if err != nil {
 		return err
 	}
 	d.source = s
 	return nil
-}
-
-// sourceStats returns how stats.json gets the counters of an S3 source,
-// nil for a local one.
-func (d *datasetFlags) sourceStats() func() any {
-	if d.source == nil {
-		return nil
-	}
-	return func() any { return d.source.Stats() }
 }

@@ -200,7 +200,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		d.blockSize = sizeFlag(block)
-		ix, _, err := blockcache.Open(ctx, src, d.indexOptions(log, stderr))
+		ix, _, err := blockcache.Open(ctx, src, d.indexOptions(src, log, stderr))
 		if err != nil {
 			return err
 		}

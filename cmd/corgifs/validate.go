@@ -21,6 +21,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/validator"
@@ -262,7 +263,7 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	// listing, and find this index in the cache.
 	d.parts = v.workers
 	d.chooseSizes(ctx, v.data, false, log)
-	ix, _, err := blockcache.Open(ctx, v.data, d.indexOptions(log, os.Stderr))
+	ix, _, err := blockcache.Open(ctx, v.data, d.indexOptions(v.data, log, os.Stderr))
 	if err != nil {
 		return report, err
 	}
@@ -489,7 +490,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 	// The budget a mount of this strategy would use, so that the orders
 	// are the mount's: its slabs' share, less what it sets aside for the
 	// feedback vectors.
-	slabs, _ := memorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
+	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
 	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.bufferFor(r.strategy), MaxMemory: slabs,
 		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange}
 	var store *feedback.Store
@@ -532,7 +533,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 // sourceOrder returns how to open the records of the index in source
 // order, in-process.
 func sourceOrder(ctx context.Context, d *datasetFlags, ix *blockcache.Index, seed uint64) (func() (io.ReadCloser, error), error) {
-	slabs, _ := memorySplit(ix, int64(d.maxMemory), false)
+	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), false)
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
 	if err != nil {
 		return nil, fmt.Errorf("the training set in source order: %w", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/validator"
 	"github.com/dustin/go-humanize"
@@ -49,7 +50,7 @@ func (v *validateFlags) checkFeedbackFlags(d *datasetFlags, runs []strategyRun, 
 // --feedback-dim is validate's to set.
 func feedbackFits(d *datasetFlags, ix *blockcache.Index, strategy string, g *validator.Gradients) error {
 	rec := shuffler.ReadsRecords(strategy)
-	slabs, _ := memorySplit(ix, int64(d.maxMemory), rec)
+	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), rec)
 	need := max(blockcache.MinMemory(ix, d.loaderOptions(nil), rec), ix.MaxBlock())
 	bound := feedback.Bound(ix.Records, g.Dim())
 	if slabs-bound >= need {
