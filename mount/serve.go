@@ -64,6 +64,9 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	lo.DiskCache = d.diskCache
 	ld := blockcache.NewLoader(ix, lo)
 	in := api.NewConfig(ix, pl, c.Epochs, c.Parts)
+	// The planner holds the loader's share of it; config.json says what
+	// was asked for, as the user wrote it.
+	in.MaxMemory = c.MaxMemory
 	in.Sizing = d.SizingInfo()
 	in.Prefetch = ld.PrefetchDepth()
 	var stats func() any
