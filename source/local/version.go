@@ -77,14 +77,27 @@ func checkVersion(fi fs.FileInfo, size, mtime int64, id string) error {
 	if id == "" {
 		return nil
 	}
-	got, ok := identity(fi)
+	// Compared as numbers: Open runs for every block a loader reads, and
+	// formatting the identity anew would allocate each time.
+	key, ok := fileKey(fi)
 	if !ok {
 		return nil
 	}
-	if g, w := fileOf(got), fileOf(id); g != w {
-		return fmt.Errorf("same size and modification time, but device:inode %s, was %s: another file was put in its place, with the old modification time", g, w)
+	if dev, ino, ok := parseFileOf(id); !ok || key != [2]uint64{dev, ino} {
+		got, _ := identity(fi)
+		return fmt.Errorf("same size and modification time, but device:inode %s, was %s: another file was put in its place, with the old modification time", fileOf(got), fileOf(id))
 	}
 	return nil
+}
+
+// parseFileOf returns the device and inode of an identity.
+func parseFileOf(id string) (dev, ino uint64, ok bool) {
+	d, rest, ok1 := strings.Cut(id, ":")
+	i, _, _ := strings.Cut(rest, ":")
+	var err1, err2 error
+	dev, err1 = strconv.ParseUint(d, 10, 64)
+	ino, err2 = strconv.ParseUint(i, 10, 64)
+	return dev, ino, ok1 && err1 == nil && err2 == nil
 }
 
 // fileOf returns the "DEV:INODE" of an identity.
