@@ -9,6 +9,15 @@ package s3
 // exact Content-Range, the pinned ETag, its exact length) and retried on
 // its own; the GETs in flight stay bounded by the source's semaphore
 // (--s3-concurrency), whatever the reads split into.
+//
+// A read is split only into as many ranges as there are GET slots free
+// when it starts: when every slot is taken (a buffer loading, --s3-
+// concurrency blocks at once), the link is as full as the concurrency
+// allows, and more, smaller GETs only cost more requests, which stores
+// bill and serve at a cost of their own (versitygw on this machine: 1.26
+// CPU s/GiB for GETs of 1 MiB, 0.60 for 8 MiB, 0.10 for whole objects;
+// BENCHMARKS.md, issue 25). When slots are idle (the first block of an
+// epoch, a reader waiting on one block) the split fills them.
 
 import "sync"
 
@@ -34,6 +43,17 @@ func ranges(n, split int64) (size int64, k int) {
 	return size, int((n + size - 1) / size)
 }
 
+// splitFor returns the ranges of a read of n bytes when free GET slots
+// are free: those of ranges, but no more than free, and one when none is.
+func splitFor(n, split int64, free int) (size int64, k int) {
+	size, k = ranges(n, split)
+	if k > 1 && free < k {
+		free = max(free, 1)
+		size, k = ranges(n, (n+int64(free)-1)/int64(free))
+	}
+	return size, k
+}
+
 // ReadAt reads len(p) bytes at off: with one GET, or, above the split
 // size, with one GET a range, all at once. It fails if any range fails
 // (after that range's own tries), with the error of the first range that
@@ -42,7 +62,7 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	size, k := ranges(int64(len(p)), o.s.split)
+	size, k := splitFor(int64(len(p)), o.s.split, cap(o.s.sem)-len(o.s.sem))
 	if k == 1 {
 		return o.readRange(p, off)
 	}

@@ -31,3 +31,21 @@ func TestRangesTileTheReadExactlyAndNoneExceedsTheSplitSizeRoundedToAPage(t *tes
 		}
 	}
 }
+
+// A read is split into no more ranges than there are free GET slots, and
+// not at all when every slot is taken.
+func TestSplitForUsesNoMoreRangesThanFreeGETSlots(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		n     int64
+		free  int
+		wantK int
+	}{
+		{8 * mib, 24, 4}, {8 * mib, 4, 4}, {8 * mib, 3, 3}, {8 * mib, 2, 2}, {8 * mib, 1, 1}, {8 * mib, 0, 1}, {mib, 24, 1},
+	} {
+		size, k := splitFor(c.n, 2*mib, c.free)
+		if k != c.wantK || size*int64(k) < c.n || size*int64(k-1) >= c.n {
+			t.Errorf("%d bytes, %d slots free: %d ranges of %d, want %d tiling it", c.n, c.free, k, size, c.wantK)
+		}
+	}
+}
