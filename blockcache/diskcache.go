@@ -421,8 +421,12 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	}
 	defer f.Close()
 	hdr := make([]byte, diskHeader+len(key))
-	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return 0, fmt.Sprintf("header: %v", err)
+	// Header and data in one read: on a cold entry the kernel sees the
+	// whole entry asked for at once, not a small read, whose readahead
+	// window is small, then the rest.
+	got, rerr := readEntryAt(f, hdr, dst)
+	if got < len(hdr) {
+		return 0, fmt.Sprintf("header: read %d of %d bytes (%v)", got, len(hdr), rerr)
 	}
 	if string(hdr[:8]) != diskMagic {
 		return 0, "not an entry (bad magic)"
@@ -436,18 +440,17 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	if dlen != uint64(len(dst)) {
 		return 0, fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
 	}
-	n, err := f.ReadAt(dst, int64(len(hdr)))
-	if n < len(dst) {
-		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), err)
+	if n := got - len(hdr); n < len(dst) {
+		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), rerr)
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(hdr)+len(dst)) {
 		return 0, "its length does not match its header"
 	}
-	got := formats.UpdateChecksum(0, dst)
-	if got != crc {
-		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", got, crc)
+	sum := formats.UpdateChecksum(0, dst)
+	if sum != crc {
+		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", sum, crc)
 	}
-	return got, ""
+	return sum, ""
 }
 
 // entryGone is readEntry's answer for an entry whose file is not there.
