@@ -228,7 +228,7 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 		run.rangedSrvCPU = (srvCPU() - s0) / gib
 
 		// corgifs at the defaults, and with 8 MiB blocks (each fetched
-		// as 4 ranged GETs of 2 MiB at once).
+		// as ranged GETs of at most 2 MiB while GET slots are free).
 		for _, v := range []struct {
 			name     string
 			args     []string
@@ -332,7 +332,7 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 		strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
 	p("Each run reads the same objects, in turn and cold (page cache dropped before each): %d whole-object GETs at once and "+
 		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a corgifs mount at the defaults and with "+
-		"`--block-size 8MiB` (its blocks fetched as 4 ranged GETs of 2 MiB at once), a first epoch through a new `--disk-cache`, "+
+		"`--block-size 8MiB` (each block fetched as ranged GETs of at most 2 MiB at once, as many as GET slots are free), a first epoch through a new `--disk-cache`, "+
 		"a remount reading the next epoch from it, and a cold epoch of the local directory. Ratios are taken within each run.\n\n",
 		s3SpeedWhole, s3SpeedRanged)
 	for _, e := range h.sets {

@@ -55,9 +55,9 @@ import (
 // the wait, a burst of loads (--s3-concurrency GETs finishing together,
 // more bytes than the queue) lost blocks even on a disk much faster than
 // the source: issue 25 measured 89 of 538 blocks of a first epoch not
-// cached, and the next mount fetched them again. A write that fails (a full file system, a
-// directory that cannot be written) stops all further writes with one
-// log line: the entries already kept are still served.
+// cached, and the next mount fetched them again. A write that fails (a
+// full file system, a directory that cannot be written) stops all further
+// writes with one log line: the entries already kept are still served.
 
 const (
 	diskMagic     = "corgidc1"
