@@ -50,6 +50,8 @@ type runEnv struct {
 	mem  *memResults
 	s3   *s3Results
 
+	s3speed *s3SpeedResults
+
 	prefetch *prefetchResults
 }
 

@@ -67,6 +67,7 @@ type options struct {
 	sizeSet     bool // --size was given (the formats section has its own default)
 	formats     bool // run the formats section (issue 13)
 	s3          bool // run the object store section (issue 14)
+	s3speed     bool // run the object store section of issue 25
 	compressed  bool // run the compressed section (issue 18)
 	probe       bool // run the probe index section (issue 14)
 
@@ -127,6 +128,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		"GETs of the same objects, GETs per epoch against a GET per record, and with --disk-cache\n"+
 		"an epoch from the disk cache against a cold local directory (issue 14; drops the page\n"+
 		"cache; alone it skips --warm unless given) (default false)")
+	fs.BoolVar(&o.s3speed, "s3speed", false, "run a cold epoch from a real S3 server on 127.0.0.1 (versitygw, on PATH) against 8 parallel\n"+
+		"whole-object GETs and 24 parallel ranged GETs of the block size, and an epoch from --disk-cache\n"+
+		"against a cold local directory, alternated run by run (issue 25; drops the page cache; alone it\n"+
+		"skips --warm unless given) (default false)")
 	fs.BoolVar(&o.prefetch, "prefetch", false, "run cold epochs through mounts with --prefetch 0, 1, 2 and 4, read by a reader that\n"+
 		"works on every MiB for as long as its cold read takes (waiting, or spinning a CPU), and\n"+
 		"without work (issue 15; drops the page cache; 12 epochs per run, 2 minutes with --size\n"+
@@ -172,7 +177,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.s3 || o.simulate || o.compressed || o.probe) && !given["warm"] {
+	if (o.formats || o.s3 || o.s3speed || o.simulate || o.compressed || o.probe) && !given["warm"] {
 		o.warm = false
 	}
 	if o.traffic.run && !given["warm"] {
@@ -354,7 +359,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	bins := binaries{corgifs: filepath.Join(work, "corgifs"), loopback: filepath.Join(work, "loopback"),
 		randread: filepath.Join(work, "randread"), shufflecopy: filepath.Join(work, "shufflecopy")}
 	// Only the formats section needs no dataset of datagen's and no loopback.
-	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch || o.s3
+	needsDatasets := o.warm || o.cold || o.e2e || o.fio || o.latency || o.memory || o.prefetch || o.s3 || o.s3speed
 	builds := [][2]string{{bins.corgifs, "./cmd/corgifs"}}
 	if needsDatasets {
 		builds = append(builds, [2]string{bins.loopback, "./bench/loopback"})
@@ -407,6 +412,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		{o.latency, latencyHeading, (*runEnv).runLatency, (*harness).latencyMarkdown},
 		{o.memory, memoryHeading, (*runEnv).runMemory, (*harness).memoryMarkdown},
 		{o.s3, s3Heading, (*runEnv).runS3, (*harness).s3Markdown},
+		{o.s3speed, s3SpeedHeading, (*runEnv).runS3Speed, (*harness).s3SpeedMarkdown},
 		{o.prefetch, prefetchHeading, (*runEnv).runPrefetch, (*harness).prefetchMarkdown},
 	} {
 		if !s.on {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/corgifs/corgifs/formats"
 )
@@ -47,11 +48,16 @@ import (
 // then removed, logged and the block read from the source again.
 //
 // Entries are written by a few goroutines from copies of the loaded bytes,
-// so a reader never waits for the cache's disk; the copies waiting are
-// bounded (DiskCacheOptions.MaxQueued) and a block that finds the queue
-// full is not cached. A write that fails (a full file system, a
-// directory that cannot be written) stops all further writes with one
-// log line: the entries already kept are still served.
+// so a load does not wait for each write. The copies waiting are bounded
+// (DiskCacheOptions.MaxQueued); a block that finds the queue full waits
+// for room, at most DiskCacheOptions.MaxWait, and only then is not cached
+// (counted in write_skipped, the first one logged with the reason). Without
+// the wait, a burst of loads (--s3-concurrency GETs finishing together,
+// more bytes than the queue) lost blocks even on a disk much faster than
+// the source: issue 25 measured 89 of 538 blocks of a first epoch not
+// cached, and the next mount fetched them again. A write that fails (a
+// full file system, a directory that cannot be written) stops all further
+// writes with one log line: the entries already kept are still served.
 
 const (
 	diskMagic     = "corgidc1"
@@ -61,9 +67,13 @@ const (
 	// be written to the disk cache.
 	DefaultDiskQueue = 64 << 20
 	// diskWriters write entries at once: one alone falls behind a source
-	// that serves hundreds of MB/s, and the blocks that find the queue
-	// full are not cached.
+	// that serves hundreds of MB/s.
 	diskWriters = 4
+	// DefaultDiskWait is how long a load waits for room in the write
+	// queue before it leaves its block uncached: a disk that cannot
+	// write MaxQueued bytes in that time is slower than the source, and
+	// waiting longer would only slow the epoch to the disk's speed.
+	DefaultDiskWait = 5 * time.Second
 )
 
 // DiskCacheOptions configure a DiskCache.
@@ -81,20 +91,29 @@ type DiskCacheOptions struct {
 	// (DefaultDiskQueue if 0); a block larger than that is still taken
 	// when nothing waits.
 	MaxQueued int64
-	Logger    *slog.Logger
+	// MaxWait is how long a load waits for room in a full queue before
+	// its block is not cached (DefaultDiskWait if 0; negative: never).
+	MaxWait time.Duration
+	Logger  *slog.Logger
 }
 
 // DiskCacheStats are the disk cache's counters, in stats.json.
 type DiskCacheStats struct {
-	Dir          string `json:"dir"`
-	Hits         int64  `json:"hits"`
-	HitBytes     int64  `json:"hit_bytes"`
-	Misses       int64  `json:"misses"`
-	Written      int64  `json:"written"`
-	WriteSkipped int64  `json:"write_skipped"` // the write queue was full
-	NotAdmitted  int64  `json:"not_admitted"`  // read again later than every entry kept
-	Evictions    int64  `json:"evictions"`
-	Damaged      int64  `json:"damaged"` // entries dropped for a bad length or checksum
+	Dir      string `json:"dir"`
+	Hits     int64  `json:"hits"`
+	HitBytes int64  `json:"hit_bytes"`
+	Misses   int64  `json:"misses"`
+	Written  int64  `json:"written"`
+	// WriteSkipped are the blocks not cached because the write queue
+	// stayed full for MaxWait (the disk slower than the source), or a
+	// copy of the block could not be mapped; the first is logged.
+	WriteSkipped int64 `json:"write_skipped"`
+	// WriteWaitSeconds is the time loads waited for room in the write
+	// queue: the cost of caching every block of an epoch.
+	WriteWaitSeconds float64 `json:"write_wait_seconds"`
+	NotAdmitted      int64   `json:"not_admitted"` // read again later than every entry kept
+	Evictions        int64   `json:"evictions"`
+	Damaged          int64   `json:"damaged"` // entries dropped for a bad length or checksum
 	// Mismatched counts the entries dropped, though intact, because their
 	// bytes are not those the index checksummed (checkBlock).
 	Mismatched int64 `json:"mismatched"`
@@ -132,14 +151,18 @@ type DiskCache struct {
 	offWhy  string // writes stopped, and why
 	queued  int64
 	closed  bool
-	queue   chan diskJob
+	jobs    []diskJob  // queued copies, oldest first
+	work    *sync.Cond // on mu: a job was queued, or the cache closed
+	room    chan struct{}
 	done    chan struct{}
-	maxWait int64
+	maxWait int64         // bytes queued at most
+	waitFor time.Duration // for room in the queue, at most
+	waited  atomic.Int64  // nanoseconds loads waited for room
 
 	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
 	// mismatchLogged: the first entry of other bytes is logged, the
-	// rest only counted.
-	mismatchLogged atomic.Bool
+	// rest only counted; skipLogged likewise for skipped writes.
+	mismatchLogged, skipLogged atomic.Bool
 }
 
 type diskName [16]byte
@@ -183,8 +206,16 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	if o.MaxQueued <= 0 {
 		o.MaxQueued = DefaultDiskQueue
 	}
+	switch {
+	case o.MaxWait == 0:
+		o.MaxWait = DefaultDiskWait
+	case o.MaxWait < 0:
+		o.MaxWait = 0
+	}
 	c := &DiskCache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
-		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, done: make(chan struct{})}
+		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, waitFor: o.MaxWait,
+		room: make(chan struct{}), done: make(chan struct{})}
+	c.work = sync.NewCond(&c.mu)
 	root := ""
 	if isLocal(ix.src) {
 		root = ix.Root
@@ -220,7 +251,6 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	c.mu.Lock()
 	c.peak = c.held
 	c.mu.Unlock()
-	c.queue = make(chan diskJob, 64)
 	var wg sync.WaitGroup
 	for range diskWriters {
 		wg.Go(c.writer)
@@ -391,8 +421,12 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	}
 	defer f.Close()
 	hdr := make([]byte, diskHeader+len(key))
-	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return 0, fmt.Sprintf("header: %v", err)
+	// Header and data in one read: on a cold entry the kernel sees the
+	// whole entry asked for at once, not a small read, whose readahead
+	// window is small, then the rest.
+	got, rerr := readEntryAt(f, hdr, dst)
+	if got < len(hdr) {
+		return 0, fmt.Sprintf("header: read %d of %d bytes (%v)", got, len(hdr), rerr)
 	}
 	if string(hdr[:8]) != diskMagic {
 		return 0, "not an entry (bad magic)"
@@ -406,18 +440,17 @@ func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	if dlen != uint64(len(dst)) {
 		return 0, fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
 	}
-	n, err := f.ReadAt(dst, int64(len(hdr)))
-	if n < len(dst) {
-		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), err)
+	if n := got - len(hdr); n < len(dst) {
+		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), rerr)
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(hdr)+len(dst)) {
 		return 0, "its length does not match its header"
 	}
-	got := formats.UpdateChecksum(0, dst)
-	if got != crc {
-		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", got, crc)
+	sum := formats.UpdateChecksum(0, dst)
+	if sum != crc {
+		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", sum, crc)
 	}
-	return got, ""
+	return sum, ""
 }
 
 // entryGone is readEntry's answer for an entry whose file is not there.
@@ -451,62 +484,108 @@ func (c *DiskCache) drop(name diskName, ent *diskEntry) {
 }
 
 // offer queues the bytes of extent e, read from the source and checked,
-// for writing, unless the cache holds them, writes stopped, or the queue
-// is full. It copies them: the slab goes on being used. It never waits.
+// for writing, unless the cache holds them or writes stopped. It copies
+// them: the slab goes on being used. When the queue is full it waits for
+// room, at most c.waitFor, and then leaves the block uncached.
 func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 	if c == nil || c.dir == nil || e.block < 0 {
 		return
 	}
 	key := c.key(e)
 	name := nameOf(key)
-	c.mu.Lock()
-	if c.closed || c.offWhy != "" || c.entries[name] != nil || c.pending[name] != nil {
-		c.mu.Unlock()
-		return
-	}
 	n := int64(len(data))
-	if c.queued > 0 && c.queued+n > c.maxWait {
+	c.mu.Lock()
+	var deadline time.Time
+	for {
+		if c.closed || c.offWhy != "" || c.entries[name] != nil || c.pending[name] != nil {
+			c.mu.Unlock()
+			return
+		}
+		if c.queued == 0 || c.queued+n <= c.maxWait {
+			break
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(c.waitFor)
+		}
+		if !now.Before(deadline) {
+			c.mu.Unlock()
+			c.skip(e, fmt.Sprintf("the disk cache's writes stayed %.1f MiB behind the source for %s (its disk is slower than the source)",
+				float64(c.maxWait)/(1<<20), c.waitFor))
+			return
+		}
+		room := c.room
 		c.mu.Unlock()
-		c.skipped.Add(1)
-		return
+		t := time.NewTimer(deadline.Sub(now))
+		select {
+		case <-room:
+		case <-t.C:
+		}
+		t.Stop()
+		c.waited.Add(int64(time.Since(now)))
+		c.mu.Lock()
 	}
 	c.queued += n
 	c.mu.Unlock()
 	buf, err := mapSlab(n)
-	if err == nil {
-		copy(buf, data)
+	if err != nil {
 		c.mu.Lock()
-		sent := false
-		if !c.closed && c.pending[name] == nil { // Close closes the queue under c.mu
-			p := &pendingCopy{data: buf[:n]}
-			select {
-			case c.queue <- diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n], copy: p}:
-				sent = true
-				c.pending[name] = p
-			default:
-			}
-		}
+		c.queued -= n
 		c.mu.Unlock()
-		if sent {
-			return
-		}
-		unmapSlab(buf)
+		c.skip(e, "no memory for its copy: "+err.Error())
+		return
 	}
+	copy(buf, data)
 	c.mu.Lock()
-	c.queued -= n
+	if c.closed || c.pending[name] != nil {
+		// Closing, or the same block queued meanwhile by another load.
+		c.queued -= n
+		c.mu.Unlock()
+		unmapSlab(buf)
+		return
+	}
+	p := &pendingCopy{data: buf[:n]}
+	c.jobs = append(c.jobs, diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n], copy: p})
+	c.pending[name] = p
+	c.work.Signal()
 	c.mu.Unlock()
-	c.skipped.Add(1)
 }
 
-// writer writes the queued blocks until Close.
+// skip counts a block not cached, and logs the first, with why.
+func (c *DiskCache) skip(e extent, why string) {
+	c.skipped.Add(1)
+	if c.skipLogged.CompareAndSwap(false, true) {
+		c.log.Warn("disk cache: a block read from the source was not cached; it will be read from the source again (counted in write_skipped of stats.json; later ones not logged)",
+			"file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
+	}
+}
+
+// writer writes the queued blocks until Close; after Close it drops
+// those still queued, unwritten, so that an unmount never waits for the
+// cache's disk.
 func (c *DiskCache) writer() {
-	for j := range c.queue {
+	for {
+		c.mu.Lock()
+		for len(c.jobs) == 0 && !c.closed {
+			c.work.Wait()
+		}
+		if len(c.jobs) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		j := c.jobs[0]
+		c.jobs[0] = diskJob{}
+		c.jobs = c.jobs[1:]
+		c.mu.Unlock()
 		c.store(j)
 		c.mu.Lock()
 		c.queued -= int64(len(j.data))
 		delete(c.pending, j.name)
 		j.copy.written = true
 		c.unmapDoneLocked(j.copy)
+		// Wake the loads waiting for room.
+		close(c.room)
+		c.room = make(chan struct{})
 		c.mu.Unlock()
 	}
 }
@@ -586,7 +665,9 @@ func (c *DiskCache) Close() error {
 		return nil
 	}
 	c.closed = true
-	close(c.queue)
+	c.work.Broadcast()
+	close(c.room)
+	c.room = make(chan struct{})
 	c.mu.Unlock()
 	<-c.done
 	return c.dir.Close()
@@ -597,6 +678,6 @@ func (c *DiskCache) Stats() DiskCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return DiskCacheStats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
-		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
+		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), WriteWaitSeconds: time.Duration(c.waited.Load()).Seconds(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
 		Damaged: c.damaged.Load(), Mismatched: c.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
 }

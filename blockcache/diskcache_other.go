@@ -5,10 +5,22 @@ package blockcache
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 )
 
 // freeSpace is not known here: a --disk-cache-size must be a size.
 func freeSpace(dir string) (int64, error) {
 	return 0, fmt.Errorf("free space of %s is not known on %s: %w", dir, runtime.GOOS, errors.ErrUnsupported)
+}
+
+// readEntryAt reads hdr then dst from the start of f, and returns the
+// bytes read.
+func readEntryAt(f *os.File, hdr, dst []byte) (int, error) {
+	n, err := f.ReadAt(hdr, 0)
+	if err != nil {
+		return n, err
+	}
+	m, err := f.ReadAt(dst, int64(len(hdr)))
+	return n + m, err
 }

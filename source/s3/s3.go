@@ -47,7 +47,11 @@ type Config struct {
 	Timeout time.Duration
 	// Attempts is how many times a failed read is tried (default 5).
 	Attempts int
-	Logger   *slog.Logger
+	// SplitSize is the largest range one GET fetches: a read of more is
+	// fetched as several ranged GETs at once (split.go). 0 means
+	// DefaultSplitSize; negative, never split.
+	SplitSize int64
+	Logger    *slog.Logger
 }
 
 // Source is a bucket and prefix in an S3 store.
@@ -57,6 +61,7 @@ type Source struct {
 	core           minio.Core    // listing and checks, with minio-go's retries
 	reads          *minio.Client // ranged GETs: one request a try
 	sem            chan struct{}
+	split          int64 // SplitSize; 0: never split
 	timeout        time.Duration
 	attempts       int
 	log            *slog.Logger
@@ -100,6 +105,12 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		c.Timeout = 30 * time.Second
 	}
 	c.Attempts = cmp(c.Attempts, 5)
+	switch {
+	case c.SplitSize == 0:
+		c.SplitSize = DefaultSplitSize
+	case c.SplitSize < 0:
+		c.SplitSize = 0
+	}
 	endpoint, region := c.settings()
 	if !strings.Contains(endpoint, "://") {
 		endpoint = "https://" + endpoint
@@ -146,7 +157,7 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{bucket: bucket, prefix: prefix, endpoint: u.Scheme + "://" + u.Host, core: minio.Core{Client: cl},
-		sem: make(chan struct{}, c.Concurrency), timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count,
+		sem: make(chan struct{}, c.Concurrency), split: c.SplitSize, timeout: c.Timeout, attempts: c.Attempts, log: c.Logger, count: count,
 		credsFrom: from, noCreds: none}
 	cctx, cancel := context.WithTimeout(ctx, 2*c.Timeout)
 	defer cancel()
@@ -240,16 +251,13 @@ type object struct {
 func (o *object) Name() string { return "s3://" + o.s.bucket + "/" + o.key }
 func (o *object) Close() error { return nil }
 
-// ReadAt reads len(p) bytes at off with one ranged GET, retried with
+// readRange reads len(p) bytes at off with one ranged GET, retried with
 // exponential backoff and jitter on errors that may pass (5xx, 429,
 // SlowDown, timeouts, connections reset or cut mid-body). It gives up
 // after the configured attempts, each under the per-request deadline, so
 // that it ends in bounded time. A short read is an error: callers read
-// ranges they know exist.
-func (o *object) ReadAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
+// ranges they know exist. ReadAt (split.go) calls it for each range.
+func (o *object) readRange(p []byte, off int64) (int, error) {
 	var err error
 	for attempt := range o.s.attempts {
 		if attempt > 0 {
