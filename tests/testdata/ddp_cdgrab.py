@@ -6,11 +6,10 @@ part's per-example gradients through corgifs.FeedbackWriter every epoch.
     ddp_cdgrab.py MOUNT OUT EPOCHS [--feedback] [--late-epoch E]
 
 Rank and world come from the environment (env:// rendezvous: MASTER_ADDR,
-MASTER_PORT, RANK, WORLD_SIZE). Each step takes the next --batch records
-of every part (lock-step, as `corgifs validate --workers K`): the parts
-of cdgrab and D-RR (local) hold a few records more or less than each
-other, so a rank whose part is over contributes nothing while the others
-finish. OUT gets per epoch the record ids this rank consumed, in order,
+MASTER_PORT, RANK, WORLD_SIZE). The training is `corgifs validate
+--model logistic --workers K`'s (synchronous SGD, --batch records of
+every part a step, lr * decay^epoch), so the losses compare with its
+tables in VALIDATION.md. OUT gets per epoch the record ids this rank consumed, in order,
 and the full-training loss of the model at the end of the epoch (every
 record of the epoch, summed over the ranks).
 
@@ -35,8 +34,9 @@ def main():
     p.add_argument("epochs", type=int)
     p.add_argument("--feedback", action="store_true")
     p.add_argument("--late-epoch", type=int, default=-1)
-    p.add_argument("--batch", type=int, default=4, help="records of each part per step")
+    p.add_argument("--batch", type=int, default=8, help="records of each part per step")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--decay", type=float, default=0.95, help="the learning rate of epoch e is lr * decay^e")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
@@ -46,31 +46,36 @@ def main():
     report = {"rank": rank, "world": world, "epochs": []}
     for epoch in range(a.epochs):
         ds.set_epoch(epoch)
-        it = iter(ds)
+        lr = a.lr * a.decay**epoch
+        # Lock-step as data-parallel ranks: every step takes --batch
+        # records of every part, until the shortest part has no full batch
+        # left; the records after that are read (and given feedback) but
+        # not trained on, as `corgifs validate --workers K` does.
+        least = torch.tensor([len(ds)])
+        dist.all_reduce(least, op=dist.ReduceOp.MIN)
+        steps = int(least) // a.batch
         ids, xs, ys, grads = [], [], [], []
+        it = iter(ds)
+        step = 0
         while True:
             recs = list(itertools.islice(it, a.batch))
-            if w is None:  # the first step: every part has records
-                w = np.zeros(len(recs[0]["features"]) + 1)
-            d = len(w)
-            buf = torch.zeros(d + 1, dtype=torch.float64)
-            if recs:
-                x = np.array([r["features"] for r in recs], dtype=np.float64)
-                xb = np.hstack([x, np.ones((len(recs), 1))])
-                y = np.array([r["label"][0] for r in recs], dtype=np.float64)
-                # Per-example gradients of the logistic loss at the current
-                # model: CD-GraB orders the next epoch by these, in served order.
-                g = ((1 / (1 + np.exp(-xb @ w))) - y)[:, None] * xb
-                buf[:d] = torch.from_numpy(g.sum(0))
-                buf[d] = len(recs)
-            # Synchronous SGD: the step is the mean gradient of this step's
-            # records of every part (a part that is over adds nothing).
-            dist.all_reduce(buf)
-            if buf[d] == 0:  # every part is over
-                break
-            w -= a.lr * (buf[:d] / buf[d]).numpy()
             if not recs:
-                continue
+                break
+            x = np.array([r["features"] for r in recs], dtype=np.float64)
+            xb = np.hstack([x, np.ones((len(recs), 1))])
+            y = np.array([r["label"][0] for r in recs], dtype=np.float64)
+            if w is None:
+                w = np.zeros(xb.shape[1])
+            # Per-example gradients of the logistic loss at the current
+            # model: CD-GraB orders the next epoch by these, in served order.
+            g = ((1 / (1 + np.exp(-xb @ w))) - y)[:, None] * xb
+            if step < steps:
+                # Synchronous SGD: the mean gradient of this step's records
+                # of every part.
+                buf = torch.from_numpy(g.sum(0))
+                dist.all_reduce(buf)
+                w -= lr * buf.numpy() / (a.batch * world)
+                step += 1
             ids += [int(r["id"][0]) for r in recs]
             xs.append(xb)
             ys.append(y)
