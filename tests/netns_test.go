@@ -176,9 +176,10 @@ type ddpEpoch struct {
 
 // trainLab mounts s3://data/train on every node of the lab (rank i in
 // namespace n<i>) and runs one gloo rank of ddp_cdgrab.py per node in
-// the same namespace, rendezvous at node 0's address. It returns each
+// the same namespace, rendezvous at node 0's address. With coordinate,
+// the daemons coordinate there with --feedback-timeout timeout. It returns each
 // rank's epochs and the daemons.
-func trainLab(t *testing.T, l *netLab, nodes, epochs int, seed, strategy, coordinate string, trainerArgs ...string) ([][]ddpEpoch, []*corgifstest.Daemon) {
+func trainLab(t *testing.T, l *netLab, nodes, epochs int, seed, strategy, coordinate, timeout string, trainerArgs ...string) ([][]ddpEpoch, []*corgifstest.Daemon) {
 	t.Helper()
 	began := time.Now()
 	ds := make([]*corgifstest.Daemon, nodes)
@@ -190,7 +191,7 @@ func trainLab(t *testing.T, l *netLab, nodes, epochs int, seed, strategy, coordi
 		args := []string{"--seed", seed, "--block-size", "8KiB", "--buffer", "10%", "--index", "full"}
 		if coordinate != "" {
 			args = append(args, "--coordinate", coordinate, "--coordinate-rank", strconv.Itoa(i),
-				"--feedback-dim", "19", "--feedback-timeout", "5s")
+				"--feedback-dim", "19", "--feedback-timeout", timeout)
 		}
 		ds[i] = corgifstest.Mount(t, "s3://data/train", corgifstest.Wrapper(l.in(fmt.Sprintf("n%d", i))...),
 			corgifstest.Strategy(strategy), corgifstest.Parts(nodes), corgifstest.Args(args...))
@@ -277,7 +278,9 @@ func TestMultiNodeCDGraBThroughNetworkNamespacesTrainsBetterThanDRRWithOneDecisi
 	s3dir, _ := startLabS3(t, l, src)
 	start := time.Now()
 
-	cd, cdNodes := trainLab(t, l, nodes, epochs, seed, "cdgrab", "s3://coord/run-1", "--feedback")
+	// A timeout far above a step's time: a balanced run must never fall
+	// back on a loaded machine. The late run's is short, as it is waited.
+	cd, cdNodes := trainLab(t, l, nodes, epochs, seed, "cdgrab", "s3://coord/run-1", "30s", "--feedback")
 	eachEpochOnce(t, cd, records)
 	shared := sharedDir(filepath.Join(s3dir, "coord", "run-1"))
 	for e := 1; e < epochs; e++ {
@@ -291,7 +294,7 @@ func TestMultiNodeCDGraBThroughNetworkNamespacesTrainsBetterThanDRRWithOneDecisi
 		}
 	}
 
-	drr, _ := trainLab(t, l, nodes, epochs, seed, "local", "")
+	drr, _ := trainLab(t, l, nodes, epochs, seed, "local", "", "")
 	eachEpochOnce(t, drr, records)
 	cdLoss, drrLoss := losses(cd), losses(drr)
 	t.Logf("seed %s full-training loss per epoch: cdgrab %.4f, D-RR (local) %.4f", seed, cdLoss, drrLoss)
@@ -301,7 +304,7 @@ func TestMultiNodeCDGraBThroughNetworkNamespacesTrainsBetterThanDRRWithOneDecisi
 		}
 	}
 
-	late, lateNodes := trainLab(t, l, nodes, epochs, seed, "cdgrab", "s3://coord/run-late", "--feedback", "--late-epoch", "1")
+	late, lateNodes := trainLab(t, l, nodes, epochs, seed, "cdgrab", "s3://coord/run-late", "5s", "--feedback", "--late-epoch", "1")
 	eachEpochOnce(t, late, records)
 	shared = sharedDir(filepath.Join(s3dir, "coord", "run-late"))
 	for e := 1; e < epochs; e++ {
