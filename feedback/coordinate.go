@@ -651,16 +651,9 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 			missing := c.gather(ctx, epoch-1, parts, served)
 			if len(missing) == 0 {
 				orders := compute(true)
-				d, err := c.take(ctx, ek, true, fmt.Sprintf("the feedback of all %d parts of epoch %d arrived", parts, epoch-1), orders)
-				if errors.Is(err, fs.ErrExist) {
-					continue // another node decided first: follow it
-				}
-				if err == nil {
-					err = c.publishDigest(ctx, d, d.Digest)
-				}
-				if isTransient(err) {
-					transient = c.noteTransient(err, transient)
-					continue
+				again, err := c.settle(ctx, ek, true, fmt.Sprintf("the feedback of all %d parts of epoch %d arrived", parts, epoch-1), orders, &transient)
+				if again {
+					continue // another node decided first (follow it), or the shared place failed for now
 				}
 				if err != nil {
 					return nil, false, false, err
@@ -682,21 +675,14 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 				reason = fmt.Sprintf("rank %d (the order server) waited %s for the feedback of parts %v of epoch %d", c.rank, timeout, w.MissingParts, epoch-1)
 			}
 			orders := compute(false)
-			d, err := c.take(ctx, ek, false, reason, orders)
-			if errors.Is(err, fs.ErrExist) {
-				continue
-			}
-			if err == nil {
-				c.log.Warn("the epoch's feedback did not arrive in time: every node serves a random reshuffle", "epoch", epoch, "parts", parts, "reason", reason)
-				err = c.publishDigest(ctx, d, d.Digest)
-			}
-			if isTransient(err) {
-				transient = c.noteTransient(err, transient)
+			again, err := c.settle(ctx, ek, false, reason, orders, &transient)
+			if again {
 				continue
 			}
 			if err != nil {
 				return nil, false, false, err
 			}
+			c.log.Warn("the epoch's feedback did not arrive in time: every node serves a random reshuffle", "epoch", epoch, "parts", parts, "reason", reason)
 			return orders, false, false, nil
 		}
 		if !c.sleep(ctx, deadline) {
@@ -719,6 +705,25 @@ func isTransient(err error) bool {
 }
 
 // noteTransient logs err when it is the first of a run of failures.
+// settle writes the decision of ek with orders and publishes this node's
+// digest of it. again says that the caller must look again: another node
+// wrote the decision first (the caller then follows it), or the shared
+// place failed for now (noted in *transient).
+func (c *Coordinator) settle(ctx context.Context, ek ekey, balanced bool, reason string, orders [][]int32, transient *error) (again bool, err error) {
+	d, err := c.take(ctx, ek, balanced, reason, orders)
+	if errors.Is(err, fs.ErrExist) {
+		return true, nil
+	}
+	if err == nil {
+		err = c.publishDigest(ctx, d, d.Digest)
+	}
+	if isTransient(err) {
+		*transient = c.noteTransient(err, *transient)
+		return true, nil
+	}
+	return false, err
+}
+
 func (c *Coordinator) noteTransient(err, last error) error {
 	if last == nil {
 		c.log.Warn("the shared place failed; trying again", "err", err)
