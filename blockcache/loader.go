@@ -239,7 +239,7 @@ type LoaderOptions struct {
 	Logger    *slog.Logger
 	// DiskCache, if set, keeps the blocks read from the source on local
 	// disk and serves them from there (see OpenDiskCache).
-	DiskCache *DiskCache
+	DiskCache DiskTier
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.
