@@ -21,6 +21,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/internal/cachedir"
+	"github.com/corgifs/corgifs/internal/slab"
 )
 
 // The disk cache keeps blocks read from a slow or remote source on local
@@ -528,7 +529,7 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 	}
 	c.queued += n
 	c.mu.Unlock()
-	buf, err := mapSlab(n)
+	buf, err := slab.Map(n)
 	if err != nil {
 		c.mu.Lock()
 		c.queued -= n
@@ -542,7 +543,7 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 		// Closing, or the same block queued meanwhile by another load.
 		c.queued -= n
 		c.mu.Unlock()
-		unmapSlab(buf)
+		slab.Unmap(buf)
 		return
 	}
 	p := &pendingCopy{data: buf[:n]}
@@ -595,7 +596,7 @@ func (c *DiskCache) writer() {
 // it. c.mu must be held.
 func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
 	if p.readers == 0 && p.written && p.data != nil {
-		unmapSlab(p.data)
+		slab.Unmap(p.data)
 		p.data = nil
 	}
 }
