@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
 
@@ -88,7 +89,7 @@ func (r *aheadReader) free() {
 	r.wait()
 	for i, c := range r.slots {
 		if c != nil {
-			unmapSlab(c.buf)
+			slab.Unmap(c.buf)
 			r.slots[i] = nil
 		}
 	}
@@ -169,7 +170,7 @@ func (r *aheadReader) chunk(k, cur int64) *aheadChunk {
 		switch {
 		case c == nil:
 			if victim == nil {
-				buf, err := mapSlab(scanChunk)
+				buf, err := slab.Map(scanChunk)
 				if err != nil {
 					// Without a slab the chunk fails like a read would.
 					c := &aheadChunk{k: k, err: err, done: make(chan struct{})}

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
 
@@ -38,11 +39,11 @@ func newDirectFixture(t *testing.T) *directFixture {
 
 func mustSlab(t *testing.T, n int64) []byte {
 	t.Helper()
-	b, err := mapSlab(n)
+	b, err := slab.Map(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unmapSlab(b) })
+	t.Cleanup(func() { slab.Unmap(b) })
 	return b
 }
 

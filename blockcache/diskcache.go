@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/cachedir"
+	"github.com/corgifs/corgifs/internal/slab"
 )
 
 // The disk cache keeps blocks read from a slow or remote source on local
@@ -129,7 +131,7 @@ type DiskCacheStats struct {
 // methods are safe for concurrent use; Close stops its writer.
 type DiskCache struct {
 	ix   *Index
-	dir  *cacheDir // nil: disabled from the start
+	dir  *cachedir.Dir // nil: disabled from the start
 	path string
 	max  int64
 	nu   NextUse
@@ -220,13 +222,13 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	if isLocal(ix.src) {
 		root = ix.Root
 	}
-	path, err := resolveCacheDir(o.Dir, root)
+	path, err := cachedir.Resolve(o.Dir, root)
 	if err != nil {
 		// Inside the source: corgifs never writes there.
 		return nil, fmt.Errorf("--disk-cache %s: %w", o.Dir, err)
 	}
 	c.path = path
-	c.dir, err = openCacheDir(path)
+	c.dir, err = cachedir.OpenPath(path)
 	if errors.Is(err, ErrUnsafeCacheDir) {
 		return nil, fmt.Errorf("--disk-cache: %w", err)
 	}
@@ -308,7 +310,7 @@ func (c *DiskCache) scan() {
 	for _, de := range des {
 		name := de.Name()
 		if strings.HasPrefix(name, "."+diskEntryName) && strings.HasSuffix(name, ".tmp") {
-			c.dir.remove(name)
+			c.dir.Remove(name)
 			continue
 		}
 		var n diskName
@@ -412,7 +414,7 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 // returns the CRC32C of the bytes read and why the entry cannot be used,
 // or "".
 func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
-	f, err := c.dir.open(name.String())
+	f, err := c.dir.Open(name.String())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, entryGone
@@ -478,7 +480,7 @@ func (c *DiskCache) drop(name diskName, ent *diskEntry) {
 	}
 	delete(c.entries, name)
 	c.held -= ent.size
-	if err := c.dir.remove(name.String()); err != nil {
+	if err := c.dir.Remove(name.String()); err != nil {
 		c.log.Debug("disk cache: remove", "err", err)
 	}
 }
@@ -527,7 +529,7 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 	}
 	c.queued += n
 	c.mu.Unlock()
-	buf, err := mapSlab(n)
+	buf, err := slab.Map(n)
 	if err != nil {
 		c.mu.Lock()
 		c.queued -= n
@@ -541,7 +543,7 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 		// Closing, or the same block queued meanwhile by another load.
 		c.queued -= n
 		c.mu.Unlock()
-		unmapSlab(buf)
+		slab.Unmap(buf)
 		return
 	}
 	p := &pendingCopy{data: buf[:n]}
@@ -594,7 +596,7 @@ func (c *DiskCache) writer() {
 // it. c.mu must be held.
 func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
 	if p.readers == 0 && p.written && p.data != nil {
-		unmapSlab(p.data)
+		slab.Unmap(p.data)
 		p.data = nil
 	}
 }
@@ -613,7 +615,7 @@ func (c *DiskCache) store(j diskJob) {
 		c.notAdmitted.Add(1)
 		return
 	}
-	err := c.dir.write(j.name.String(), func(w io.Writer) error {
+	err := c.dir.WriteFile(j.name.String(), func(w io.Writer) error {
 		var hdr [diskHeader]byte
 		copy(hdr[:], diskMagic)
 		binary.LittleEndian.PutUint32(hdr[8:], formats.UpdateChecksum(0, j.data))

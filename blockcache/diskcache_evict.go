@@ -113,7 +113,7 @@ func (c *DiskCache) reserve(block int32, epoch int, size int64) bool {
 		delete(c.entries, v.name)
 		c.held -= v.ent.size
 		c.evictions.Add(1)
-		if err := c.dir.remove(v.name.String()); err != nil {
+		if err := c.dir.Remove(v.name.String()); err != nil {
 			c.log.Debug("disk cache: remove", "err", err)
 		}
 	}

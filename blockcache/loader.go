@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
 
@@ -239,7 +240,7 @@ type LoaderOptions struct {
 	Logger    *slog.Logger
 	// DiskCache, if set, keeps the blocks read from the source on local
 	// disk and serves them from there (see OpenDiskCache).
-	DiskCache *DiskCache
+	DiskCache DiskTier
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.
@@ -800,7 +801,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	if m := l.largest; l.used+2*m <= l.budget {
 		c = m
 	}
-	mem, err := mapSlab(c)
+	mem, err := slab.Map(c)
 	if err != nil {
 		l.log.Error("out of memory for a slab", "err", err)
 		return nil
@@ -818,7 +819,7 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 // l.mu must be held.
 func (l *Loader) regrow(n int64) *Buf {
 	f := l.free[len(l.free)-1]
-	mem, err := growSlab(f.Data, n)
+	mem, err := slab.Grow(f.Data, n)
 	if err != nil {
 		l.log.Debug("could not grow a slab", "from", cap(f.Data), "to", n, "err", err)
 		return nil
@@ -837,7 +838,7 @@ func (l *Loader) unmapLastFree() {
 	f := l.free[len(l.free)-1]
 	l.free = l.free[:len(l.free)-1]
 	l.used -= int64(cap(f.Data))
-	unmapSlab(f.Data)
+	slab.Unmap(f.Data)
 }
 
 func isReady(b *Buf) bool {

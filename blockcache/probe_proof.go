@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/cachedir"
 )
 
 // Why a probed boundary has to be proven, and how.
@@ -302,7 +303,7 @@ func MarkProbeWrong(root string, o Options, file File, reason string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := openCacheDir(path)
+	dir, err := cachedir.OpenPath(path)
 	if err != nil {
 		return err
 	}
@@ -311,7 +312,7 @@ func MarkProbeWrong(root string, o Options, file File, reason string) error {
 	e := wholeEntry{file.Path, file.Size, file.Mtime, file.Version}
 	if !slices.Contains(list, e) {
 		list = append(list, e)
-		err = dir.write(name, func(w io.Writer) error { return json.NewEncoder(w).Encode(list) })
+		err = dir.WriteFile(name, func(w io.Writer) error { return json.NewEncoder(w).Encode(list) })
 	}
 	dir.Close()
 	if err != nil {
@@ -320,11 +321,11 @@ func MarkProbeWrong(root string, o Options, file File, reason string) error {
 	return MarkStale(root, o, reason)
 }
 
-func readWholeList(dir *cacheDir, name string) []wholeEntry {
-	if !dir.exists(name) {
+func readWholeList(dir *cachedir.Dir, name string) []wholeEntry {
+	if !dir.Exists(name) {
 		return nil
 	}
-	b, err := dir.readSmall(name, maxWholeList)
+	b, err := dir.ReadFile(name, maxWholeList)
 	var list []wholeEntry
 	if err != nil || json.Unmarshal(b, &list) != nil {
 		return nil // rewritten whole at the next mark
@@ -342,7 +343,7 @@ func (ix *Index) scanWhole(o Options) []bool {
 	if err != nil {
 		return nil
 	}
-	dir, err := openCacheDir(path)
+	dir, err := cachedir.OpenPath(path)
 	if err != nil {
 		return nil
 	}
@@ -459,16 +460,16 @@ func OpenProofLog(root string, o Options) (*ProofLog, error) {
 	if err != nil {
 		return pl, err
 	}
-	dir, err := openCacheDir(path)
+	dir, err := cachedir.OpenPath(path)
 	if err != nil {
 		return pl, err
 	}
 	defer dir.Close()
 	name := proofLogName(root, o)
-	if !dir.exists(name) {
+	if !dir.Exists(name) {
 		return pl, nil
 	}
-	b, err := dir.readSmall(name, maxProofLog)
+	b, err := dir.ReadFile(name, maxProofLog)
 	var list []proofEntry
 	if err != nil || json.Unmarshal(b, &list) != nil {
 		return pl, nil // rewritten at the next flush
@@ -511,7 +512,7 @@ func (pl *ProofLog) flush() error {
 	if err != nil {
 		return err
 	}
-	dir, err := openCacheDir(path)
+	dir, err := cachedir.OpenPath(path)
 	if err != nil {
 		return err
 	}
@@ -520,7 +521,7 @@ func (pl *ProofLog) flush() error {
 	for e := range pl.set {
 		list = append(list, e)
 	}
-	if err := dir.write(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
+	if err := dir.WriteFile(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
 		return err
 	}
 	pl.dirty = false

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/cachedir"
 )
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
@@ -108,16 +109,16 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	}
 	h := header(sidecarRoot(root, o), o)
 	name := h.name()
-	var dir *cacheDir
+	var dir *cachedir.Dir
 	var noDir error // why there is no cache directory to save in
 	if o.CacheDir != "" {
 		path, err := cacheDirFor(o.CacheDir, root, o)
 		if err != nil {
 			return nil, false, err
 		}
-		dir, noDir = openCacheDir(path)
+		dir, noDir = cachedir.OpenPath(path)
 		if errors.Is(noDir, ErrUnsafeCacheDir) {
-			return nil, false, forFlag(noDir, "--cache-dir", "its index")
+			return nil, false, cachedir.ForFlag(noDir, "--cache-dir", "its index")
 		}
 		if dir != nil {
 			defer dir.Close()
@@ -125,9 +126,9 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	}
 	if dir != nil {
 		var why string
-		if dir.exists(name + staleSuffix) {
+		if dir.Exists(name + staleSuffix) {
 			why = "a block failed its check while served, though its file kept its version (size and modification time, or ETag)"
-			if stale, err := dir.readSmall(name+staleSuffix, 4<<10); err == nil {
+			if stale, err := dir.ReadFile(name+staleSuffix, 4<<10); err == nil {
 				why += ": " + string(stale)
 			}
 		} else {
@@ -168,7 +169,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	case dir != nil:
 		if err := saveSidecar(dir, name, h, ix); err != nil {
 			o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", err)
-		} else if err := dir.remove(name + staleSuffix); err != nil {
+		} else if err := dir.Remove(name + staleSuffix); err != nil {
 			o.Logger.Warn("could not remove the stale mark of the index sidecar; the next mount will index again", "err", err)
 		}
 	case noDir != nil:
@@ -186,13 +187,17 @@ func sidecarRoot(root string, o Options) string {
 	return root
 }
 
+// ErrUnsafeCacheDir marks a cache directory that corgifs refuses to use
+// (see cachedir.ErrUnsafe).
+var ErrUnsafeCacheDir = cachedir.ErrUnsafe
+
 // cacheDirFor resolves the cache directory of an index of root; only a
 // local source can hold it.
 func cacheDirFor(dir, root string, o Options) (string, error) {
 	if o.Source != nil {
-		return resolveCacheDir(dir, "")
+		return cachedir.Resolve(dir, "")
 	}
-	return resolveCacheDir(dir, root)
+	return cachedir.Resolve(dir, root)
 }
 
 // staleSuffix names the file, beside a sidecar, that marks it stale: the
@@ -217,13 +222,13 @@ func MarkStale(root string, o Options, reason string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := openCacheDir(path)
+	dir, err := cachedir.OpenPath(path)
 	if err != nil {
-		return forFlag(err, "--cache-dir", "its index")
+		return cachedir.ForFlag(err, "--cache-dir", "its index")
 	}
 	defer dir.Close()
 	h := header(sidecarRoot(root, o), o)
-	return dir.write(h.name()+staleSuffix, func(w io.Writer) error {
+	return dir.WriteFile(h.name()+staleSuffix, func(w io.Writer) error {
 		_, err := io.WriteString(w, reason)
 		return err
 	})
@@ -267,9 +272,9 @@ func (ix *Index) changed(ctx context.Context, o Options) string {
 // loadSidecar reads the sidecar name in dir; a missing, untrusted,
 // corrupt, old or foreign one, or one whose blocks do not tile its files,
 // gives nil and the reason (empty when there simply is none).
-func loadSidecar(dir *cacheDir, name string, want sidecarHeader) (*Index, string) {
-	path := filepath.Join(dir.path, name)
-	f, err := dir.open(name)
+func loadSidecar(dir *cachedir.Dir, name string, want sidecarHeader) (*Index, string) {
+	path := filepath.Join(dir.Path(), name)
+	f, err := dir.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ""
 	} else if err != nil {
@@ -324,12 +329,12 @@ type sidecarBody struct {
 
 // saveSidecar writes the index as the sidecar name in dir, atomically: a
 // new file renamed into place.
-func saveSidecar(dir *cacheDir, name string, h sidecarHeader, ix *Index) error {
+func saveSidecar(dir *cachedir.Dir, name string, h sidecarHeader, ix *Index) error {
 	var body bytes.Buffer
 	if err := gob.NewEncoder(&body).Encode(ix); err != nil {
 		return err
 	}
-	return dir.write(name, func(f io.Writer) error {
+	return dir.WriteFile(name, func(f io.Writer) error {
 		w := bufio.NewWriter(f)
 		enc := gob.NewEncoder(w)
 		if err := enc.Encode(h); err != nil {

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/internal/cachedir"
 	"github.com/dustin/go-humanize"
 )
 
@@ -43,7 +43,7 @@ func Bound(records int64, dim int) int64 { return records * (4*int64(dim) + 12) 
 // Options configure a Store.
 type Options struct {
 	// Dir is the directory the store keeps its files in (uploads, orders),
-	// opened with blockcache.OpenCacheDir: a directory of the cache
+	// opened with cachedir.Open: a directory of the cache
 	// directory that only this mount's dataset, strategy and seed use.
 	Dir string
 	// Root is the local source directory, which Dir must not be inside;
@@ -68,7 +68,7 @@ type Options struct {
 // Store holds the feedback of one mount. Its methods are safe for
 // concurrent use.
 type Store struct {
-	dir     *blockcache.CacheDir
+	dir     *cachedir.Dir
 	log     *slog.Logger
 	records int64
 	maxDim  int
@@ -145,7 +145,7 @@ func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("feedback: no cache directory to keep the uploads in (pass --cache-dir)")
 	}
-	dir, err := blockcache.OpenCacheDir(o.Dir, o.Root)
+	dir, err := cachedir.Open(o.Dir, o.Root)
 	if err != nil {
 		return nil, fmt.Errorf("feedback: %w", err)
 	}

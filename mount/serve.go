@@ -61,7 +61,11 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	if d.diskCache, err = d.openDiskCache(); err != nil {
 		return nil, err
 	}
-	lo.DiskCache = d.diskCache
+	if d.diskCache != nil {
+		// Not a nil *DiskCache in the interface: the loader would
+		// take it for a disk cache.
+		lo.DiskCache = d.diskCache
+	}
 	ld := blockcache.NewLoader(ix, lo)
 	in := api.NewConfig(ix, pl, c.Epochs, c.Parts)
 	// The planner holds the loader's share of it; config.json says what

@@ -1,6 +1,6 @@
 //go:build unix
 
-package blockcache
+package cachedir
 
 import (
 	"crypto/rand"
@@ -27,9 +27,9 @@ type cacheDir struct {
 }
 
 // openCacheDir creates (with mode 0700) and opens the cache directory path,
-// which resolveCacheDir returned. A directory that another user owns or
+// which Resolve returned. A directory that another user owns or
 // that others may write gives an *unsafeDirError, which names no flag
-// (see forFlag).
+// (see ForFlag).
 func openCacheDir(path string) (*cacheDir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func (d *cacheDir) remove(name string) error {
 	return nil
 }
 
-// resolveCacheDir returns the cache directory dir as the kernel will reach
+// Resolve returns the cache directory dir as the kernel will reach
 // it (absolute, symbolic links and ".." resolved as far as it exists), and
 // refuses one that is root, the source, or inside it. The check compares
 // device and inode numbers of the deepest existing directory of the path
@@ -177,7 +177,7 @@ func (d *cacheDir) remove(name string) error {
 // nor a bind mount into the source gets past it; the rest of the path does
 // not exist yet, so it cannot be the source. An empty root (a remote
 // source) skips that check.
-func resolveCacheDir(dir, root string) (string, error) {
+func Resolve(dir, root string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		wd, err := os.Getwd()
 		if err != nil {

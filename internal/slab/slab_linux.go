@@ -1,4 +1,4 @@
-package blockcache
+package slab
 
 import (
 	"fmt"
@@ -19,9 +19,9 @@ import (
 // alignment that keeps their huge pages when they grow.
 const hugePage = 2 << 20
 
-// mapSlab returns n bytes of zeroed memory. The mapping takes whole pages;
+// Map returns n bytes of zeroed memory. The mapping takes whole pages;
 // the budget counts n, which is at most a page short per slab.
-func mapSlab(n int64) ([]byte, error) {
+func Map(n int64) ([]byte, error) {
 	p, err := unix.MmapPtr(-1, 0, nil, uintptr(max(n, 1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, fmt.Errorf("allocate a slab of %d bytes: %w", n, err)
@@ -32,12 +32,12 @@ func mapSlab(n int64) ([]byte, error) {
 	return b, nil
 }
 
-// growSlab returns slab b made n bytes long, n > cap(b); b must not be used
+// Grow returns slab b made n bytes long, n > cap(b); b must not be used
 // after. The kernel moves b's pages rather than copying them, to an address
 // at the same offset within a huge page as b's: moved anywhere else, its
 // huge pages would be split into small ones, and gathers from the slab
 // would run slower until the kernel merged them again.
-func growSlab(b []byte, n int64) ([]byte, error) {
+func Grow(b []byte, n int64) ([]byte, error) {
 	old := unsafe.Pointer(unsafe.SliceData(b))
 	span := uintptr(n) + hugePage
 	res, err := unix.MmapPtr(-1, 0, nil, span, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
@@ -63,8 +63,8 @@ func growSlab(b []byte, n int64) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), n), nil
 }
 
-// unmapSlab returns a slab's memory to the system. Nothing may use it after.
-func unmapSlab(b []byte) {
+// Unmap returns a slab's memory to the system. Nothing may use it after.
+func Unmap(b []byte) {
 	if cap(b) > 0 {
 		_ = unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(cap(b)))
 	}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package blockcache
+package cachedir
 
 import (
 	"errors"
@@ -20,14 +20,14 @@ type cacheDir struct{ path string }
 var errNoCacheDir = fmt.Errorf("index sidecars are not kept on %s (corgifs cannot check there that only you can write the cache directory); the index is built again at every mount: %w", runtime.GOOS, errors.ErrUnsupported)
 
 // openCacheDir refuses every cache directory, with an error that does not
-// wrap ErrUnsafeCacheDir: Open then builds the index without saving it.
+// wrap ErrUnsafe: Open then builds the index without saving it.
 func openCacheDir(path string) (*cacheDir, error) {
 	return nil, fmt.Errorf("cache directory %s: %w", path, errNoCacheDir)
 }
 
-// resolveCacheDir only makes dir absolute: openCacheDir refuses it anyway,
+// Resolve only makes dir absolute: openCacheDir refuses it anyway,
 // so nothing is ever written in it, inside the source or elsewhere.
-func resolveCacheDir(dir, _ string) (string, error) {
+func Resolve(dir, _ string) (string, error) {
 	return filepath.Abs(dir)
 }
 

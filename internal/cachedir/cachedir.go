@@ -1,4 +1,9 @@
-package blockcache
+// Package cachedir opens the directories corgifs writes its own files in
+// (the index's sidecars, the disk cache's entries, feedback vectors and
+// orders) with checks that nobody else can write them: owner and mode
+// checked on the descriptor, files opened relative to it and never through
+// a link, written as new files renamed into place.
+package cachedir
 
 import (
 	"errors"
@@ -11,15 +16,15 @@ import (
 // (cachedir_other.go), no cache directory is used: the index is built
 // again at every mount.
 
-// ErrUnsafeCacheDir marks a cache directory that corgifs refuses to use:
+// ErrUnsafe marks a cache directory that corgifs refuses to use:
 // anyone else who can write it could plant an index that serves records
 // twice or never, or a symbolic link that makes corgifs overwrite a file.
-var ErrUnsafeCacheDir = errors.New("unsafe cache directory")
+var ErrUnsafe = errors.New("unsafe cache directory")
 
 // unsafeDirError refuses the directory path for the reason why. Several
 // flags name directories that openCacheDir checks (--cache-dir for the
 // index, feedback and orders; --disk-cache for blocks): the message names
-// no flag unless the caller says which one with forFlag, so that a refused
+// no flag unless the caller says which one with ForFlag, so that a refused
 // --disk-cache is not blamed on --cache-dir and the index.
 type unsafeDirError struct {
 	path, why string
@@ -30,16 +35,16 @@ type unsafeDirError struct {
 
 func (e *unsafeDirError) Error() string {
 	if e.flag == "" {
-		return fmt.Sprintf("%v: directory %s %s; corgifs must be the only one able to write the files it keeps there: use a directory that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafeCacheDir, e.path, e.why)
+		return fmt.Sprintf("%v: directory %s %s; corgifs must be the only one able to write the files it keeps there: use a directory that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafe, e.path, e.why)
 	}
-	return fmt.Sprintf("%v: cache directory %s %s; corgifs keeps %s there and must be the only one able to write it: pass a %s that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafeCacheDir, e.path, e.why, e.keeps, e.flag)
+	return fmt.Sprintf("%v: cache directory %s %s; corgifs keeps %s there and must be the only one able to write it: pass a %s that you own and only you can write (corgifs creates a missing one with mode 0700), or fix this one (chown/chmod go-w)", ErrUnsafe, e.path, e.why, e.keeps, e.flag)
 }
 
-func (e *unsafeDirError) Unwrap() error { return ErrUnsafeCacheDir }
+func (e *unsafeDirError) Unwrap() error { return ErrUnsafe }
 
-// forFlag makes an unsafeDirError in err name flag and what corgifs keeps
+// ForFlag makes an unsafeDirError in err name flag and what corgifs keeps
 // in the directory; other errors are returned as they are.
-func forFlag(err error, flag, keeps string) error {
+func ForFlag(err error, flag, keeps string) error {
 	var u *unsafeDirError
 	if errors.As(err, &u) {
 		c := *u
