@@ -294,17 +294,8 @@ const maxWholeList = 4 << 20
 // was proved wrong, so that the next probed index of root scans it whole,
 // and marks the sidecar stale with reason so that the next Open rebuilds.
 func MarkProbeWrong(root string, o Options, file File, reason string) error {
-	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil || o.CacheDir == "" {
-		return err
-	}
-	path, err := cacheDirFor(o.CacheDir, root, o)
-	if err != nil {
-		return err
-	}
-	dir, err := cachedir.OpenPath(path)
-	if err != nil {
+	dir, root, o, err := openRootCacheDir(root, o)
+	if dir == nil || err != nil {
 		return err
 	}
 	name := wholeListName(root, o)

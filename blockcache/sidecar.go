@@ -207,23 +207,31 @@ func cacheDirFor(dir, root string, o Options) (string, error) {
 // cannot see. The file holds the reason; the next Open rebuilds.
 const staleSuffix = ".stale"
 
+// openRootCacheDir opens the cache directory of the index of root under
+// o.CacheDir, with root and o as an index of it sees them. It returns a
+// nil directory and no error when o has no cache directory.
+func openRootCacheDir(root string, o Options) (*cachedir.Dir, string, Options, error) {
+	o.fill()
+	root, err := rootOf(root, o)
+	if err != nil || o.CacheDir == "" {
+		return nil, root, o, err
+	}
+	path, err := cacheDirFor(o.CacheDir, root, o)
+	if err != nil {
+		return nil, root, o, err
+	}
+	dir, err := cachedir.OpenPath(path)
+	return dir, root, o, err
+}
+
 // MarkStale makes the next Open of root with o rebuild the index, giving
 // reason. The loader's OnDamage calls it when a block no longer matches the
 // index although its file kept its version (size and modification time, or
 // ETag). A file whose version changed is not marked: Open sees the change
 // and, for a probed index, indexes that file alone.
 func MarkStale(root string, o Options, reason string) error {
-	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil || o.CacheDir == "" {
-		return err
-	}
-	path, err := cacheDirFor(o.CacheDir, root, o)
-	if err != nil {
-		return err
-	}
-	dir, err := cachedir.OpenPath(path)
-	if err != nil {
+	dir, root, o, err := openRootCacheDir(root, o)
+	if dir == nil || err != nil {
 		return cachedir.ForFlag(err, "--cache-dir", "its index")
 	}
 	defer dir.Close()
