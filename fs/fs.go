@@ -161,6 +161,9 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	srv, err := gofs.Mount(cfg.Mountpoint, root, opts)
 	if err != nil {
+		if cause := mountCause(cfg.AllowOther); cause != "" {
+			return nil, fmt.Errorf("mount %s: %w: %s", cfg.Mountpoint, err, cause)
+		}
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	s := &Server{srv: srv, mnt: cfg.Mountpoint, log: cfg.Logger}

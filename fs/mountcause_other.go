@@ -1,0 +1,5 @@
+//go:build !linux
+
+package fs
+
+func mountCause(bool) string { return "" }
