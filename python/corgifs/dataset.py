@@ -213,7 +213,8 @@ class Dataset(tud.IterableDataset):
         path = self.part(worker, workers)
         decode = self.reader.decode if self.decode is True else self.decode
         with self.reader.open(path) as f:
-            for rec, nxt in self.reader.records(f, offset):
+            recs = self.reader.records_for(f, offset, decode) if decode else self.reader.records(f, offset)
+            for rec, nxt in recs:
                 count += 1
                 # Before the yield: once yielded, the record counts as consumed.
                 self._here = (i, k, nxt, count)

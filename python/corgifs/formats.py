@@ -15,7 +15,12 @@ import tarfile
 
 import numpy as np
 
+from . import tfrecord as _tfrecord
 from .tfrecord import CHUNK, CorruptRecord, decode_example, read_tfrecords
+
+# The decoders that take a bytearray record as theirs to keep.
+_VIEWING = (_tfrecord.decode_example, _tfrecord.parse_example, _tfrecord.decode_example_pure,
+            _tfrecord.parse_example_pure)
 
 __all__ = ["Reader", "reader", "canonical", "FORMATS", "EXTENSIONS", "read_records"]
 
@@ -60,6 +65,11 @@ class Reader:
     def decode(self, record):
         return record
 
+    def records_for(self, f, offset, decode):
+        """records(f, offset) whose records go to decode and nowhere else: a
+        reader may then yield buffers the decoding can keep."""
+        return self.records(f, offset)
+
     def open(self, path):
         return open(path, "rb", buffering=self.buffering)
 
@@ -73,6 +83,13 @@ class TFRecord(Reader):
 
     def records(self, f, offset=0):
         return read_tfrecords(f, offset, verify=self.verify, chunk=self.chunk)
+
+    def records_for(self, f, offset, decode):
+        # Fresh bytearrays for the package's decoders, whose float arrays
+        # then view the record instead of copying it (the same one copy per
+        # record as bytes); a user's function gets bytes as before.
+        writable = decode == self.decode or decode in _VIEWING
+        return read_tfrecords(f, offset, verify=self.verify, chunk=self.chunk, writable=writable)
 
     def decode(self, record):
         return decode_example(record)
@@ -297,5 +314,8 @@ def read_records(path, format=None, offset=0, decode=True, verify=True, **option
         format = EXTENSIONS[ext]
     r = reader(format, verify=verify, **options)
     with r.open(path) as f:
-        for rec, _ in r.records(f, offset):
-            yield r.decode(rec) if decode else rec
+        if not decode:
+            yield from (rec for rec, _ in r.records(f, offset))
+            return
+        for rec, _ in r.records_for(f, offset, r.decode):
+            yield r.decode(rec)

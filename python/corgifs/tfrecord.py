@@ -34,7 +34,7 @@ def frame(payload):
     return n + _U32.pack(masked_crc32c(n)) + payload + _U32.pack(masked_crc32c(payload))
 
 
-def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK):
+def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK, writable=False):
     """Yields (payload, next_offset) for every record of the binary file
     object f from byte `offset` on (a record boundary, such as a
     next_offset yielded before), reading `chunk` bytes at a time.
@@ -44,7 +44,11 @@ def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK):
     verify=False skips the checks: a corgifs mount has already checked
     every record's CRCs when it loaded the record's block from the source,
     and never serves a block that failed, so a reader of a mount may skip
-    them to save CPU. The framing is checked either way."""
+    them to save CPU. The framing is checked either way.
+
+    writable=True yields every payload as a fresh bytearray (the same one
+    copy as the bytes otherwise yielded), which the decoders take as given
+    away: their float arrays then view it instead of copying it."""
     name = name or getattr(f, "name", "<stream>")
     if offset:
         f.seek(offset)
@@ -64,8 +68,14 @@ def read_tfrecords(f, offset=0, verify=True, name=None, chunk=CHUNK):
             pos += n + 16
         if verify and starts:
             _check(data, starts, lens, name, base)
-        for s, n in zip(starts, lens):
-            yield data[s + 12:s + 12 + n], base + s + n + 16
+        if writable:
+            mv = memoryview(data)
+            for s, n in zip(starts, lens):
+                yield bytearray(mv[s + 12:s + 12 + n]), base + s + n + 16
+            del mv  # data is replaced below
+        else:
+            for s, n in zip(starts, lens):
+                yield data[s + 12:s + 12 + n], base + s + n + 16
         # Refill: keep the partial frame, read at least what it needs.
         need = 12
         if len(data) - pos >= 12:
@@ -250,7 +260,8 @@ def _feature(b, i, end):
         else:
             i = _skip(b, i, key & 7, end)
     if kind == 2:
-        values = (values[0].astype(np.float32) if len(values) == 1 else
+        values = (values[0] if len(values) == 1 and values[0].flags.writeable and values[0].dtype == np.float32 else
+                  values[0].astype(np.float32) if len(values) == 1 else
                   np.concatenate(values).astype(np.float32) if values else np.zeros(0, np.float32))
     elif kind == 3:
         values = values[0] if len(values) == 1 else np.concatenate(values) if values else np.zeros(0, np.int64)
@@ -262,7 +273,12 @@ def parse_example_pure(payload, names=None):
     kind "float" with a float32 numpy array, "int64" with an int64 numpy
     array, "bytes" with a list of bytes, or None (and []) for an empty
     feature. Only the features in `names` are decoded when it is given.
-    Raises ValueError on a malformed message."""
+    Raises ValueError on a malformed message.
+
+    A bytearray payload is taken as given away (read_tfrecords(writable=True)
+    yields a fresh one per record): a float list packed in one piece is then
+    a writable array viewing it, not a copy (as in the C decoder, which
+    takes a writable memoryview alike)."""
     # Keys and lengths under 128 are one byte: read inline, as a call per
     # varint would cost more than the rest of the parse.
     b = payload.tobytes() if isinstance(payload, memoryview) else payload
