@@ -10,6 +10,7 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -223,3 +224,79 @@ def test_the_package_uses_the_c_decoder_when_it_is_built():
         assert corgifs.decode_example is tfrecord._example.decode_example
     else:
         assert corgifs.decode_example is tfrecord.decode_example_pure
+
+
+def _float_record(i, n):
+    """An Example of int64 "id" and a packed float list "features" of n
+    values i, i+1, ... (the layout of `corgifs gen synthetic`)."""
+    return _ld(1, _entry(b"id", _ld(3, _ld(1, _varint(i))))
+               + _entry(b"features", _ld(2, _ld(1, np.arange(i, i + n, dtype="<f4").tobytes()))))
+
+
+@pytest.mark.parametrize("decoder", ["c", "pure"])
+def test_float_lists_of_a_given_away_record_view_it_writable_and_outlive_it(fast, decoder):
+    decode = fast.decode_example if decoder == "c" else tfrecord.decode_example_pure
+    forms = [bytearray] + ([lambda p: memoryview(bytearray(p))] if decoder == "c" else [])
+    for form in forms:
+        recs = [form(_float_record(i, 1000 + i)) for i in range(8)]
+        got = [decode(r) for r in recs]
+        for i, (r, d) in enumerate(zip(recs, got)):
+            a = d["features"]
+            assert a.dtype == np.float32 and a.flags.writeable and a.flags.c_contiguous
+            assert np.shares_memory(a, np.frombuffer(r, np.uint8)), "a view of the record, not a copy"
+            assert a.tolist() == list(range(i, i + 1000 + i)) and d["id"].tolist() == [i]
+        # The arrays keep their records alive; a record cannot be resized under them.
+        if isinstance(recs[0], bytearray):
+            with pytest.raises(BufferError):
+                recs[0].extend(b"x")
+        del recs, r
+        import gc
+        gc.collect()
+        for i, d in enumerate(got):
+            assert d["features"].tolist() == list(range(i, i + 1000 + i))
+        # Writing one record's array changes neither another record's nor a later decode of bytes.
+        got[0]["features"][:] = -1
+        assert got[1]["features"][0] == 1
+        assert decode(_float_record(0, 1000))["features"][0] == 0
+
+
+def test_bytes_and_read_only_records_are_copied_not_viewed(fast):
+    rec = _float_record(3, 100)
+    for decode in (fast.decode_example, tfrecord.decode_example_pure):
+        for form in (rec, memoryview(rec), memoryview(bytearray(rec)).toreadonly()):
+            a = decode(form)["features"]
+            assert a.flags.writeable and a.flags.owndata, (decode, type(form))
+            assert a.tolist() == list(range(3, 103))
+
+
+def test_read_tfrecords_writable_yields_fresh_bytearrays_that_decode_to_views(fast):
+    import io
+    payloads = [_float_record(i, 25581) for i in range(5)]
+    data = b"".join(tfrecord.frame(p) for p in payloads)
+    got = list(tfrecord.read_tfrecords(io.BytesIO(data), writable=True, chunk=1 << 16))
+    assert [type(p) for p, _ in got] == [bytearray] * 5 and [bytes(p) for p, _ in got] == payloads
+    assert [o for _, o in got] == [o for _, o in tfrecord.read_tfrecords(io.BytesIO(data))]
+    arrays = [fast.decode_example(p)["features"] for p, _ in got]
+    assert all(np.shares_memory(a, np.frombuffer(p, np.uint8)) for a, (p, _) in zip(arrays, got))
+    arrays[0][:] = 0
+    assert bytes(got[1][0]) == payloads[1]
+
+
+def test_a_dataloader_collates_viewed_float_arrays_aligned_or_not(fast):
+    try:
+        import torch
+        from torch.utils.data import default_collate
+    except ImportError as e:
+        if CI:
+            pytest.fail(f"{e} (Debian: apt-get install python3-torch)")
+        pytest.skip(str(e))
+    # Ids of 1 to 4 varint bytes shift the floats by a byte each: both alignments.
+    samples = [fast.decode_example(bytearray(_float_record(i, 300))) for i in (1, 200, 20000, 3000000)]
+    assert {s["features"].flags.aligned for s in samples} == {True, False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on non-writable arrays
+        batch = default_collate(samples)
+        loader = list(torch.utils.data.DataLoader(samples, batch_size=4))
+    want = torch.tensor(np.stack([np.arange(i, i + 300, dtype=np.float32) for i in (1, 200, 20000, 3000000)]))
+    assert torch.equal(batch["features"], want) and torch.equal(loader[0]["features"], want)
+    assert batch["id"].tolist() == [[1], [200], [20000], [3000000]]
