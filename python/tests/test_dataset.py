@@ -213,3 +213,17 @@ def test_elastic_resume_of_a_world_of_two_needs_every_ranks_state(torch, mount):
     merged.load_state_dict(states)
     tail, _ = _epoch(torch, merged, 3)
     assert sorted(head + sum(tail, [])) == list(range(RECORDS))
+
+
+def test_decoded_float_arrays_view_their_records_and_a_users_decode_gets_bytes(torch, mount):
+    """The package's decoders get each record as a fresh bytearray and view
+    it (no copy of the floats, still writable); a decode function of the
+    user's gets bytes, as before."""
+    for decode in (True, corgifs.decode_example, corgifs.tfrecord.decode_example_pure):
+        n = 0
+        for rec in corgifs.Dataset(mount.dir, decode=decode):
+            a = rec["features"]
+            assert a.flags.writeable and not a.flags.owndata and isinstance(a.base, memoryview), decode
+            n += 1
+        assert n == RECORDS
+    assert {t for t in corgifs.Dataset(mount.dir, decode=type)} == {bytes}
