@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
 
@@ -93,7 +94,7 @@ func TestPlantedSidecarWhoseBlocksDoNotTileTheFilesIsRebuilt(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 21, 2, 60, 400)
+			root, _ := blocktest.Dataset(t, 21, 2, 60, 400)
 			cache := t.TempDir()
 			o := Options{BlockSize: 2048, CacheDir: cache}
 			want, _, _ := openLogged(t, root, o)
@@ -119,11 +120,11 @@ func TestPlantedSidecarWhoseBlocksDoNotTileTheFilesIsRebuilt(t *testing.T) {
 }
 
 func TestSidecarWithDamagedRangesTilesAndComesFromCache(t *testing.T) {
-	root, files := dataset(t, 22, 2, 60, 400)
-	d := slices.Clone(files[1].data)
-	d[files[1].starts[10]+3] ^= 0x40  // a length byte: resync by scanning
-	d[files[1].starts[30]+20] ^= 0x40 // a data byte: just that frame
-	writeBytes(t, files[1].path, d)
+	root, files := blocktest.Dataset(t, 22, 2, 60, 400)
+	d := slices.Clone(files[1].Data)
+	d[files[1].Starts[10]+3] ^= 0x40  // a length byte: resync by scanning
+	d[files[1].Starts[30]+20] ^= 0x40 // a data byte: just that frame
+	blocktest.WriteBytes(t, files[1].Path, d)
 	cache := t.TempDir()
 	o := Options{BlockSize: 2048, CacheDir: cache, SkipCorrupt: true}
 	built, _, _ := openLogged(t, root, o)
@@ -150,7 +151,7 @@ func TestBlockWhoseRecordsDoNotTileItGivesEIOAndMarksSidecarStale(t *testing.T) 
 		{"runs into the next block", func(ix *Index, b int) { ix.Blocks[b].Len += ix.Blocks[b+1].Len / 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 23, 2, 60, 400)
+			root, _ := blocktest.Dataset(t, 23, 2, 60, 400)
 			cache := t.TempDir()
 			o := Options{BlockSize: 2048, CacheDir: cache}
 			ix, _, _ := openLogged(t, root, o)
@@ -187,12 +188,12 @@ func TestBlockWhoseRecordsDoNotTileItGivesEIOAndMarksSidecarStale(t *testing.T) 
 }
 
 func TestMarkStaleDoesNotFollowASymlink(t *testing.T) {
-	root, _ := dataset(t, 24, 1, 20, 200)
+	root, _ := blocktest.Dataset(t, 24, 1, 20, 200)
 	cache := t.TempDir()
 	o := Options{BlockSize: 1024, CacheDir: cache}
 	openLogged(t, root, o)
 	victim := filepath.Join(t.TempDir(), "victim")
-	writeBytes(t, victim, []byte("precious"))
+	blocktest.WriteBytes(t, victim, []byte("precious"))
 	stale := sidecars(t, cache)[0] + staleSuffix
 	if err := os.Symlink(victim, stale); err != nil {
 		t.Fatal(err)
@@ -212,13 +213,13 @@ func TestMarkStaleDoesNotFollowASymlink(t *testing.T) {
 }
 
 func TestCacheFilesAreNewFilesNeverWrittenThroughALink(t *testing.T) {
-	root, _ := dataset(t, 25, 1, 20, 200)
+	root, _ := blocktest.Dataset(t, 25, 1, 20, 200)
 	cache := t.TempDir()
 	o := Options{BlockSize: 1024, CacheDir: cache}
 	openLogged(t, root, o)
 	sc := sidecars(t, cache)[0]
 	victim := filepath.Join(t.TempDir(), "victim")
-	writeBytes(t, victim, []byte("precious"))
+	blocktest.WriteBytes(t, victim, []byte("precious"))
 	// A sidecar that is a link is not read, and the rebuild replaces the
 	// link instead of writing through it.
 	os.Remove(sc)
@@ -256,7 +257,7 @@ func TestCacheDirOwnedByAnotherUserOrWritableByOthersIsRefused(t *testing.T) {
 		{"writable by its group", func(t *testing.T, dir string) { os.Chmod(dir, 0o770) }, "is writable by its group (mode 0770)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 26, 1, 10, 100)
+			root, _ := blocktest.Dataset(t, 26, 1, 10, 100)
 			cache := filepath.Join(t.TempDir(), "cache")
 			if err := os.Mkdir(cache, 0o700); err != nil {
 				t.Fatal(err)
@@ -289,7 +290,7 @@ func TestSidecarOwnedByAnotherUserOrWritableByOthersIsRebuilt(t *testing.T) {
 		{"writable by others", func(p string) error { return os.Chmod(p, 0o666) }, "is writable by its group and others"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 27, 1, 10, 100)
+			root, _ := blocktest.Dataset(t, 27, 1, 10, 100)
 			cache := t.TempDir()
 			o := Options{CacheDir: cache}
 			openLogged(t, root, o)
@@ -309,7 +310,7 @@ func TestSidecarOwnedByAnotherUserOrWritableByOthersIsRebuilt(t *testing.T) {
 }
 
 func TestNewCacheDirIsCreatedWithMode0700(t *testing.T) {
-	root, _ := dataset(t, 28, 1, 10, 100)
+	root, _ := blocktest.Dataset(t, 28, 1, 10, 100)
 	cache := filepath.Join(t.TempDir(), "a", "cache")
 	openLogged(t, root, Options{CacheDir: cache})
 	fi, err := os.Stat(cache)
@@ -345,7 +346,7 @@ func TestCacheDirReachingIntoSourceThroughASymlinkIsRefused(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 29, 1, 5, 100)
+			root, _ := blocktest.Dataset(t, 29, 1, 5, 100)
 			outside := t.TempDir()
 			cache := tc.cache(t, root, outside)
 			before := tree(t, root)
@@ -386,7 +387,7 @@ func TestDefaultCacheDirIsNeverShared(t *testing.T) {
 }
 
 func TestCacheDirInSourceThroughABindMountIsRefused(t *testing.T) {
-	root, _ := dataset(t, 30, 1, 5, 100)
+	root, _ := blocktest.Dataset(t, 30, 1, 5, 100)
 	bind := filepath.Join(t.TempDir(), "bind")
 	if err := os.Mkdir(bind, 0o700); err != nil {
 		t.Fatal(err)

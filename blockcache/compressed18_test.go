@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/klauspost/compress/zstd"
 )
@@ -54,14 +55,14 @@ func TestACorruptCompressedByteFailsOnlyTheBlocksDecodedFromItsAccessPoint(t *te
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
 			comp := gzipMembers(1, 6)(t, plain)
-			writeBytes(t, path, comp)
+			blocktest.WriteBytes(t, path, comp)
 			ix := build(t, root, Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			fi, _ := os.Stat(path)
 			bad := bytes.Clone(comp)
 			d := int64(float64(len(bad)) * at)
 			bad[d] ^= 0x40
-			writeBytes(t, path, bad)
+			blocktest.WriteBytes(t, path, bad)
 			os.Chtimes(path, fi.ModTime(), fi.ModTime())
 
 			// The access point covering the damage: the last whose
@@ -117,7 +118,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	root := t.TempDir()
 	path := filepath.Join(root, "a.jsonl.gz")
 	comp := stored(plain)
-	writeBytes(t, path, comp)
+	blocktest.WriteBytes(t, path, comp)
 	ix := build(t, root, Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 
@@ -128,7 +129,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	if len(bad) != len(comp) {
 		t.Fatalf("stored sizes differ")
 	}
-	writeBytes(t, path, bad)
+	blocktest.WriteBytes(t, path, bad)
 	os.Chtimes(path, fi.ModTime(), fi.ModTime())
 
 	failed := loadEvery(t, ix, plain, path)
@@ -151,7 +152,7 @@ func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *te
 	plain := bigTFRecord(t, 5, 200<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
-	writeBytes(t, path, zstdFrames(1<<30)(t, plain))
+	blocktest.WriteBytes(t, path, zstdFrames(1<<30)(t, plain))
 	o := Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
 	ix, _, log := openLogged(t, root, o)
 	if n := len(ix.Files[0].Access.Points); n != 1 {
@@ -216,13 +217,13 @@ func TestZstdSeekableFormatWithSkippableFramesIsServedAsItsDecompressedCopy(t *t
 
 	root := t.TempDir()
 	path := filepath.Join(root, "s.tfrecord.zst")
-	writeBytes(t, path, comp)
+	blocktest.WriteBytes(t, path, comp)
 	ix := build(t, root, Options{BlockSize: 32 << 10})
 	if n := len(ix.Files[0].Access.Points); n < 4 {
 		t.Fatalf("%d access points (frame starts) in %d bytes of 24 KiB frames", n, len(plain))
 	}
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "s.tfrecord"), plain)
+	blocktest.WriteBytes(t, filepath.Join(proot, "s.tfrecord"), plain)
 	want := build(t, proot, Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
@@ -265,10 +266,10 @@ func TestBGZFMembersWithExtraFieldsAreAccessPoints(t *testing.T) {
 	plain := bigTFRecord(t, 7, 400<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "b.tfrecord.gz")
-	writeBytes(t, path, bgzf(t, plain))
+	blocktest.WriteBytes(t, path, bgzf(t, plain))
 	ix := build(t, root, Options{BlockSize: 32 << 10})
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "b.tfrecord"), plain)
+	blocktest.WriteBytes(t, filepath.Join(proot, "b.tfrecord"), plain)
 	want := build(t, proot, Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
@@ -301,7 +302,7 @@ func TestAccessPointsTakeAtMostOnePercentOfTheCompressedSize(t *testing.T) {
 	}
 	root := t.TempDir()
 	path := filepath.Join(root, "a.jsonl")
-	writeBytes(t, path, plain)
+	blocktest.WriteBytes(t, path, plain)
 	if b, err := exec.Command("gzip", "-1", path).CombinedOutput(); err != nil {
 		t.Fatalf("gzip: %v\n%s", err, b)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
 	"github.com/klauspost/compress/zstd"
@@ -89,7 +90,7 @@ func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *t
 			t.Run(c.format.Name()+"/"+z.name, func(t *testing.T) {
 				root := t.TempDir()
 				for name, data := range c.files {
-					writeBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
+					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
 				}
 				o := Options{BlockSize: 150, CacheDir: t.TempDir()}
 				if _, ok := c.format.(formats.Fixed); ok {
@@ -166,7 +167,7 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 		recs = append(recs, p)
 		size += len(p) + formats.FrameExtra
 	}
-	data, _ := frames(t, recs)
+	data, _ := blocktest.Frames(t, recs)
 	return data
 }
 
@@ -178,13 +179,13 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 func TestCompressedBlocksAreCutAsTheDecompressedCopyFromTheLastRestartBefore(t *testing.T) {
 	plain := bigTFRecord(t, 1, 512<<10)
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
+	blocktest.WriteBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
 	want := build(t, proot, Options{BlockSize: 32 << 10})
 	for _, z := range compressors {
 		t.Run(z.name, func(t *testing.T) {
 			root := t.TempDir()
 			comp := z.fn(t, plain)
-			writeBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), comp)
+			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), comp)
 			ix := build(t, root, Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			if acc == nil || acc.Size != int64(len(plain)) {
@@ -232,12 +233,12 @@ func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
 	root := t.TempDir()
 	path := filepath.Join(root, "a.tfrecord.gz")
 	comp := gzipMembers(1, 6)(t, plain)
-	writeBytes(t, path, comp)
+	blocktest.WriteBytes(t, path, comp)
 	ix := build(t, root, Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 	bad := bytes.Clone(comp)
 	bad[len(bad)*3/4] ^= 0x40
-	writeBytes(t, path, bad)
+	blocktest.WriteBytes(t, path, bad)
 	os.Chtimes(path, fi.ModTime(), fi.ModTime())
 	var damage []string
 	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, OnDamage: func(s string) { damage = append(damage, s) }})
@@ -278,7 +279,7 @@ func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
-			writeBytes(t, path, tc.data)
+			blocktest.WriteBytes(t, path, tc.data)
 			_, err := Build(t.Context(), root, Options{})
 			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "byte ") {
 				t.Fatalf("err %v, want one naming %s, saying %q and the offset", err, path, tc.want)
@@ -318,7 +319,7 @@ func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			writeBytes(t, filepath.Join(root, "a.tfrecord.gz"), gzipMembers(1, 6)(t, plain))
+			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord.gz"), gzipMembers(1, 6)(t, plain))
 			cache := t.TempDir()
 			o := Options{BlockSize: 32 << 10, CacheDir: cache}
 			want, _, _ := openLogged(t, root, o)
@@ -435,7 +436,7 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 			bad[at] = byte(int(bad[at]) + delta)
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.zst")
-			writeBytes(t, path, bad)
+			blocktest.WriteBytes(t, path, bad)
 			if _, err := Build(t.Context(), root, Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
 				t.Fatalf("err %v, want an error naming %s", err, path)
 			}

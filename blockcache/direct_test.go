@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
@@ -14,13 +15,13 @@ import (
 // directFixture is a dataset with blocks large enough to be read with
 // O_DIRECT, of records of odd sizes, so that blocks start anywhere in a page.
 type directFixture struct {
-	files []*srcFile
+	files []*blocktest.SrcFile
 	ix    *Index
 }
 
 func newDirectFixture(t *testing.T) *directFixture {
 	t.Helper()
-	root, files := dataset(t, 7, 3, 1500, 3000)
+	root, files := blocktest.Dataset(t, 7, 3, 1500, 3000)
 	ix := build(t, root, Options{BlockSize: MinDirectBlock})
 	if len(ix.Blocks) < 4 {
 		t.Fatalf("%d blocks: the fixture is too small", len(ix.Blocks))
@@ -32,7 +33,7 @@ func newDirectFixture(t *testing.T) *directFixture {
 	defer probe.Close()
 	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, dioAlign), 0)
 	if err != nil {
-		t.Skipf("the file system of %s does not take direct reads: %v", files[0].path, err)
+		t.Skipf("the file system of %s does not take direct reads: %v", files[0].Path, err)
 	}
 	return &directFixture{files, ix}
 }
@@ -52,18 +53,18 @@ func mustSlab(t *testing.T, n int64) []byte {
 func (f *directFixture) evict(t *testing.T, cache int) {
 	t.Helper()
 	for _, sf := range f.files {
-		h, err := os.Open(sf.path)
+		h, err := os.Open(sf.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.ReadAt(make([]byte, len(sf.data)), 0); err != nil {
+		if _, err := h.ReadAt(make([]byte, len(sf.Data)), 0); err != nil {
 			t.Fatal(err)
 		}
 		// Dirty pages stay cached: written back first, they can go.
 		if err := h.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Fadvise(int(h.Fd()), int64(min(cache, len(sf.data))), 0, unix.FADV_DONTNEED); err != nil {
+		if err := unix.Fadvise(int(h.Fd()), int64(min(cache, len(sf.Data))), 0, unix.FADV_DONTNEED); err != nil {
 			t.Fatal(err)
 		}
 		h.Close()
@@ -90,17 +91,17 @@ func (f *directFixture) check(t *testing.T, b *Buf, u Unit) {
 	for _, id := range u.Blocks {
 		blk := f.ix.Blocks[id]
 		src := f.files[blk.File]
-		for i := src.recordAt(blk.Offset); i < len(src.starts) && src.starts[i] < blk.Offset+blk.Len; i++ {
+		for i := src.RecordAt(blk.Offset); i < len(src.Starts) && src.Starts[i] < blk.Offset+blk.Len; i++ {
 			if k >= len(b.Starts) {
 				t.Fatalf("%d records loaded, the unit has more", len(b.Starts))
 			}
 			at, n := b.Starts[k], b.RecordLen(k)
-			want := src.data[src.starts[i] : src.starts[i]+src.frameLen(i)]
+			want := src.Data[src.Starts[i] : src.Starts[i]+src.FrameLen(i)]
 			if !bytes.Equal(b.Data[at:at+n], want) {
-				t.Fatalf("record %d (block %d, %s at %d) differs from the source", k, id, src.rel, src.starts[i])
+				t.Fatalf("record %d (block %d, %s at %d) differs from the source", k, id, src.Rel, src.Starts[i])
 			}
-			if file, off := b.Locate(at); file != blk.File || off != src.starts[i] {
-				t.Fatalf("Locate(%d) = file %d offset %d, want file %d offset %d", at, file, off, blk.File, src.starts[i])
+			if file, off := b.Locate(at); file != blk.File || off != src.Starts[i] {
+				t.Fatalf("Locate(%d) = file %d offset %d, want file %d offset %d", at, file, off, blk.File, src.Starts[i])
 			}
 			k++
 		}
@@ -114,7 +115,7 @@ func TestLoaderReadsUncachedBlocksDirectlyAndCachedOnesFromTheCache(t *testing.T
 	f := newDirectFixture(t)
 	var total int64
 	for _, sf := range f.files {
-		total += int64(len(sf.data))
+		total += int64(len(sf.Data))
 	}
 	for _, tc := range []struct {
 		name     string

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source/local"
 )
 
@@ -23,7 +24,7 @@ func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.
 				root := t.TempDir()
 				data := map[string][]byte{}
 				for name, b := range c.files {
-					writeBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
+					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
 					data[name+z.ext] = b
 				}
 				o := Options{BlockSize: 150}
@@ -74,15 +75,15 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
 	var other [][]byte
-	for _, p := range src.payloads {
+	for _, p := range src.Payloads {
 		q := slices.Clone(p)
 		for i := range q {
 			q[i] ^= 0x5a
 		}
 		other = append(other, q)
 	}
-	f2.files[0] = writeRecords(t, f.root, src.rel, other)
-	setMtime(t, src.path, f.ix.Files[0].Mtime)
+	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
+	blocktest.SetMtime(t, src.Path, f.ix.Files[0].Mtime)
 	f2.ix = build(t, f.root, Options{BlockSize: 16 << 10})
 	pinVersions(f2.ix)
 	var changed int64
@@ -113,8 +114,8 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	if n := strings.Count(log2.String(), "disk cache entry holds other bytes"); n != 1 {
 		t.Fatalf("%d log lines about entries of other bytes, want 1:\n%s", n, log2.String())
 	}
-	if !strings.Contains(log2.String(), src.rel) {
-		t.Fatalf("the log line does not name the file %s:\n%s", src.rel, log2.String())
+	if !strings.Contains(log2.String(), src.Rel) {
+		t.Fatalf("the log line does not name the file %s:\n%s", src.Rel, log2.String())
 	}
 	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
 	dc2.Close()

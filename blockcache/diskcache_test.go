@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // lockedBuffer is a log sink safe for the cache's writer goroutine.
@@ -155,15 +156,15 @@ func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
 	var other [][]byte
-	for _, p := range src.payloads {
+	for _, p := range src.Payloads {
 		q := slices.Clone(p)
 		for i := range q {
 			q[i] ^= 0x5a
 		}
 		other = append(other, q)
 	}
-	f2.files[0] = writeRecords(t, f.root, src.rel, other)
-	setMtime(t, src.path, 1_700_000_000_000_000_000)
+	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
+	blocktest.SetMtime(t, src.Path, 1_700_000_000_000_000_000)
 	f2.ix = build(t, f.root, Options{BlockSize: 16 << 10})
 	l2, _ := diskLoader(t, f2, dir, &log)
 	f2.loadAll(t, l2, 1) // checks every byte against the new content

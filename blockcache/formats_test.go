@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // formatCase is a small dataset of one format: its files, by name.
@@ -76,7 +77,7 @@ func formatCases(t testing.TB) []formatCase {
 	for i := range 50 {
 		fixed = append(fixed, bytes.Repeat([]byte{byte(i)}, 12)...)
 	}
-	tf, _ := frames(t, [][]byte{[]byte("a"), []byte("bb"), nil, []byte("dddd")})
+	tf, _ := blocktest.Frames(t, [][]byte{[]byte("a"), []byte("bb"), nil, []byte("dddd")})
 	return []formatCase{
 		{formats.TFRecord{}, map[string][]byte{"a.tfrecord": tf, "b.tfrecord": tf}},
 		{formats.CSV{Header: true}, map[string][]byte{"a.csv": csvA, "b.csv": csvB, "c.csv": []byte("id,text\n999,no line end")}},
@@ -93,7 +94,7 @@ func formatCases(t testing.TB) []formatCase {
 func (c formatCase) write(t *testing.T) string {
 	root := t.TempDir()
 	for name, data := range c.files {
-		writeBytes(t, filepath.Join(root, name), data)
+		blocktest.WriteBytes(t, filepath.Join(root, name), data)
 	}
 	return root
 }
@@ -215,7 +216,7 @@ func TestAFlippedByteInAFormatWithoutChecksumsIsEIOForItsBlockOnly(t *testing.T)
 			}
 			data, _ := os.ReadFile(path)
 			data[victim.Offset+victim.Len-1] ^= 0x01
-			writeBytes(t, path, data)
+			blocktest.WriteBytes(t, path, data)
 			os.Chtimes(path, fi.ModTime(), fi.ModTime())
 			var damage []string
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 1 << 20, OnDamage: func(r string) { damage = append(damage, r) }})
@@ -332,7 +333,7 @@ func TestRecordCRCsAreRightAcrossReadAheadChunks(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i * 7 / 3)
 	}
-	writeBytes(t, path, data)
+	blocktest.WriteBytes(t, path, data)
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

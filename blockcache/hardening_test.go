@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source/local"
 )
 
@@ -28,10 +29,10 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 	src := f.files[1]
 	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Records >= 2 }))
 	blk := f.ix.Blocks[id]
-	d := slices.Clone(src.data)
+	d := slices.Clone(src.Data)
 	d[blk.Offset+formats.HeaderLen] ^= 1
-	writeBytes(t, src.path, d)
-	setMtime(t, src.path, f.ix.Files[1].Mtime)
+	blocktest.WriteBytes(t, src.Path, d)
+	blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
 	l.sem <- struct{}{}
@@ -62,10 +63,10 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[1]
-	if err := os.Remove(src.path); err != nil {
+	if err := os.Remove(src.Path); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(src.path, 0o644); err != nil {
+	if err := syscall.Mkfifo(src.Path, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -81,8 +82,8 @@ func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), src.path) || !strings.Contains(err.Error(), "named pipe") {
-			t.Fatalf("Get of a block of a named pipe: %v, want EIO naming %s as a named pipe", err, src.path)
+		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), src.Path) || !strings.Contains(err.Error(), "named pipe") {
+			t.Fatalf("Get of a block of a named pipe: %v, want EIO naming %s as a named pipe", err, src.Path)
 		}
 		if strings.Contains(err.Error(), "remount") {
 			t.Errorf("error %q says to remount, which does not help", err)
@@ -90,7 +91,7 @@ func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Get of a block of a named pipe did not return within 10s")
 	}
-	if !strings.Contains(log.String(), "not a regular file") || !strings.Contains(log.String(), src.path) {
+	if !strings.Contains(log.String(), "not a regular file") || !strings.Contains(log.String(), src.Path) {
 		t.Errorf("log does not name the file that is not a regular file:\n%s", log.String())
 	}
 	other := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
@@ -105,9 +106,9 @@ func TestLoaderLoadsABufferOfMoreFilesThanTheOpenFileLimit(t *testing.T) {
 	root := t.TempDir()
 	r := rand.New(rand.NewPCG(3, 3))
 	const n = 400
-	var files []*srcFile
+	var files []*blocktest.SrcFile
 	for i := range n {
-		files = append(files, writeRecords(t, root, fmt.Sprintf("f%03d.tfrecord", i), randomPayloads(r, 2, 100)))
+		files = append(files, blocktest.WriteRecords(t, root, fmt.Sprintf("f%03d.tfrecord", i), blocktest.RandomPayloads(r, 2, 100)))
 	}
 	f := &loaderFixture{root, files, build(t, root, Options{BlockSize: 16 << 10})}
 	if len(f.ix.Blocks) != n {
@@ -176,7 +177,7 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 	root := t.TempDir()
 	r := rand.New(rand.NewPCG(8, 8))
-	src := writeRecords(t, root, "a.tfrecord", payloadsOfLen(r, 1000, 1000, 3<<20+5, 1000))
+	src := blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.PayloadsOfLen(r, 1000, 1000, 3<<20+5, 1000))
 	ix := build(t, root, Options{BlockSize: MinDirectBlock})
 	big := int32(slices.IndexFunc(ix.Blocks, func(b Block) bool { return b.Len > MinDirectBlock }))
 	for _, buffered := range []bool{false, true} {
@@ -196,7 +197,7 @@ func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 			t.Fatalf("buffered %v: Get with MinMemory: %v", buffered, err)
 		}
 		blk := ix.Blocks[big]
-		if len(b.Starts) != int(blk.Records) || !bytes.Equal(b.Data[b.Starts[0]:b.Starts[0]+blk.Len], src.data[blk.Offset:blk.Offset+blk.Len]) {
+		if len(b.Starts) != int(blk.Records) || !bytes.Equal(b.Data[b.Starts[0]:b.Starts[0]+blk.Len], src.Data[blk.Offset:blk.Offset+blk.Len]) {
 			t.Fatalf("buffered %v: the block's records are not the source's", buffered)
 		}
 		l.Release(b)

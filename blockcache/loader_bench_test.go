@@ -3,6 +3,8 @@ package blockcache
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // benchLoad loads unit(i) again and again from a warm dataset: the read
@@ -10,7 +12,7 @@ import (
 // records), not the disk. Run with -benchmem: a load allocates per file
 // and per unit, never per record.
 func benchLoad(b *testing.B, o LoaderOptions, unit func(ix *Index, r *rand.Rand) Unit) {
-	root, _ := dataset(b, 5, 4, 2000, 3000)
+	root, _ := blocktest.Dataset(b, 5, 4, 2000, 3000)
 	ix := build(b, root, Options{BlockSize: 64 << 10})
 	// Room for a few units of the 64 cycled through: every Get loads.
 	o.MaxMemory = 4 << 20

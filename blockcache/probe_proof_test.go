@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // nestedTFRecord returns a TFRecord file whose records are, one in three,
@@ -31,10 +32,10 @@ func nestedTFRecord(t testing.TB, r *rand.Rand, n int) []byte {
 		for k := range 12 {
 			inner = append(inner, fmt.Appendf(nil, "inner %d.%d %s", i, k, strings.Repeat("i", 20+r.IntN(80))))
 		}
-		data, _ := frames(t, inner)
+		data, _ := blocktest.Frames(t, inner)
 		ps = append(ps, data)
 	}
-	data, _ := frames(t, ps)
+	data, _ := blocktest.Frames(t, ps)
 	return data
 }
 
@@ -121,7 +122,7 @@ func fullRecords(t *testing.T, ix *Index) map[string]int {
 func TestProbedBoundaryIsServedOnlyOnceTheRecordChainProvesIt(t *testing.T) {
 	for _, c := range nestedCases(t) {
 		root := t.TempDir()
-		writeBytes(t, filepath.Join(root, c.name), c.data)
+		blocktest.WriteBytes(t, filepath.Join(root, c.name), c.data)
 		for _, bs := range c.sizes {
 			t.Run(fmt.Sprintf("%s/BlockSize=%d", c.format.Name(), bs), func(t *testing.T) {
 				full := build(t, root, Options{BlockSize: bs, Format: c.format})
@@ -242,7 +243,7 @@ func TestTFRecordChainWalkReadsHeadersOnly(t *testing.T) {
 	for range 40 {
 		ps = append(ps, make([]byte, 1<<20+r.IntN(1000)))
 	}
-	data, starts := frames(t, ps)
+	data, starts := blocktest.Frames(t, ps)
 	cr := &countingReader{r: bytes.NewReader(data)}
 	h := formats.Head{Start: 0, End: int64(len(data))}
 	at := int64(0)
@@ -270,8 +271,8 @@ func TestTFRecordChainWalkReadsHeadersOnly(t *testing.T) {
 func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	r := rand.New(rand.NewPCG(51, 52))
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), nestedTFRecord(t, r, 60))
-	writeRecords(t, root, "b.tfrecord", randomPayloads(r, 200, 300))
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), nestedTFRecord(t, r, 60))
+	blocktest.WriteRecords(t, root, "b.tfrecord", blocktest.RandomPayloads(r, 200, 300))
 	var logs bytes.Buffer
 	o := Options{BlockSize: 333, Probe: true, CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	ix, _, err := Open(t.Context(), root, o)
@@ -337,7 +338,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	root := t.TempDir()
-	writeRecords(t, root, "a.tfrecord", randomPayloads(r, 300, 300))
+	blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.RandomPayloads(r, 300, 300))
 	o := Options{BlockSize: 1000, Probe: true, CacheDir: t.TempDir()}
 	load := func(ix *Index) Stats {
 		pl, err := OpenProofLog(root, o)
@@ -376,11 +377,11 @@ func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 // proven), and the file is reported once to be scanned whole.
 func TestBrokenRecordChainFailsEveryLaterBlockOfAProbedIndex(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
-	data, starts := frames(t, randomPayloads(r, 200, 300))
+	data, starts := blocktest.Frames(t, blocktest.RandomPayloads(r, 200, 300))
 	bad := starts[100]
 	data[bad+8] ^= 0xff // the length CRC of record 100
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	probed := build(t, root, Options{BlockSize: 1000, Probe: true})
 	var wrong []string
 	l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) { wrong = append(wrong, reason) }})

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // probeCases are the format cases with larger files of TFRecord (records
@@ -23,12 +24,12 @@ func probeCases(t *testing.T) []formatCase {
 	r := rand.New(rand.NewPCG(11, 12))
 	big := map[string][]byte{}
 	for i, n := range []int{300, 0, 120} {
-		ps := randomPayloads(r, n, 3000)
+		ps := blocktest.RandomPayloads(r, n, 3000)
 		if n > 100 {
 			ps[50] = make([]byte, 20000)
 			ps[51] = make([]byte, 40000)
 		}
-		data, _ := frames(t, ps)
+		data, _ := blocktest.Frames(t, ps)
 		big[fmt.Sprintf("f%d.tfrecord", i)] = data
 	}
 	return append(formatCases(t),
@@ -168,7 +169,7 @@ func fakeHeader(n int) []byte {
 // passes over it and cuts where the full index cuts.
 func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	ps := randomPayloads(r, 40, 300)
+	ps := blocktest.RandomPayloads(r, 40, 300)
 	ps[3] = make([]byte, 1200)
 	for i := range ps[3] {
 		ps[3][i] = byte(r.Uint32())
@@ -178,12 +179,12 @@ func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
 	for at := int64(0); at+formats.HeaderLen <= 1200; at += 16 {
 		copy(ps[3][at:], fakeHeader(int(at%200)))
 	}
-	data, starts := frames(t, ps)
+	data, starts := blocktest.Frames(t, ps)
 	if starts[3] > 1000 || starts[4] < 1100 {
 		t.Fatalf("record 3 spans [%d, %d), want it across offset 1000", starts[3], starts[4])
 	}
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	for _, bs := range []int64{500, 1000} {
 		full := build(t, root, Options{BlockSize: bs})
 		probed := build(t, root, Options{BlockSize: bs, Probe: true})
@@ -202,12 +203,12 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 		inner[i] = byte(r.Uint32())
 	}
 	for range 3 {
-		inner = formats.AppendFrame(inner, randomPayloads(r, 1, 100)[0])
+		inner = formats.AppendFrame(inner, blocktest.RandomPayloads(r, 1, 100)[0])
 	}
-	ps := append([][]byte{inner}, randomPayloads(r, 20, 100)...)
-	data, starts := frames(t, ps)
+	ps := append([][]byte{inner}, blocktest.RandomPayloads(r, 20, 100)...)
+	data, starts := blocktest.Frames(t, ps)
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	const bs = 30 // a multiple in the payload's first 50 bytes, before the embedded frames
 	full := build(t, root, Options{BlockSize: bs})
 	probed := build(t, root, Options{BlockSize: bs, Probe: true})
@@ -238,7 +239,7 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 // when one file changes, only that file is probed again (the log names
 // it), and the index equals a new probe of the changed source.
 func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
-	root, files := dataset(t, 31, 3, 200, 1000)
+	root, files := blocktest.Dataset(t, 31, 3, 200, 1000)
 	cache := t.TempDir()
 	o := Options{BlockSize: 4096, CacheDir: cache, Probe: true}
 	ix1, fromCache, _ := openLogged(t, root, o)
@@ -259,8 +260,8 @@ func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	}
 	// f1 gets new records of another size.
 	r := rand.New(rand.NewPCG(32, 33))
-	writeRecords(t, root, "f1.tfrecord", randomPayloads(r, 150, 3000))
-	setMtime(t, files[1].path, 1e18)
+	blocktest.WriteRecords(t, root, "f1.tfrecord", blocktest.RandomPayloads(r, 150, 3000))
+	blocktest.SetMtime(t, files[1].Path, 1e18)
 	ix3, fromCache, log := openLogged(t, root, o)
 	if fromCache {
 		t.Fatal("Open after a change came from the cache")
@@ -318,7 +319,7 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	files := csvProbeFiles()
 	root := t.TempDir()
 	for name, data := range files {
-		writeBytes(t, filepath.Join(root, name), data)
+		blocktest.WriteBytes(t, filepath.Join(root, name), data)
 	}
 	const bs = 256 << 10
 	f := formats.CSV{Header: true}
@@ -380,7 +381,7 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 
 	// plain.csv alone: every file scanned whole is a full index.
 	only := t.TempDir()
-	writeBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
+	blocktest.WriteBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
 	full = build(t, only, Options{BlockSize: bs, Format: f})
 	probed = build(t, only, Options{BlockSize: bs, Format: f, Probe: true})
 	if probed.Probed || !slices.Equal(probed.Frames, full.Frames) || !slices.Equal(probed.Blocks, full.Blocks) {
@@ -395,15 +396,15 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testing.T) {
 	files := csvProbeFiles()
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
-	writeBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
+	blocktest.WriteBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
+	blocktest.WriteBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
 	const bs = 256 << 10
 	o := Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
 	if ix1, fromCache, log := openLogged(t, root, o); fromCache || !ix1.Probed || strings.Contains(log, "scanning the whole file") {
 		t.Fatalf("first Open: from cache %v, probed %v; log:\n%s", fromCache, ix1.Probed, log)
 	}
-	writeBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
-	setMtime(t, filepath.Join(root, "b.csv"), 1e18)
+	blocktest.WriteBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
+	blocktest.SetMtime(t, filepath.Join(root, "b.csv"), 1e18)
 	ix2, fromCache, log := openLogged(t, root, o)
 	if fromCache || !ix2.Probed || !strings.Contains(log, "probing it again, alone") {
 		t.Fatalf("Open after b.csv changed: from cache %v, probed %v; log:\n%s", fromCache, ix2.Probed, log)

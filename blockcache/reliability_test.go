@@ -8,21 +8,23 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // A block damaged in place (same size and modification time) is reported
 // to OnDamage once; MarkStale then makes the next Open rebuild and say why.
 func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
-	root, files := dataset(t, 7, 2, 50, 200)
+	root, files := blocktest.Dataset(t, 7, 2, 50, 200)
 	cache := t.TempDir()
 	o := Options{BlockSize: 1 << 10, CacheDir: cache}
 	ix, _, _ := openLogged(t, root, o)
 	path := filepath.Join(root, "f1.tfrecord")
 	fi, _ := os.Stat(path)
-	b := append([]byte(nil), files[1].data...)
+	b := append([]byte(nil), files[1].Data...)
 	b[len(b)/2] ^= 0x10
-	writeBytes(t, path, b)
-	setMtime(t, path, fi.ModTime().UnixNano())
+	blocktest.WriteBytes(t, path, b)
+	blocktest.SetMtime(t, path, fi.ModTime().UnixNano())
 
 	var reasons []string
 	l := NewLoader(ix, LoaderOptions{MaxMemory: ix.Bytes, OnDamage: func(reason string) {
@@ -66,9 +68,9 @@ func openLoggedErr(t *testing.T, root string, o Options) (*Index, bool, string) 
 func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	base := t.TempDir()
 	root, out := filepath.Join(base, "src"), filepath.Join(base, "out")
-	writeRecords(t, root, "a.tfrecord", [][]byte{[]byte("a")})
-	writeRecords(t, out, "b.tfrecord", [][]byte{[]byte("b")})
-	writeRecords(t, out, "d/c.tfrecord", [][]byte{[]byte("c")})
+	blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{[]byte("a")})
+	blocktest.WriteRecords(t, out, "b.tfrecord", [][]byte{[]byte("b")})
+	blocktest.WriteRecords(t, out, "d/c.tfrecord", [][]byte{[]byte("c")})
 	os.Symlink(filepath.Join(out, "b.tfrecord"), filepath.Join(root, "z-b.tfrecord"))
 	os.Symlink(filepath.Join(out, "d"), filepath.Join(root, "m"))
 	os.Symlink(filepath.Join(out, "d"), filepath.Join(root, "n")) // the same directory again
