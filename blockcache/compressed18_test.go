@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/klauspost/compress/zstd"
@@ -23,7 +24,7 @@ import (
 // loadEvery loads every block of ix alone and returns the ids of those
 // that fail (each with EIO naming path, or the test fails) and checks that
 // the others hold plain's bytes at their offsets.
-func loadEvery(t *testing.T, ix *Index, plain []byte, path string) []int {
+func loadEvery(t *testing.T, ix *index.Index, plain []byte, path string) []int {
 	t.Helper()
 	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, OnDamage: func(string) {}})
 	var failed []int
@@ -56,7 +57,7 @@ func TestACorruptCompressedByteFailsOnlyTheBlocksDecodedFromItsAccessPoint(t *te
 			path := filepath.Join(root, "a.tfrecord.gz")
 			comp := gzipMembers(1, 6)(t, plain)
 			blocktest.WriteBytes(t, path, comp)
-			ix := build(t, root, Options{BlockSize: 32 << 10})
+			ix := build(t, root, index.Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			fi, _ := os.Stat(path)
 			bad := bytes.Clone(comp)
@@ -119,7 +120,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	path := filepath.Join(root, "a.jsonl.gz")
 	comp := stored(plain)
 	blocktest.WriteBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 
 	other := bytes.Clone(plain)
@@ -153,7 +154,7 @@ func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *te
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
 	blocktest.WriteBytes(t, path, zstdFrames(1<<30)(t, plain))
-	o := Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
+	o := index.Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
 	ix, _, log := openLogged(t, root, o)
 	if n := len(ix.Files[0].Access.Points); n != 1 {
 		t.Fatalf("%d access points in a file of one frame", n)
@@ -218,13 +219,13 @@ func TestZstdSeekableFormatWithSkippableFramesIsServedAsItsDecompressedCopy(t *t
 	root := t.TempDir()
 	path := filepath.Join(root, "s.tfrecord.zst")
 	blocktest.WriteBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	if n := len(ix.Files[0].Access.Points); n < 4 {
 		t.Fatalf("%d access points (frame starts) in %d bytes of 24 KiB frames", n, len(plain))
 	}
 	proot := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(proot, "s.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
 	}
@@ -267,10 +268,10 @@ func TestBGZFMembersWithExtraFieldsAreAccessPoints(t *testing.T) {
 	root := t.TempDir()
 	path := filepath.Join(root, "b.tfrecord.gz")
 	blocktest.WriteBytes(t, path, bgzf(t, plain))
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	proot := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(proot, "b.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
 	}
@@ -306,7 +307,7 @@ func TestAccessPointsTakeAtMostOnePercentOfTheCompressedSize(t *testing.T) {
 	if b, err := exec.Command("gzip", "-1", path).CombinedOutput(); err != nil {
 		t.Fatalf("gzip: %v\n%s", err, b)
 	}
-	ix := build(t, root, Options{BlockSize: 8 << 20})
+	ix := build(t, root, index.Options{BlockSize: 8 << 20})
 	s := ix.Compressed()
 	if s.Files != 1 || s.Points < 2 {
 		t.Fatalf("%+v", s)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
 )
@@ -38,7 +39,7 @@ func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e ext
 		// the stretch to the next access point and a little more, for
 		// the record across it; more follow if the extent needs them.
 		end := fl.Access.InputEnd(from+1, fl.Size)
-		src = &bufferedAt{r: f, size: fl.Size, first: end - start + 64<<10, piece: 256 << 10}
+		src = &index.BufferedAt{R: f, Size: fl.Size, First: end - start + 64<<10, Piece: 256 << 10}
 	}
 	err = dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
@@ -92,7 +93,7 @@ func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *t
 				for name, data := range c.files {
 					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
 				}
-				o := Options{BlockSize: 150, CacheDir: t.TempDir()}
+				o := index.Options{BlockSize: 150, CacheDir: t.TempDir()}
 				if _, ok := c.format.(formats.Fixed); ok {
 					o.Format = c.format
 				}
@@ -180,13 +181,13 @@ func TestCompressedBlocksAreCutAsTheDecompressedCopyFromTheLastRestartBefore(t *
 	plain := bigTFRecord(t, 1, 512<<10)
 	proot := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	for _, z := range compressors {
 		t.Run(z.name, func(t *testing.T) {
 			root := t.TempDir()
 			comp := z.fn(t, plain)
 			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), comp)
-			ix := build(t, root, Options{BlockSize: 32 << 10})
+			ix := build(t, root, index.Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			if acc == nil || acc.Size != int64(len(plain)) {
 				t.Fatalf("access %+v, want %d bytes decompressed", acc, len(plain))
@@ -234,7 +235,7 @@ func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
 	path := filepath.Join(root, "a.tfrecord.gz")
 	comp := gzipMembers(1, 6)(t, plain)
 	blocktest.WriteBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 	bad := bytes.Clone(comp)
 	bad[len(bad)*3/4] ^= 0x40
@@ -280,59 +281,9 @@ func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *test
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
 			blocktest.WriteBytes(t, path, tc.data)
-			_, err := Build(t.Context(), root, Options{})
+			_, err := index.Build(t.Context(), root, index.Options{})
 			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "byte ") {
 				t.Fatalf("err %v, want one naming %s, saying %q and the offset", err, path, tc.want)
-			}
-		})
-	}
-}
-
-// A sidecar whose access points are not what indexing makes (dropped,
-// reordered, pointing past the file, a window lost, a compressed file
-// turned stored) is rebuilt, never used to decompress from.
-func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
-	plain := bigTFRecord(t, 4, 300<<10)
-	for _, tc := range []struct {
-		name  string
-		spoil func(ix *Index)
-	}{
-		{"no access points", func(ix *Index) { ix.Files[0].Access.Points = nil }},
-		{"two points swapped", func(ix *Index) {
-			p := ix.Files[0].Access.Points
-			p[1], p[2] = p[2], p[1]
-		}},
-		{"a point past the end", func(ix *Index) {
-			p := ix.Files[0].Access.Points
-			p[len(p)-1].In = ix.Files[0].Size*8 + 3
-		}},
-		{"a window lost", func(ix *Index) { ix.Files[0].Access.Points[1].Window = nil }},
-		{"the file read as stored", func(ix *Index) { ix.Files[0].Access = nil }},
-		// As older versions cut compressed files: blocks that tile the
-		// file but run over a cut of the plain rule.
-		{"two blocks merged over a cut", func(ix *Index) {
-			b := ix.Blocks
-			b[1].Len += b[2].Len
-			b[1].Records += b[2].Records
-			ix.Blocks = slices.Delete(b, 2, 3)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord.gz"), gzipMembers(1, 6)(t, plain))
-			cache := t.TempDir()
-			o := Options{BlockSize: 32 << 10, CacheDir: cache}
-			want, _, _ := openLogged(t, root, o)
-			if len(want.Files[0].Access.Points) < 3 {
-				t.Fatalf("%d access points", len(want.Files[0].Access.Points))
-			}
-			resealSidecar(t, sidecars(t, cache)[0], tc.spoil)
-			ix, fromCache, log := openLogged(t, root, o)
-			if fromCache {
-				t.Fatalf("the planted sidecar was used; log:\n%s", log)
-			}
-			if !slices.Equal(ix.Blocks, want.Blocks) || len(ix.Files[0].Access.Points) != len(want.Files[0].Access.Points) {
-				t.Fatal("the rebuilt index differs from the built one")
 			}
 		})
 	}
@@ -392,7 +343,7 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
-			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
+			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
 			if got := float64(src.read.Load()) / float64(len(tc.comp)); got < tc.min || got > tc.max {
 				t.Fatalf("indexing read %.2f times the file's bytes, want %.1f to %.1f", got, tc.min, tc.max)
 			}
@@ -437,7 +388,7 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.zst")
 			blocktest.WriteBytes(t, path, bad)
-			if _, err := Build(t.Context(), root, Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
+			if _, err := index.Build(t.Context(), root, index.Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
 				t.Fatalf("err %v, want an error naming %s", err, path)
 			}
 		})
@@ -454,7 +405,7 @@ func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T
 		t.Run(z.name, func(t *testing.T) {
 			comp := z.fn(t, plain)
 			src := &memSource{files: map[string][]byte{"a.tfrecord" + z.ext: comp}}
-			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
+			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
 			src.read.Store(0)
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
 			for id, blk := range ix.Blocks {

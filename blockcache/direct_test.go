@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
@@ -16,22 +17,22 @@ import (
 // O_DIRECT, of records of odd sizes, so that blocks start anywhere in a page.
 type directFixture struct {
 	files []*blocktest.SrcFile
-	ix    *Index
+	ix    *index.Index
 }
 
 func newDirectFixture(t *testing.T) *directFixture {
 	t.Helper()
 	root, files := blocktest.Dataset(t, 7, 3, 1500, 3000)
-	ix := build(t, root, Options{BlockSize: MinDirectBlock})
+	ix := build(t, root, index.Options{BlockSize: index.MinDirectBlock})
 	if len(ix.Blocks) < 4 {
 		t.Fatalf("%d blocks: the fixture is too small", len(ix.Blocks))
 	}
-	probe, err := ix.src.Open(ix.Files[0].Path, ix.Files[0].Version)
+	probe, err := ix.Source().Open(ix.Files[0].Path, ix.Files[0].Version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, dioAlign), 0)
+	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, source.DirectAlign), 0)
 	if err != nil {
 		t.Skipf("the file system of %s does not take direct reads: %v", files[0].Path, err)
 	}
@@ -160,18 +161,18 @@ func TestDirectSlabsKeepBlocksOnPagesOfTheirOwn(t *testing.T) {
 	}
 	var end int64
 	for i, e := range exts {
-		if e.at%dioAlign != e.off%dioAlign {
+		if e.at%source.DirectAlign != e.off%source.DirectAlign {
 			t.Errorf("extent %d starts at %d in the slab and %d in its file: not at the same place in a page", i, e.at, e.off)
 		}
-		if first := alignDown(e.at); first < end {
+		if first := index.AlignDown(e.at); first < end {
 			t.Errorf("extent %d's first page at %d overlaps the previous extent's pages, which end at %d", i, first, end)
 		}
-		end = alignUp(e.at + e.n)
+		end = index.AlignUp(e.at + e.n)
 	}
 	if end != size {
 		t.Errorf("pages end at %d, the slab has %d bytes", end, size)
 	}
-	if waste := size - f.ix.Bytes; waste > int64(len(exts))*2*dioAlign {
+	if waste := size - f.ix.Bytes; waste > int64(len(exts))*2*source.DirectAlign {
 		t.Errorf("%d bytes of padding for %d blocks, more than two pages each", waste, len(exts))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source/local"
 )
@@ -27,7 +28,7 @@ func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.
 					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
 					data[name+z.ext] = b
 				}
-				o := Options{BlockSize: 150}
+				o := index.Options{BlockSize: 150}
 				if _, ok := c.format.(formats.Fixed); ok {
 					o.Format = c.format
 				}
@@ -49,7 +50,7 @@ func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.
 // pinVersions gives the files of ix versions without a device, inode and
 // change time, as a system without them lists them: the disk cache's keys
 // then stay the same across a rewrite that puts sizes and mtimes back.
-func pinVersions(ix *Index) {
+func pinVersions(ix *index.Index) {
 	for i := range ix.Files {
 		ix.Files[i].Version = local.Version(ix.Files[i].Size, ix.Files[i].Mtime)
 	}
@@ -84,7 +85,7 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	}
 	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
 	blocktest.SetMtime(t, src.Path, f.ix.Files[0].Mtime)
-	f2.ix = build(t, f.root, Options{BlockSize: 16 << 10})
+	f2.ix = build(t, f.root, index.Options{BlockSize: 16 << 10})
 	pinVersions(f2.ix)
 	var changed int64
 	for id, b := range f2.ix.Blocks {

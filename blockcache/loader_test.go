@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
@@ -21,13 +22,13 @@ import (
 type loaderFixture struct {
 	root  string
 	files []*blocktest.SrcFile
-	ix    *Index
+	ix    *index.Index
 }
 
 func newLoaderFixture(t *testing.T) *loaderFixture {
 	t.Helper()
 	root, files := blocktest.Dataset(t, 21, 3, 150, 3000)
-	return &loaderFixture{root, files, build(t, root, Options{BlockSize: 16 << 10})}
+	return &loaderFixture{root, files, build(t, root, index.Options{BlockSize: 16 << 10})}
 }
 
 // want returns the bytes and record starts a Buf of u must hold, computed
@@ -119,7 +120,7 @@ func TestLoaderGetReturnsSourceBytesAndRecordStarts(t *testing.T) {
 	f := newLoaderFixture(t)
 	nb := int32(len(f.ix.Blocks))
 	firstOf := func(file int32) int32 {
-		return int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == file }))
+		return int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == file }))
 	}
 	all := make([]int32, nb)
 	for i := range all {
@@ -127,7 +128,7 @@ func TestLoaderGetReturnsSourceBytesAndRecordStarts(t *testing.T) {
 	}
 	nr := int32(f.ix.Records)
 	lastOf := func(file int32) int32 { // last record of a file
-		b := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == file+1 })) - 1
+		b := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == file+1 })) - 1
 		return int32(f.ix.BlockRecords(b)) + f.ix.Blocks[b].Records - 1
 	}
 	everyRecord := make([]int32, nr)
@@ -597,46 +598,46 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(f *blocktest.SrcFile, b Block) change
-		offset func(f *blocktest.SrcFile, b Block) int64 // named in the error
+		change func(f *blocktest.SrcFile, b index.Block) change
+		offset func(f *blocktest.SrcFile, b index.Block) int64 // named in the error
 		want   string
 	}{
-		{"data byte flipped, mtime kept", func(f *blocktest.SrcFile, b Block) change {
+		{"data byte flipped, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
 			d := slices.Clone(f.Data)
 			d[f.Starts[f.RecordAt(b.Offset)+1]+formats.HeaderLen] ^= 1
 			return change{d, true}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return f.Starts[f.RecordAt(b.Offset)+1] }, "data CRC mismatch"},
-		{"length byte flipped, mtime kept", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return f.Starts[f.RecordAt(b.Offset)+1] }, "data CRC mismatch"},
+		{"length byte flipped, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
 			d := slices.Clone(f.Data)
 			d[b.Offset] ^= 1
 			return change{d, true}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "length CRC mismatch"},
-		{"data byte flipped, new mtime", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "length CRC mismatch"},
+		{"data byte flipped, new mtime", func(f *blocktest.SrcFile, b index.Block) change {
 			d := slices.Clone(f.Data)
 			d[b.Offset+formats.HeaderLen] ^= 1
 			return change{d, false}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"truncated", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"truncated", func(f *blocktest.SrcFile, b index.Block) change {
 			return change{f.Data[:b.Offset+b.Len/2], false}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"truncated, mtime kept", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"truncated, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
 			return change{f.Data[:b.Offset+b.Len/2], true}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"replaced by a larger file", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"replaced by a larger file", func(f *blocktest.SrcFile, b index.Block) change {
 			d, _ := blocktest.Frames(t, blocktest.RandomPayloads(rand.New(rand.NewPCG(5, 5)), 300, 3000))
 			return change{d, false}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"replaced by a same-size file of other records", func(f *blocktest.SrcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"replaced by a same-size file of other records", func(f *blocktest.SrcFile, b index.Block) change {
 			// Same bytes shifted by one record: frames no longer where the
 			// index says.
 			k := f.Starts[1]
 			return change{append(slices.Clone(f.Data[k:]), f.Data[:k]...), true}
-		}, func(f *blocktest.SrcFile, b Block) int64 { return b.Offset }, "offset"},
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "offset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLoaderFixture(t)
 			// A block of the middle file, not its first, with 2+ records.
-			id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Offset > 0 && b.Records >= 2 }))
+			id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 1 && b.Offset > 0 && b.Records >= 2 }))
 			blk := f.ix.Blocks[id]
 			src := f.files[1]
 			other := int32(0) // a healthy block in the same buffer
@@ -677,7 +678,7 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 func TestLoaderFailedPrefetchDoesNotOutliveTheFix(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[2]
-	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 2 }))
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 	blocktest.WriteBytes(t, src.Path, src.Data[:len(src.Data)/2])
 	l.Prefetch(context.Background(), blockUnit(id))

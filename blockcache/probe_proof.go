@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 )
 
 // Why a probed boundary has to be proven, and how.
@@ -73,13 +74,13 @@ const (
 // prover settles the probed cuts of an index's files by their record
 // chains (see the comment above).
 type prover struct {
-	ix      *Index
+	ix      *index.Index
 	chain   formats.Chainer
 	learned []atomic.Int32 // the loader's: a block's count once it tiled
 	log     *slog.Logger
 	walks   chan struct{}
 	files   []fileProof
-	proofs  *ProofLog // nil: none kept
+	proofs  *index.ProofLog // nil: none kept
 	// reads and bytes count what the walks read (Stats).
 	reads, bytes atomic.Int64
 	// wrong is called once per file whose probe was proved wrong.
@@ -102,13 +103,13 @@ type fileProof struct {
 
 // newProver returns the prover of ix, or nil when none is needed: not a
 // probed index, a format whose probe is exact, or every file scanned whole.
-func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, proofs *ProofLog, wrong func(int32, string)) *prover {
+func newProver(ix *index.Index, learned []atomic.Int32, log *slog.Logger, proofs *index.ProofLog, wrong func(int32, string)) *prover {
 	ch, ok := ix.Fmt().(formats.Chainer)
 	if !ix.Probed || !ok {
 		return nil
 	}
 	walks := maxWalks
-	if !isLocal(ix.source()) {
+	if !index.IsLocal(ix.Source()) {
 		walks = maxRemoteWalks
 	}
 	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, walks),
@@ -134,7 +135,7 @@ func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, proofs *Proo
 		fp := &p.files[i]
 		fp.state = make([]atomic.Uint32, fp.n+1)
 		fp.at = ix.Files[i].Head.Start
-		if fp.first >= 0 && (ix.Blocks[fp.first].Records != 0 || proofs != nil && proofs.has(p.entry(int32(i)))) {
+		if fp.first >= 0 && (ix.Blocks[fp.first].Records != 0 || proofs != nil && proofs.Has(p.entry(int32(i)))) {
 			// Scanned whole (its cuts are a full scan's), or proven by
 			// an earlier mount.
 			fp.logged = true
@@ -192,7 +193,7 @@ func (p *prover) prove(id int32, end bool) error {
 }
 
 // fail is the error for block b, whose cut k is false.
-func (p *prover) fail(b Block, k int32) error {
+func (p *prover) fail(b index.Block, k int32) error {
 	fp := &p.files[b.File]
 	path := p.ix.Path(b.File)
 	c := p.cut(b.File, k)
@@ -228,7 +229,7 @@ func (p *prover) walk(fi int32, target int32) error {
 		c := p.cut(fi, j)
 		if fp.at < c {
 			if r == nil {
-				sf, err := p.ix.source().Open(f.Path, f.Version)
+				sf, err := p.ix.Source().Open(f.Path, f.Version)
 				if err != nil {
 					return fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
 				}
@@ -297,11 +298,11 @@ func (p *prover) proven(fi int32) {
 		}
 	}
 	fp.logged = true
-	p.proofs.add(p.entry(fi))
+	p.proofs.Add(p.entry(fi))
 }
 
 // entry is the ProofLog entry of file fi: its identity and its cuts.
-func (p *prover) entry(fi int32) proofEntry {
+func (p *prover) entry(fi int32) index.ProofEntry {
 	f := p.ix.Files[fi]
 	fp := &p.files[fi]
 	h := sha256.New()
@@ -310,5 +311,5 @@ func (p *prover) entry(fi int32) proofEntry {
 		binary.LittleEndian.PutUint64(b[:], uint64(p.cut(fi, j)))
 		h.Write(b[:])
 	}
-	return proofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
+	return index.ProofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
@@ -54,8 +55,8 @@ func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 				continue // a probe at every few bytes of a large file: slow (under -race), and no more telling
 			}
 			t.Run(fmt.Sprintf("%s/%d-files/BlockSize=%d", c.format.Name(), len(c.files), bs), func(t *testing.T) {
-				full := build(t, root, Options{BlockSize: bs, Format: c.format})
-				probed := build(t, root, Options{BlockSize: bs, Format: c.format, Probe: true})
+				full := build(t, root, index.Options{BlockSize: bs, Format: c.format})
+				probed := build(t, root, index.Options{BlockSize: bs, Format: c.format, Probe: true})
 				if !probed.Probed {
 					t.Fatalf("format %s: not a probed index", c.format.Name())
 				}
@@ -73,7 +74,7 @@ func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 }
 
 // compareIndexes fails unless probed cuts the files as full does.
-func compareIndexes(t *testing.T, full, probed *Index) {
+func compareIndexes(t *testing.T, full, probed *index.Index) {
 	t.Helper()
 	if len(full.Files) != len(probed.Files) {
 		t.Fatalf("%d files, full index %d", len(probed.Files), len(full.Files))
@@ -121,7 +122,7 @@ func TestProbedIndexLoadsTheRecordsOfAFullIndexAndLearnsTheirCounts(t *testing.T
 	for _, c := range probeCases(t) {
 		root := c.write(t)
 		t.Run(fmt.Sprintf("%s/%d-files", c.format.Name(), len(c.files)), func(t *testing.T) {
-			o := Options{BlockSize: 3000, Format: c.format}
+			o := index.Options{BlockSize: 3000, Format: c.format}
 			full := build(t, root, o)
 			o.Probe = true
 			probed := build(t, root, o)
@@ -186,8 +187,8 @@ func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
 	root := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	for _, bs := range []int64{500, 1000} {
-		full := build(t, root, Options{BlockSize: bs})
-		probed := build(t, root, Options{BlockSize: bs, Probe: true})
+		full := build(t, root, index.Options{BlockSize: bs})
+		probed := build(t, root, index.Options{BlockSize: bs, Probe: true})
 		compareIndexes(t, full, probed)
 	}
 }
@@ -210,8 +211,8 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 	root := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	const bs = 30 // a multiple in the payload's first 50 bytes, before the embedded frames
-	full := build(t, root, Options{BlockSize: bs})
-	probed := build(t, root, Options{BlockSize: bs, Probe: true})
+	full := build(t, root, index.Options{BlockSize: bs})
+	probed := build(t, root, index.Options{BlockSize: bs, Probe: true})
 	if probed.Blocks[0].Len == full.Blocks[0].Len {
 		t.Fatalf("the probe was not fooled (first block %+v): the test no longer builds its case", probed.Blocks[0])
 	}
@@ -229,7 +230,7 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 		t.Fatalf("no log line says to index in full:\n%s", logs.String())
 	}
 	// The block that ends the record, after the embedded frames, fails too.
-	last := slices.IndexFunc(probed.Blocks, func(b Block) bool { return b.Offset+b.Len == starts[1] })
+	last := slices.IndexFunc(probed.Blocks, func(b index.Block) bool { return b.Offset+b.Len == starts[1] })
 	if _, err := l.Get(t.Context(), blockUnit(int32(last))); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("load of block %d (%+v), which ends record 0: %v, want EIO", last, probed.Blocks[last], err)
 	}
@@ -241,7 +242,7 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	root, files := blocktest.Dataset(t, 31, 3, 200, 1000)
 	cache := t.TempDir()
-	o := Options{BlockSize: 4096, CacheDir: cache, Probe: true}
+	o := index.Options{BlockSize: 4096, CacheDir: cache, Probe: true}
 	ix1, fromCache, _ := openLogged(t, root, o)
 	if fromCache || !ix1.Probed {
 		t.Fatalf("first Open: from cache %v, probed %v", fromCache, ix1.Probed)
@@ -269,8 +270,8 @@ func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	if !strings.Contains(log, "probing it again, alone") || !strings.Contains(log, "f1.tfrecord") || strings.Contains(log, "f0.tfrecord") || strings.Contains(log, "f2.tfrecord") {
 		t.Fatalf("the log does not name f1 alone as probed again:\n%s", log)
 	}
-	fresh := build(t, root, Options{BlockSize: 4096, Probe: true})
-	compareIndexes(t, build(t, root, Options{BlockSize: 4096}), ix3)
+	fresh := build(t, root, index.Options{BlockSize: 4096, Probe: true})
+	compareIndexes(t, build(t, root, index.Options{BlockSize: 4096}), ix3)
 	if !slices.Equal(ix3.Blocks, fresh.Blocks) || ix3.Bytes != fresh.Bytes {
 		t.Fatalf("re-probed index differs from a new probe:\n%v\n%v", ix3.Blocks, fresh.Blocks)
 	}
@@ -324,8 +325,8 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	const bs = 256 << 10
 	f := formats.CSV{Header: true}
 	var logs bytes.Buffer
-	full := build(t, root, Options{BlockSize: bs, Format: f})
-	probed := build(t, root, Options{BlockSize: bs, Format: f, Probe: true,
+	full := build(t, root, index.Options{BlockSize: bs, Format: f})
+	probed := build(t, root, index.Options{BlockSize: bs, Format: f, Probe: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if !probed.Probed {
 		t.Fatal("not a probed index")
@@ -352,7 +353,7 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	notNewline := 0
 	for m := int64(bs); m < int64(len(data)); m += bs {
 		next := m + int64(bytes.IndexByte(data[m-1:], '\n'))
-		if !slices.ContainsFunc(probed.Blocks, func(b Block) bool { return probed.Files[b.File].Path == "quoted.csv" && b.Offset == next }) {
+		if !slices.ContainsFunc(probed.Blocks, func(b index.Block) bool { return probed.Files[b.File].Path == "quoted.csv" && b.Offset == next }) {
 			notNewline++
 		}
 	}
@@ -382,8 +383,8 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	// plain.csv alone: every file scanned whole is a full index.
 	only := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
-	full = build(t, only, Options{BlockSize: bs, Format: f})
-	probed = build(t, only, Options{BlockSize: bs, Format: f, Probe: true})
+	full = build(t, only, index.Options{BlockSize: bs, Format: f})
+	probed = build(t, only, index.Options{BlockSize: bs, Format: f, Probe: true})
 	if probed.Probed || !slices.Equal(probed.Frames, full.Frames) || !slices.Equal(probed.Blocks, full.Blocks) {
 		t.Fatalf("plain.csv alone, probed: Probed %v, %d frames, blocks %v; want the full index's %d frames and blocks %v", probed.Probed, len(probed.Frames), probed.Blocks, len(full.Frames), full.Blocks)
 	}
@@ -399,7 +400,7 @@ func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testin
 	blocktest.WriteBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
 	blocktest.WriteBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
 	const bs = 256 << 10
-	o := Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
+	o := index.Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
 	if ix1, fromCache, log := openLogged(t, root, o); fromCache || !ix1.Probed || strings.Contains(log, "scanning the whole file") {
 		t.Fatalf("first Open: from cache %v, probed %v; log:\n%s", fromCache, ix1.Probed, log)
 	}
@@ -409,7 +410,7 @@ func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testin
 	if fromCache || !ix2.Probed || !strings.Contains(log, "probing it again, alone") {
 		t.Fatalf("Open after b.csv changed: from cache %v, probed %v; log:\n%s", fromCache, ix2.Probed, log)
 	}
-	compareIndexes(t, build(t, root, Options{BlockSize: bs, Format: o.Format}), ix2)
+	compareIndexes(t, build(t, root, index.Options{BlockSize: bs, Format: o.Format}), ix2)
 	for _, b := range ix2.Blocks {
 		if scanned := ix2.Files[b.File].Path == "b.csv"; scanned != (b.Records > 0) {
 			t.Fatalf("block %+v of %s: %d records known; want b.csv scanned whole and a.csv probed", b, ix2.Files[b.File].Path, b.Records)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
 	root, files := blocktest.Dataset(t, 7, 2, 50, 200)
 	cache := t.TempDir()
-	o := Options{BlockSize: 1 << 10, CacheDir: cache}
+	o := index.Options{BlockSize: 1 << 10, CacheDir: cache}
 	ix, _, _ := openLogged(t, root, o)
 	path := filepath.Join(root, "f1.tfrecord")
 	fi, _ := os.Stat(path)
@@ -29,7 +30,7 @@ func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
 	var reasons []string
 	l := NewLoader(ix, LoaderOptions{MaxMemory: ix.Bytes, OnDamage: func(reason string) {
 		reasons = append(reasons, reason)
-		if err := MarkStale(root, o, reason); err != nil {
+		if err := index.MarkStale(root, o, reason); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -55,11 +56,11 @@ func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
 func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 // openLoggedErr is openLogged that does not fail on an error.
-func openLoggedErr(t *testing.T, root string, o Options) (*Index, bool, string) {
+func openLoggedErr(t *testing.T, root string, o index.Options) (*index.Index, bool, string) {
 	t.Helper()
 	var log strings.Builder
 	o.Logger = newTextLogger(&log)
-	ix, fromCache, _ := Open(t.Context(), root, o)
+	ix, fromCache, _ := index.Open(t.Context(), root, o)
 	return ix, fromCache, log.String()
 }
 
@@ -77,7 +78,7 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	os.Symlink(".", filepath.Join(root, "loop"))
 	os.Symlink("nowhere", filepath.Join(root, "x.tfrecord"))
 	paths := func(follow bool) []string {
-		ix, err := Build(t.Context(), root, Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
+		ix, err := index.Build(t.Context(), root, index.Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	if got := paths(true); !slices.Equal(got, []string{"a.tfrecord", "m/c.tfrecord", "z-b.tfrecord"}) {
 		t.Errorf("following: %v", got)
 	}
-	ix := build(t, root, Options{FollowSymlinks: true})
+	ix := build(t, root, index.Options{FollowSymlinks: true})
 	if !ix.FollowSymlinks || len(ix.Files) != 3 || ix.Records != 3 {
 		t.Errorf("index following links: %d files, %d records", len(ix.Files), ix.Records)
 	}

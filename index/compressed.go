@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"fmt"
@@ -157,7 +157,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	path := ix.Path(fi)
 	if _, paged := r.(source.PageCached); !paged {
 		// Each ReadAt of a remote file is a request: read large pieces.
-		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
+		r = &BufferedAt{R: r, Size: f.Size, Piece: 1 << 20}
 	}
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
 		x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
@@ -348,35 +348,35 @@ func detectName(name string, o Options) string {
 	return path.Join(path.Dir(name), trimCompressed(path.Base(name)))
 }
 
-// bufferedAt reads a remote file, where each ReadAt is a request, in
+// BufferedAt reads a remote file, where each ReadAt is a request, in
 // large pieces for a reader that asks for small ones, going forward: the
 // first piece is first bytes long (the stretch the caller expects to
 // need), the next ones piece bytes.
-type bufferedAt struct {
-	r            io.ReaderAt
-	size         int64 // of the file
-	first, piece int64
+type BufferedAt struct {
+	R            io.ReaderAt
+	Size         int64 // of the file
+	First, Piece int64
 	buf          []byte
 	off          int64 // of buf[0]
 }
 
-func (b *bufferedAt) ReadAt(p []byte, off int64) (int, error) {
+func (b *BufferedAt) ReadAt(p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		at := off + int64(n)
-		if at >= b.size {
+		if at >= b.Size {
 			return n, io.EOF
 		}
 		if at < b.off || at >= b.off+int64(len(b.buf)) {
-			want := b.piece
-			if b.first > 0 {
-				want, b.first = b.first, 0
+			want := b.Piece
+			if b.First > 0 {
+				want, b.First = b.First, 0
 			}
-			want = min(max(want, int64(len(p)-n)), b.size-at)
+			want = min(max(want, int64(len(p)-n)), b.Size-at)
 			if int64(cap(b.buf)) < want {
 				b.buf = make([]byte, want)
 			}
-			k, err := b.r.ReadAt(b.buf[:want], at)
+			k, err := b.R.ReadAt(b.buf[:want], at)
 			b.buf, b.off = b.buf[:k], at
 			if k == 0 {
 				if err == nil || err == io.EOF {

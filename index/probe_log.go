@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"crypto/sha256"
@@ -92,9 +92,9 @@ func (ix *Index) scanWhole(o Options) []bool {
 	return whole
 }
 
-// proofEntry is a file whose probed cuts were proven: its identity, and
+// ProofEntry is a file whose probed cuts were proven: its identity, and
 // a hash of the cuts (another block size cuts elsewhere).
-type proofEntry struct {
+type ProofEntry struct {
 	Path    string
 	Size    int64
 	Mtime   int64
@@ -112,7 +112,7 @@ type ProofLog struct {
 	root    string
 	o       Options
 	mu      sync.Mutex
-	set     map[proofEntry]bool
+	set     map[ProofEntry]bool
 	dirty   bool
 	flushed time.Time
 }
@@ -138,7 +138,7 @@ func OpenProofLog(root string, o Options) (*ProofLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl := &ProofLog{root: root, o: o, set: map[proofEntry]bool{}, flushed: time.Now()}
+	pl := &ProofLog{root: root, o: o, set: map[ProofEntry]bool{}, flushed: time.Now()}
 	if o.CacheDir == "" {
 		return pl, nil
 	}
@@ -156,7 +156,7 @@ func OpenProofLog(root string, o Options) (*ProofLog, error) {
 		return pl, nil
 	}
 	b, err := dir.ReadFile(name, maxProofLog)
-	var list []proofEntry
+	var list []ProofEntry
 	if err != nil || json.Unmarshal(b, &list) != nil {
 		return pl, nil // rewritten at the next flush
 	}
@@ -166,7 +166,7 @@ func OpenProofLog(root string, o Options) (*ProofLog, error) {
 	return pl, nil
 }
 
-func (pl *ProofLog) has(e proofEntry) bool {
+func (pl *ProofLog) Has(e ProofEntry) bool {
 	if pl == nil {
 		return false
 	}
@@ -175,7 +175,7 @@ func (pl *ProofLog) has(e proofEntry) bool {
 	return pl.set[e]
 }
 
-func (pl *ProofLog) add(e proofEntry) {
+func (pl *ProofLog) Add(e ProofEntry) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.set[e] {
@@ -203,7 +203,7 @@ func (pl *ProofLog) flush() error {
 		return err
 	}
 	defer dir.Close()
-	list := make([]proofEntry, 0, len(pl.set))
+	list := make([]ProofEntry, 0, len(pl.set))
 	for e := range pl.set {
 		list = append(list, e)
 	}
