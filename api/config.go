@@ -1,8 +1,8 @@
 package api
 
 import (
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -67,9 +67,9 @@ type Dataset struct {
 }
 
 type Skipped struct {
-	Count  int                 `json:"count"`
-	Bytes  int64               `json:"bytes"`
-	Ranges []blockcache.Damage `json:"ranges"`
+	Count  int            `json:"count"`
+	Bytes  int64          `json:"bytes"`
+	Ranges []index.Damage `json:"ranges"`
 }
 
 // Sizing is config.json's "sizing": what the block size and buffer rule
@@ -87,7 +87,7 @@ type Sizing struct {
 // NewConfig describes the mount of the index ix planned by pl, listing
 // epochs epochs of parts parts. Sizing is left for the caller, which knows
 // whether sizes were given or chosen.
-func NewConfig(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) Config {
+func NewConfig(ix *index.Index, pl *shuffler.Planner, epochs, parts int) Config {
 	p := pl.Params()
 	target, capped := pl.BufferTarget(ix.Bytes / int64(parts))
 	in := Config{
@@ -128,7 +128,7 @@ func NewConfig(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) Co
 		in.RecordSize, in.HeaderBytes, in.SourceHeaderBytes = f.RecordSize, new(int64), f.HeaderBytes
 	}
 	if in.Dataset.Skipped.Ranges == nil {
-		in.Dataset.Skipped.Ranges = []blockcache.Damage{}
+		in.Dataset.Skipped.Ranges = []index.Damage{}
 	}
 	for _, d := range ix.Damaged {
 		in.Dataset.Skipped.Bytes += d.To - d.From
@@ -143,10 +143,10 @@ func NewConfig(ix *blockcache.Index, pl *shuffler.Planner, epochs, parts int) Co
 	return in
 }
 
-// IndexMode is how ix was built: blockcache.IndexFull or IndexProbe.
-func IndexMode(ix *blockcache.Index) string {
+// IndexMode is how ix was built: index.IndexFull or IndexProbe.
+func IndexMode(ix *index.Index) string {
 	if ix.Probed {
-		return blockcache.IndexProbe
+		return index.IndexProbe
 	}
-	return blockcache.IndexFull
+	return index.IndexFull
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/source/s3"
 )
@@ -175,14 +175,14 @@ func probeDataset(ctx context.Context, o options, gw, dir string, ds *dataset) (
 		return nil, err
 	}
 	res := &probeResult{ds: ds, objects: len(ds.paths())}
-	var fullIx, probeIx *blockcache.Index
-	build := func(probe bool) (probeRun, *blockcache.Index, error) {
+	var fullIx, probeIx *index.Index
+	build := func(probe bool) (probeRun, *index.Index, error) {
 		if err := dropCaches(); err == nil {
 			res.dropped = true
 		}
 		cs := &countingSource{Source: src}
 		start := time.Now()
-		ix, err := blockcache.Build(ctx, "", blockcache.Options{Source: cs, BlockSize: probeBlock, Format: formats.TFRecord{}, Probe: probe})
+		ix, err := index.Build(ctx, "", index.Options{Source: cs, BlockSize: probeBlock, Format: formats.TFRecord{}, Probe: probe})
 		if err != nil {
 			return probeRun{}, nil, err
 		}
@@ -206,7 +206,7 @@ func probeDataset(ctx context.Context, o options, gw, dir string, ds *dataset) (
 		}
 		res.probe, probeIx = append(res.probe, r), ix
 	}
-	res.same = slices.EqualFunc(fullIx.Blocks, probeIx.Blocks, func(a, b blockcache.Block) bool {
+	res.same = slices.EqualFunc(fullIx.Blocks, probeIx.Blocks, func(a, b index.Block) bool {
 		return a.File == b.File && a.Offset == b.Offset && a.Len == b.Len
 	})
 	if !res.same {

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -60,13 +60,13 @@ type simResults struct {
 
 // syntheticIndex is an index of size bytes in blocks of block bytes and
 // no data: one record per block, one file.
-func syntheticIndex(size, block int64) *blockcache.Index {
+func syntheticIndex(size, block int64) *index.Index {
 	n := (size + block - 1) / block
-	ix := &blockcache.Index{Root: "/simulated", BlockSize: block, Files: []blockcache.File{{Path: "data.tfrecord"}}}
-	ix.Blocks = make([]blockcache.Block, n)
+	ix := &index.Index{Root: "/simulated", BlockSize: block, Files: []index.File{{Path: "data.tfrecord"}}}
+	ix.Blocks = make([]index.Block, n)
 	for i := range ix.Blocks {
 		l := min(block, size-int64(i)*block)
-		ix.Blocks[i] = blockcache.Block{File: 0, Records: 1, Offset: int64(i) * block, Len: l}
+		ix.Blocks[i] = index.Block{File: 0, Records: 1, Offset: int64(i) * block, Len: l}
 	}
 	ix.Records, ix.Bytes = n, size
 	return ix
@@ -78,7 +78,7 @@ func syntheticIndex(size, block int64) *blockcache.Index {
 func runSimulate(o simOptions) (*simResults, error) {
 	start := time.Now()
 	ix := syntheticIndex(o.size, o.block)
-	res := &simResults{o: o, blocks: len(ix.Blocks), ixHeap: int64(len(ix.Blocks)) * int64(unsafe.Sizeof(blockcache.Block{}))}
+	res := &simResults{o: o, blocks: len(ix.Blocks), ixHeap: int64(len(ix.Blocks)) * int64(unsafe.Sizeof(index.Block{}))}
 	for _, k := range o.parts {
 		for _, q := range o.exchanges {
 			row, err := simulateOne(ix, o, k, q)
@@ -96,7 +96,7 @@ func simParams(q float64) shuffler.Params {
 	return shuffler.Params{Strategy: "pls", Exchange: q, Seed: 1, Buffer: shuffler.BufferSize{Percent: 5}, MaxMemory: 1 << 30}
 }
 
-func simulateOne(ix *blockcache.Index, o simOptions, k int, q float64) (*simRow, error) {
+func simulateOne(ix *index.Index, o simOptions, k int, q float64) (*simRow, error) {
 	row := &simRow{k: k, q: q}
 	// One node's planning, measured on a planner of its own.
 	runtime.GC()

@@ -23,7 +23,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/corgifs/corgifs/api"
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -138,7 +138,7 @@ func runTraffic(ctx context.Context, o trafficOptions, out string, stdout, stder
 	if err != nil {
 		return err
 	}
-	ix, err := blockcache.Build(ctx, ds.dir, blockcache.Options{BlockSize: o.block})
+	ix, err := index.Build(ctx, ds.dir, index.Options{BlockSize: o.block})
 	if err != nil {
 		return fmt.Errorf("index of %s: %w", ds.dir, err)
 	}
@@ -216,7 +216,7 @@ func trafficParams(q float64) shuffler.Params {
 
 // trafficOne measures one Q: the K nodes, o.concurrent at a time, and the
 // simulation of this index's plans.
-func trafficOne(ctx context.Context, o trafficOptions, ix *blockcache.Index, q float64,
+func trafficOne(ctx context.Context, o trafficOptions, ix *index.Index, q float64,
 	mountNode func(string, ...string) (*daemon, error), work string, logf func(string, ...any)) (*trafficRow, error) {
 	row := &trafficRow{q: q, strategy: trafficParams(q).Strategy, nodes: make([]trafficNode, o.parts), planned: true}
 	row.capacity = int64(math.Ceil((1 + q) * float64(ix.Bytes) / float64(o.parts)))

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/klauspost/compress/zstd"
 )
@@ -22,7 +24,7 @@ import (
 // loadEvery loads every block of ix alone and returns the ids of those
 // that fail (each with EIO naming path, or the test fails) and checks that
 // the others hold plain's bytes at their offsets.
-func loadEvery(t *testing.T, ix *Index, plain []byte, path string) []int {
+func loadEvery(t *testing.T, ix *index.Index, plain []byte, path string) []int {
 	t.Helper()
 	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, OnDamage: func(string) {}})
 	var failed []int
@@ -54,14 +56,14 @@ func TestACorruptCompressedByteFailsOnlyTheBlocksDecodedFromItsAccessPoint(t *te
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
 			comp := gzipMembers(1, 6)(t, plain)
-			writeBytes(t, path, comp)
-			ix := build(t, root, Options{BlockSize: 32 << 10})
+			blocktest.WriteBytes(t, path, comp)
+			ix := build(t, root, index.Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			fi, _ := os.Stat(path)
 			bad := bytes.Clone(comp)
 			d := int64(float64(len(bad)) * at)
 			bad[d] ^= 0x40
-			writeBytes(t, path, bad)
+			blocktest.WriteBytes(t, path, bad)
 			os.Chtimes(path, fi.ModTime(), fi.ModTime())
 
 			// The access point covering the damage: the last whose
@@ -117,8 +119,8 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	root := t.TempDir()
 	path := filepath.Join(root, "a.jsonl.gz")
 	comp := stored(plain)
-	writeBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, path, comp)
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 
 	other := bytes.Clone(plain)
@@ -128,7 +130,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 	if len(bad) != len(comp) {
 		t.Fatalf("stored sizes differ")
 	}
-	writeBytes(t, path, bad)
+	blocktest.WriteBytes(t, path, bad)
 	os.Chtimes(path, fi.ModTime(), fi.ModTime())
 
 	failed := loadEvery(t, ix, plain, path)
@@ -151,8 +153,8 @@ func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *te
 	plain := bigTFRecord(t, 5, 200<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
-	writeBytes(t, path, zstdFrames(1<<30)(t, plain))
-	o := Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
+	blocktest.WriteBytes(t, path, zstdFrames(1<<30)(t, plain))
+	o := index.Options{BlockSize: 32 << 10, CacheDir: t.TempDir()}
 	ix, _, log := openLogged(t, root, o)
 	if n := len(ix.Files[0].Access.Points); n != 1 {
 		t.Fatalf("%d access points in a file of one frame", n)
@@ -216,14 +218,14 @@ func TestZstdSeekableFormatWithSkippableFramesIsServedAsItsDecompressedCopy(t *t
 
 	root := t.TempDir()
 	path := filepath.Join(root, "s.tfrecord.zst")
-	writeBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, path, comp)
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	if n := len(ix.Files[0].Access.Points); n < 4 {
 		t.Fatalf("%d access points (frame starts) in %d bytes of 24 KiB frames", n, len(plain))
 	}
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "s.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, filepath.Join(proot, "s.tfrecord"), plain)
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
 	}
@@ -265,11 +267,11 @@ func TestBGZFMembersWithExtraFieldsAreAccessPoints(t *testing.T) {
 	plain := bigTFRecord(t, 7, 400<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "b.tfrecord.gz")
-	writeBytes(t, path, bgzf(t, plain))
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, path, bgzf(t, plain))
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "b.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, filepath.Join(proot, "b.tfrecord"), plain)
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	if !slices.Equal(ix.Blocks, want.Blocks) {
 		t.Fatalf("blocks %v, the decompressed copy's %v", ix.Blocks, want.Blocks)
 	}
@@ -301,11 +303,11 @@ func TestAccessPointsTakeAtMostOnePercentOfTheCompressedSize(t *testing.T) {
 	}
 	root := t.TempDir()
 	path := filepath.Join(root, "a.jsonl")
-	writeBytes(t, path, plain)
+	blocktest.WriteBytes(t, path, plain)
 	if b, err := exec.Command("gzip", "-1", path).CombinedOutput(); err != nil {
 		t.Fatalf("gzip: %v\n%s", err, b)
 	}
-	ix := build(t, root, Options{BlockSize: 8 << 20})
+	ix := build(t, root, index.Options{BlockSize: 8 << 20})
 	s := ix.Compressed()
 	if s.Files != 1 || s.Points < 2 {
 		t.Fatalf("%+v", s)

@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
 	"github.com/klauspost/compress/zstd"
@@ -89,9 +91,9 @@ func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *t
 			t.Run(c.format.Name()+"/"+z.name, func(t *testing.T) {
 				root := t.TempDir()
 				for name, data := range c.files {
-					writeBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
+					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
 				}
-				o := Options{BlockSize: 150, CacheDir: t.TempDir()}
+				o := index.Options{BlockSize: 150, CacheDir: t.TempDir()}
 				if _, ok := c.format.(formats.Fixed); ok {
 					o.Format = c.format
 				}
@@ -166,7 +168,7 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 		recs = append(recs, p)
 		size += len(p) + formats.FrameExtra
 	}
-	data, _ := frames(t, recs)
+	data, _ := blocktest.Frames(t, recs)
 	return data
 }
 
@@ -178,14 +180,14 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 func TestCompressedBlocksAreCutAsTheDecompressedCopyFromTheLastRestartBefore(t *testing.T) {
 	plain := bigTFRecord(t, 1, 512<<10)
 	proot := t.TempDir()
-	writeBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
-	want := build(t, proot, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
+	want := build(t, proot, index.Options{BlockSize: 32 << 10})
 	for _, z := range compressors {
 		t.Run(z.name, func(t *testing.T) {
 			root := t.TempDir()
 			comp := z.fn(t, plain)
-			writeBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), comp)
-			ix := build(t, root, Options{BlockSize: 32 << 10})
+			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"+z.ext), comp)
+			ix := build(t, root, index.Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
 			if acc == nil || acc.Size != int64(len(plain)) {
 				t.Fatalf("access %+v, want %d bytes decompressed", acc, len(plain))
@@ -232,12 +234,12 @@ func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
 	root := t.TempDir()
 	path := filepath.Join(root, "a.tfrecord.gz")
 	comp := gzipMembers(1, 6)(t, plain)
-	writeBytes(t, path, comp)
-	ix := build(t, root, Options{BlockSize: 32 << 10})
+	blocktest.WriteBytes(t, path, comp)
+	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
 	bad := bytes.Clone(comp)
 	bad[len(bad)*3/4] ^= 0x40
-	writeBytes(t, path, bad)
+	blocktest.WriteBytes(t, path, bad)
 	os.Chtimes(path, fi.ModTime(), fi.ModTime())
 	var damage []string
 	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, OnDamage: func(s string) { damage = append(damage, s) }})
@@ -278,60 +280,10 @@ func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
-			writeBytes(t, path, tc.data)
-			_, err := Build(t.Context(), root, Options{})
+			blocktest.WriteBytes(t, path, tc.data)
+			_, err := index.Build(t.Context(), root, index.Options{})
 			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "byte ") {
 				t.Fatalf("err %v, want one naming %s, saying %q and the offset", err, path, tc.want)
-			}
-		})
-	}
-}
-
-// A sidecar whose access points are not what indexing makes (dropped,
-// reordered, pointing past the file, a window lost, a compressed file
-// turned stored) is rebuilt, never used to decompress from.
-func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
-	plain := bigTFRecord(t, 4, 300<<10)
-	for _, tc := range []struct {
-		name  string
-		spoil func(ix *Index)
-	}{
-		{"no access points", func(ix *Index) { ix.Files[0].Access.Points = nil }},
-		{"two points swapped", func(ix *Index) {
-			p := ix.Files[0].Access.Points
-			p[1], p[2] = p[2], p[1]
-		}},
-		{"a point past the end", func(ix *Index) {
-			p := ix.Files[0].Access.Points
-			p[len(p)-1].In = ix.Files[0].Size*8 + 3
-		}},
-		{"a window lost", func(ix *Index) { ix.Files[0].Access.Points[1].Window = nil }},
-		{"the file read as stored", func(ix *Index) { ix.Files[0].Access = nil }},
-		// As older versions cut compressed files: blocks that tile the
-		// file but run over a cut of the plain rule.
-		{"two blocks merged over a cut", func(ix *Index) {
-			b := ix.Blocks
-			b[1].Len += b[2].Len
-			b[1].Records += b[2].Records
-			ix.Blocks = slices.Delete(b, 2, 3)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			writeBytes(t, filepath.Join(root, "a.tfrecord.gz"), gzipMembers(1, 6)(t, plain))
-			cache := t.TempDir()
-			o := Options{BlockSize: 32 << 10, CacheDir: cache}
-			want, _, _ := openLogged(t, root, o)
-			if len(want.Files[0].Access.Points) < 3 {
-				t.Fatalf("%d access points", len(want.Files[0].Access.Points))
-			}
-			resealSidecar(t, sidecars(t, cache)[0], tc.spoil)
-			ix, fromCache, log := openLogged(t, root, o)
-			if fromCache {
-				t.Fatalf("the planted sidecar was used; log:\n%s", log)
-			}
-			if !slices.Equal(ix.Blocks, want.Blocks) || len(ix.Files[0].Access.Points) != len(want.Files[0].Access.Points) {
-				t.Fatal("the rebuilt index differs from the built one")
 			}
 		})
 	}
@@ -391,7 +343,7 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
-			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
+			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
 			if got := float64(src.read.Load()) / float64(len(tc.comp)); got < tc.min || got > tc.max {
 				t.Fatalf("indexing read %.2f times the file's bytes, want %.1f to %.1f", got, tc.min, tc.max)
 			}
@@ -435,8 +387,8 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 			bad[at] = byte(int(bad[at]) + delta)
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.zst")
-			writeBytes(t, path, bad)
-			if _, err := Build(t.Context(), root, Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
+			blocktest.WriteBytes(t, path, bad)
+			if _, err := index.Build(t.Context(), root, index.Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
 				t.Fatalf("err %v, want an error naming %s", err, path)
 			}
 		})
@@ -453,7 +405,7 @@ func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T
 		t.Run(z.name, func(t *testing.T) {
 			comp := z.fn(t, plain)
 			src := &memSource{files: map[string][]byte{"a.tfrecord" + z.ext: comp}}
-			ix := build(t, "", Options{BlockSize: 256 << 10, Source: src})
+			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
 			src.read.Store(0)
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
 			for id, blk := range ix.Blocks {

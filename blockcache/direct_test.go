@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
@@ -14,25 +16,25 @@ import (
 // directFixture is a dataset with blocks large enough to be read with
 // O_DIRECT, of records of odd sizes, so that blocks start anywhere in a page.
 type directFixture struct {
-	files []*srcFile
-	ix    *Index
+	files []*blocktest.SrcFile
+	ix    *index.Index
 }
 
 func newDirectFixture(t *testing.T) *directFixture {
 	t.Helper()
-	root, files := dataset(t, 7, 3, 1500, 3000)
-	ix := build(t, root, Options{BlockSize: MinDirectBlock})
+	root, files := blocktest.Dataset(t, 7, 3, 1500, 3000)
+	ix := build(t, root, index.Options{BlockSize: index.MinDirectBlock})
 	if len(ix.Blocks) < 4 {
 		t.Fatalf("%d blocks: the fixture is too small", len(ix.Blocks))
 	}
-	probe, err := ix.src.Open(ix.Files[0].Path, ix.Files[0].Version)
+	probe, err := ix.Source().Open(ix.Files[0].Path, ix.Files[0].Version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, dioAlign), 0)
+	_, err = probe.(source.DirectReader).ReadDirect(mustSlab(t, source.DirectAlign), 0)
 	if err != nil {
-		t.Skipf("the file system of %s does not take direct reads: %v", files[0].path, err)
+		t.Skipf("the file system of %s does not take direct reads: %v", files[0].Path, err)
 	}
 	return &directFixture{files, ix}
 }
@@ -52,18 +54,18 @@ func mustSlab(t *testing.T, n int64) []byte {
 func (f *directFixture) evict(t *testing.T, cache int) {
 	t.Helper()
 	for _, sf := range f.files {
-		h, err := os.Open(sf.path)
+		h, err := os.Open(sf.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.ReadAt(make([]byte, len(sf.data)), 0); err != nil {
+		if _, err := h.ReadAt(make([]byte, len(sf.Data)), 0); err != nil {
 			t.Fatal(err)
 		}
 		// Dirty pages stay cached: written back first, they can go.
 		if err := h.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Fadvise(int(h.Fd()), int64(min(cache, len(sf.data))), 0, unix.FADV_DONTNEED); err != nil {
+		if err := unix.Fadvise(int(h.Fd()), int64(min(cache, len(sf.Data))), 0, unix.FADV_DONTNEED); err != nil {
 			t.Fatal(err)
 		}
 		h.Close()
@@ -90,17 +92,17 @@ func (f *directFixture) check(t *testing.T, b *Buf, u Unit) {
 	for _, id := range u.Blocks {
 		blk := f.ix.Blocks[id]
 		src := f.files[blk.File]
-		for i := src.recordAt(blk.Offset); i < len(src.starts) && src.starts[i] < blk.Offset+blk.Len; i++ {
+		for i := src.RecordAt(blk.Offset); i < len(src.Starts) && src.Starts[i] < blk.Offset+blk.Len; i++ {
 			if k >= len(b.Starts) {
 				t.Fatalf("%d records loaded, the unit has more", len(b.Starts))
 			}
 			at, n := b.Starts[k], b.RecordLen(k)
-			want := src.data[src.starts[i] : src.starts[i]+src.frameLen(i)]
+			want := src.Data[src.Starts[i] : src.Starts[i]+src.FrameLen(i)]
 			if !bytes.Equal(b.Data[at:at+n], want) {
-				t.Fatalf("record %d (block %d, %s at %d) differs from the source", k, id, src.rel, src.starts[i])
+				t.Fatalf("record %d (block %d, %s at %d) differs from the source", k, id, src.Rel, src.Starts[i])
 			}
-			if file, off := b.Locate(at); file != blk.File || off != src.starts[i] {
-				t.Fatalf("Locate(%d) = file %d offset %d, want file %d offset %d", at, file, off, blk.File, src.starts[i])
+			if file, off := b.Locate(at); file != blk.File || off != src.Starts[i] {
+				t.Fatalf("Locate(%d) = file %d offset %d, want file %d offset %d", at, file, off, blk.File, src.Starts[i])
 			}
 			k++
 		}
@@ -114,7 +116,7 @@ func TestLoaderReadsUncachedBlocksDirectlyAndCachedOnesFromTheCache(t *testing.T
 	f := newDirectFixture(t)
 	var total int64
 	for _, sf := range f.files {
-		total += int64(len(sf.data))
+		total += int64(len(sf.Data))
 	}
 	for _, tc := range []struct {
 		name     string
@@ -159,18 +161,18 @@ func TestDirectSlabsKeepBlocksOnPagesOfTheirOwn(t *testing.T) {
 	}
 	var end int64
 	for i, e := range exts {
-		if e.at%dioAlign != e.off%dioAlign {
+		if e.at%source.DirectAlign != e.off%source.DirectAlign {
 			t.Errorf("extent %d starts at %d in the slab and %d in its file: not at the same place in a page", i, e.at, e.off)
 		}
-		if first := alignDown(e.at); first < end {
+		if first := index.AlignDown(e.at); first < end {
 			t.Errorf("extent %d's first page at %d overlaps the previous extent's pages, which end at %d", i, first, end)
 		}
-		end = alignUp(e.at + e.n)
+		end = index.AlignUp(e.at + e.n)
 	}
 	if end != size {
 		t.Errorf("pages end at %d, the slab has %d bytes", end, size)
 	}
-	if waste := size - f.ix.Bytes; waste > int64(len(exts))*2*dioAlign {
+	if waste := size - f.ix.Bytes; waste > int64(len(exts))*2*source.DirectAlign {
 		t.Errorf("%d bytes of padding for %d blocks, more than two pages each", waste, len(exts))
 	}
 }

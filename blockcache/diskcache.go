@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/cachedir"
 	"github.com/corgifs/corgifs/internal/slab"
 )
@@ -130,7 +131,7 @@ type DiskCacheStats struct {
 // DiskCache is the disk tier between a Loader and its source. Its
 // methods are safe for concurrent use; Close stops its writer.
 type DiskCache struct {
-	ix   *Index
+	ix   *index.Index
 	dir  *cachedir.Dir // nil: disabled from the start
 	path string
 	max  int64
@@ -201,7 +202,7 @@ type diskJob struct {
 // directory that another user owns or that others may write is refused
 // with an error wrapping ErrUnsafeCacheDir; any other failure to open it
 // gives a cache that caches nothing, with one log line.
-func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
+func OpenDiskCache(ix *index.Index, o DiskCacheOptions) (*DiskCache, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -219,7 +220,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 		room: make(chan struct{}), done: make(chan struct{})}
 	c.work = sync.NewCond(&c.mu)
 	root := ""
-	if isLocal(ix.src) {
+	if index.IsLocal(ix.Source()) {
 		root = ix.Root
 	}
 	path, err := cachedir.Resolve(o.Dir, root)
@@ -229,7 +230,7 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 	}
 	c.path = path
 	c.dir, err = cachedir.OpenPath(path)
-	if errors.Is(err, ErrUnsafeCacheDir) {
+	if errors.Is(err, index.ErrUnsafeCacheDir) {
 		return nil, fmt.Errorf("--disk-cache: %w", err)
 	}
 	if err != nil {
@@ -264,9 +265,9 @@ func OpenDiskCache(ix *Index, o DiskCacheOptions) (*DiskCache, error) {
 
 // sourceIdentity names the source of ix in the keys: its ID for a remote
 // source, the absolute root for a local one.
-func sourceIdentity(ix *Index) string {
-	if !isLocal(ix.src) {
-		return "remote:" + ix.src.ID()
+func sourceIdentity(ix *index.Index) string {
+	if !index.IsLocal(ix.Source()) {
+		return "remote:" + ix.Source().ID()
 	}
 	return "local:" + ix.Root
 }

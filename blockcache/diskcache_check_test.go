@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source/local"
 )
 
@@ -23,10 +25,10 @@ func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.
 				root := t.TempDir()
 				data := map[string][]byte{}
 				for name, b := range c.files {
-					writeBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
+					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
 					data[name+z.ext] = b
 				}
-				o := Options{BlockSize: 150}
+				o := index.Options{BlockSize: 150}
 				if _, ok := c.format.(formats.Fixed); ok {
 					o.Format = c.format
 				}
@@ -48,7 +50,7 @@ func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.
 // pinVersions gives the files of ix versions without a device, inode and
 // change time, as a system without them lists them: the disk cache's keys
 // then stay the same across a rewrite that puts sizes and mtimes back.
-func pinVersions(ix *Index) {
+func pinVersions(ix *index.Index) {
 	for i := range ix.Files {
 		ix.Files[i].Version = local.Version(ix.Files[i].Size, ix.Files[i].Mtime)
 	}
@@ -74,16 +76,16 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
 	var other [][]byte
-	for _, p := range src.payloads {
+	for _, p := range src.Payloads {
 		q := slices.Clone(p)
 		for i := range q {
 			q[i] ^= 0x5a
 		}
 		other = append(other, q)
 	}
-	f2.files[0] = writeRecords(t, f.root, src.rel, other)
-	setMtime(t, src.path, f.ix.Files[0].Mtime)
-	f2.ix = build(t, f.root, Options{BlockSize: 16 << 10})
+	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
+	blocktest.SetMtime(t, src.Path, f.ix.Files[0].Mtime)
+	f2.ix = build(t, f.root, index.Options{BlockSize: 16 << 10})
 	pinVersions(f2.ix)
 	var changed int64
 	for id, b := range f2.ix.Blocks {
@@ -113,8 +115,8 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	if n := strings.Count(log2.String(), "disk cache entry holds other bytes"); n != 1 {
 		t.Fatalf("%d log lines about entries of other bytes, want 1:\n%s", n, log2.String())
 	}
-	if !strings.Contains(log2.String(), src.rel) {
-		t.Fatalf("the log line does not name the file %s:\n%s", src.rel, log2.String())
+	if !strings.Contains(log2.String(), src.Rel) {
+		t.Fatalf("the log line does not name the file %s:\n%s", src.Rel, log2.String())
 	}
 	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
 	dc2.Close()

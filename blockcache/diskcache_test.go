@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // lockedBuffer is a log sink safe for the cache's writer goroutine.
@@ -155,16 +157,16 @@ func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
 	var other [][]byte
-	for _, p := range src.payloads {
+	for _, p := range src.Payloads {
 		q := slices.Clone(p)
 		for i := range q {
 			q[i] ^= 0x5a
 		}
 		other = append(other, q)
 	}
-	f2.files[0] = writeRecords(t, f.root, src.rel, other)
-	setMtime(t, src.path, 1_700_000_000_000_000_000)
-	f2.ix = build(t, f.root, Options{BlockSize: 16 << 10})
+	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
+	blocktest.SetMtime(t, src.Path, 1_700_000_000_000_000_000)
+	f2.ix = build(t, f.root, index.Options{BlockSize: 16 << 10})
 	l2, _ := diskLoader(t, f2, dir, &log)
 	f2.loadAll(t, l2, 1) // checks every byte against the new content
 	if s := l2.Stats(); s.SourceRequests == 0 {
@@ -192,11 +194,11 @@ func (p planUses) Next(block int32, after int64) int64 {
 func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int, held []int32) {
 	t.Helper()
 	root := t.TempDir()
-	ix := &Index{Root: root, Files: []File{{Path: "f", Size: 100_000, Mtime: 1}}}
+	ix := &index.Index{Root: root, Files: []index.File{{Path: "f", Size: 100_000, Mtime: 1}}}
 	data := bytes.Repeat([]byte{7}, 100)
 	for i := range 10 {
 		// Every block holds data, as its CRC says.
-		ix.Blocks = append(ix.Blocks, Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
+		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
 	}
 	c, err := OpenDiskCache(ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/source/local"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree cancels a Get that
@@ -26,12 +27,12 @@ import (
 func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[1]
-	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Records >= 2 }))
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 1 && b.Records >= 2 }))
 	blk := f.ix.Blocks[id]
-	d := slices.Clone(src.data)
+	d := slices.Clone(src.Data)
 	d[blk.Offset+formats.HeaderLen] ^= 1
-	writeBytes(t, src.path, d)
-	setMtime(t, src.path, f.ix.Files[1].Mtime)
+	blocktest.WriteBytes(t, src.Path, d)
+	blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
 	l.sem <- struct{}{}
@@ -62,15 +63,15 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[1]
-	if err := os.Remove(src.path); err != nil {
+	if err := os.Remove(src.Path); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(src.path, 0o644); err != nil {
+	if err := syscall.Mkfifo(src.Path, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, Logger: newTextLogger(&log)})
-	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 }))
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 1 }))
 	done := make(chan error, 1)
 	go func() {
 		b, err := l.Get(t.Context(), blockUnit(0, id))
@@ -81,8 +82,8 @@ func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), src.path) || !strings.Contains(err.Error(), "named pipe") {
-			t.Fatalf("Get of a block of a named pipe: %v, want EIO naming %s as a named pipe", err, src.path)
+		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), src.Path) || !strings.Contains(err.Error(), "named pipe") {
+			t.Fatalf("Get of a block of a named pipe: %v, want EIO naming %s as a named pipe", err, src.Path)
 		}
 		if strings.Contains(err.Error(), "remount") {
 			t.Errorf("error %q says to remount, which does not help", err)
@@ -90,10 +91,10 @@ func TestLoaderRefusesASourceFileReplacedByANamedPipe(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Get of a block of a named pipe did not return within 10s")
 	}
-	if !strings.Contains(log.String(), "not a regular file") || !strings.Contains(log.String(), src.path) {
+	if !strings.Contains(log.String(), "not a regular file") || !strings.Contains(log.String(), src.Path) {
 		t.Errorf("log does not name the file that is not a regular file:\n%s", log.String())
 	}
-	other := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
+	other := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 2 }))
 	l.Release(f.get(t, l, 0, other))
 }
 
@@ -105,11 +106,11 @@ func TestLoaderLoadsABufferOfMoreFilesThanTheOpenFileLimit(t *testing.T) {
 	root := t.TempDir()
 	r := rand.New(rand.NewPCG(3, 3))
 	const n = 400
-	var files []*srcFile
+	var files []*blocktest.SrcFile
 	for i := range n {
-		files = append(files, writeRecords(t, root, fmt.Sprintf("f%03d.tfrecord", i), randomPayloads(r, 2, 100)))
+		files = append(files, blocktest.WriteRecords(t, root, fmt.Sprintf("f%03d.tfrecord", i), blocktest.RandomPayloads(r, 2, 100)))
 	}
-	f := &loaderFixture{root, files, build(t, root, Options{BlockSize: 16 << 10})}
+	f := &loaderFixture{root, files, build(t, root, index.Options{BlockSize: 16 << 10})}
 	if len(f.ix.Blocks) != n {
 		t.Fatalf("%d blocks, want one per file", len(f.ix.Blocks))
 	}
@@ -143,32 +144,6 @@ func TestLoaderLoadsABufferOfMoreFilesThanTheOpenFileLimit(t *testing.T) {
 	l.Release(f.getUnit(t, l, Unit{Records: recs}))
 }
 
-// TestIndexingRefusesANamedPipeInPlaceOfAListedFile scans a listed file
-// that a named pipe replaced before it was opened: indexing must fail at
-// once naming it, not wait for a writer.
-func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
-	root := t.TempDir()
-	if err := syscall.Mkfifo(root+"/p.tfrecord", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ix := &Index{Root: root, BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100, Version: local.Version(100, 0)}}}
-	done := make(chan error, 1)
-	go func() {
-		var rd aheadReader
-		defer rd.free()
-		_, err := ix.scanFile(0, Options{}, &rd, nil)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, local.ErrNotRegular) || !strings.Contains(err.Error(), "p.tfrecord") {
-			t.Fatalf("scan of a named pipe: %v, want an error naming it as not a regular file", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("scan of a named pipe did not return within 10s")
-	}
-}
-
 // TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds checks MinMemory
 // against Get, with and without direct reads, for a record of 3 MiB that
 // starts in the middle of a page: with that budget the block loads, with a
@@ -176,9 +151,9 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 	root := t.TempDir()
 	r := rand.New(rand.NewPCG(8, 8))
-	src := writeRecords(t, root, "a.tfrecord", payloadsOfLen(r, 1000, 1000, 3<<20+5, 1000))
-	ix := build(t, root, Options{BlockSize: MinDirectBlock})
-	big := int32(slices.IndexFunc(ix.Blocks, func(b Block) bool { return b.Len > MinDirectBlock }))
+	src := blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.PayloadsOfLen(r, 1000, 1000, 3<<20+5, 1000))
+	ix := build(t, root, index.Options{BlockSize: index.MinDirectBlock})
+	big := int32(slices.IndexFunc(ix.Blocks, func(b index.Block) bool { return b.Len > index.MinDirectBlock }))
 	for _, buffered := range []bool{false, true} {
 		o := LoaderOptions{Buffered: buffered}
 		need := MinMemory(ix, o, false)
@@ -196,13 +171,13 @@ func TestLoaderMinMemoryIsExactlyWhatTheLargestBlockNeeds(t *testing.T) {
 			t.Fatalf("buffered %v: Get with MinMemory: %v", buffered, err)
 		}
 		blk := ix.Blocks[big]
-		if len(b.Starts) != int(blk.Records) || !bytes.Equal(b.Data[b.Starts[0]:b.Starts[0]+blk.Len], src.data[blk.Offset:blk.Offset+blk.Len]) {
+		if len(b.Starts) != int(blk.Records) || !bytes.Equal(b.Data[b.Starts[0]:b.Starts[0]+blk.Len], src.Data[blk.Offset:blk.Offset+blk.Len]) {
 			t.Fatalf("buffered %v: the block's records are not the source's", buffered)
 		}
 		l.Release(b)
 	}
 	// Single records are packed: the largest frame is all a record needs.
-	rec := int32(slices.IndexFunc(ix.Frames, func(n uint32) bool { return n > MinDirectBlock }))
+	rec := int32(slices.IndexFunc(ix.Frames, func(n uint32) bool { return n > index.MinDirectBlock }))
 	o := LoaderOptions{MaxMemory: MinMemory(ix, LoaderOptions{}, true)}
 	if o.MaxMemory != int64(ix.Frames[rec]) {
 		t.Fatalf("MinMemory for records %d, want the largest frame, %d", o.MaxMemory, ix.Frames[rec])

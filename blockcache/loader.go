@@ -1,3 +1,7 @@
+// Package blockcache turns the block ids of an index (package index) into
+// bytes with large reads, a shared memory budget and prefetch (the
+// loader), proves a probed index's boundaries before a block is served, and
+// keeps the disk cache the loader reaches through DiskTier.
 package blockcache
 
 import (
@@ -15,6 +19,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/slab"
 	"github.com/corgifs/corgifs/source"
 )
@@ -96,7 +101,7 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 
 // placeBlock returns where blk starts in its share of a slab, and the size
 // of that share.
-func (l *Loader) placeBlock(blk Block) (lead, span int64) {
+func (l *Loader) placeBlock(blk index.Block) (lead, span int64) {
 	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.direct)
 }
 
@@ -104,18 +109,18 @@ func (l *Loader) placeBlock(blk Block) (lead, span int64) {
 // share of a slab, and the size of that share. A block that may be read
 // directly gets whole pages of its own: it starts at its offset within a
 // page, and its share ends at a page boundary.
-func placeBlock(blk Block, tail int64, direct bool) (lead, span int64) {
+func placeBlock(blk index.Block, tail int64, direct bool) (lead, span int64) {
 	if !direct {
 		return 0, blk.Len + tail
 	}
-	lead = blk.Offset - alignDown(blk.Offset)
-	return lead, alignUp(lead + blk.Len + tail)
+	lead = blk.Offset - index.AlignDown(blk.Offset)
+	return lead, index.AlignUp(lead + blk.Len + tail)
 }
 
 // readsDirect reports whether a loader with options o reads the blocks of
 // ix with O_DIRECT when they are not cached.
-func readsDirect(ix *Index, o LoaderOptions) bool {
-	return isLocal(ix.src) && !o.Buffered && ix.BlockSize >= MinDirectBlock
+func readsDirect(ix *index.Index, o LoaderOptions) bool {
+	return index.IsLocal(ix.Source()) && !o.Buffered && ix.BlockSize >= index.MinDirectBlock
 }
 
 // MinMemory returns the smallest LoaderOptions.MaxMemory with which a
@@ -123,7 +128,7 @@ func readsDirect(ix *Index, o LoaderOptions) bool {
 // records set every buffer of one record: the largest slab such a buffer
 // takes, with the pages of a direct read for a block. Get refuses a buffer
 // larger than the budget by the same measure.
-func MinMemory(ix *Index, o LoaderOptions, records bool) int64 {
+func MinMemory(ix *index.Index, o LoaderOptions, records bool) int64 {
 	var m int64
 	if records {
 		for _, n := range ix.Frames {
@@ -254,10 +259,10 @@ type LoaderOptions struct {
 	// index whose probed boundaries its record chain disproves (see
 	// probe_proof.go): the CLI records it with MarkProbeWrong, so that the
 	// next index scans that file whole. Without it, OnDamage is called.
-	OnProbeWrong func(file File, reason string)
+	OnProbeWrong func(file index.File, reason string)
 	// Proofs, if set, keeps the files whose probed boundaries were proven
 	// across mounts, so that a remount does not walk them again.
-	Proofs *ProofLog
+	Proofs *index.ProofLog
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
 	MaxOpenFiles int
@@ -299,8 +304,8 @@ func prefetchDepth(o int) int {
 // Prefetch never waits: it is skipped when memory is short. Source files
 // are opened from a pool of bounded size (see filePool).
 type Loader struct {
-	ix     *Index
-	src    source.Source // ix.source()
+	ix     *index.Index
+	src    source.Source // ix.Source()
 	budget int64
 	log    *slog.Logger
 	seed   maphash.Seed
@@ -346,7 +351,7 @@ type Loader struct {
 }
 
 // NewLoader returns a Loader for the blocks of ix.
-func NewLoader(ix *Index, o LoaderOptions) *Loader {
+func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 	if o.InFlight <= 0 {
 		o.InFlight = 32
 	}
@@ -361,7 +366,7 @@ func NewLoader(ix *Index, o LoaderOptions) *Loader {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
 	l := &Loader{
-		ix: ix, src: ix.source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
+		ix: ix, src: ix.Source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
 		direct: readsDirect(ix, o),
 		sem:    make(chan struct{}, o.InFlight),
 		files:  newFilePool(o.MaxOpenFiles),
@@ -962,7 +967,7 @@ func (l *Loader) read(b *Buf) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	workers := cap(l.sem)
-	if b.unit.Records == nil && !l.direct && isLocal(l.src) {
+	if b.unit.Records == nil && !l.direct && index.IsLocal(l.src) {
 		// Whole blocks through the page cache are long sequential reads
 		// that the kernel's readahead keeps ahead of: a few workers do.
 		// Direct reads, single records and remote GETs wait for the
@@ -1222,8 +1227,8 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.noDirect.Load() && pc.Uncached(e.off, e.n) {
 		// Whole pages: the extent's first page sits at a page boundary of
 		// the slab, and its pages are its own.
-		from := alignDown(e.off)
-		win := slab[e.at-(e.off-from) : e.at-(e.off-from)+alignUp(e.off+e.n)-from]
+		from := index.AlignDown(e.off)
+		win := slab[e.at-(e.off-from) : e.at-(e.off-from)+index.AlignUp(e.off+e.n)-from]
 		n, err := d.ReadDirect(win, from)
 		switch {
 		case errors.Is(err, source.ErrNoDirect):

@@ -3,15 +3,18 @@ package blockcache
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // benchLoad loads unit(i) again and again from a warm dataset: the read
 // path (opening files through the source, reading, splitting and checking
 // records), not the disk. Run with -benchmem: a load allocates per file
 // and per unit, never per record.
-func benchLoad(b *testing.B, o LoaderOptions, unit func(ix *Index, r *rand.Rand) Unit) {
-	root, _ := dataset(b, 5, 4, 2000, 3000)
-	ix := build(b, root, Options{BlockSize: 64 << 10})
+func benchLoad(b *testing.B, o LoaderOptions, unit func(ix *index.Index, r *rand.Rand) Unit) {
+	root, _ := blocktest.Dataset(b, 5, 4, 2000, 3000)
+	ix := build(b, root, index.Options{BlockSize: 64 << 10})
 	// Room for a few units of the 64 cycled through: every Get loads.
 	o.MaxMemory = 4 << 20
 	l := NewLoader(ix, o)
@@ -36,7 +39,7 @@ func benchLoad(b *testing.B, o LoaderOptions, unit func(ix *Index, r *rand.Rand)
 
 // BenchmarkLoaderBlocks loads 16 random blocks at a time.
 func BenchmarkLoaderBlocks(b *testing.B) {
-	benchLoad(b, LoaderOptions{}, func(ix *Index, r *rand.Rand) Unit {
+	benchLoad(b, LoaderOptions{}, func(ix *index.Index, r *rand.Rand) Unit {
 		u := Unit{Blocks: make([]int32, 16)}
 		for i := range u.Blocks {
 			u.Blocks[i] = int32(r.IntN(len(ix.Blocks)))
@@ -48,7 +51,7 @@ func BenchmarkLoaderBlocks(b *testing.B) {
 // BenchmarkLoaderRecords loads 256 random records at a time, as the
 // strategies that read records one at a time do.
 func BenchmarkLoaderRecords(b *testing.B) {
-	benchLoad(b, LoaderOptions{}, func(ix *Index, r *rand.Rand) Unit {
+	benchLoad(b, LoaderOptions{}, func(ix *index.Index, r *rand.Rand) Unit {
 		u := Unit{Records: make([]int32, 256)}
 		for i := range u.Records {
 			u.Records[i] = int32(r.Int64N(ix.Records))

@@ -14,19 +14,21 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // loaderFixture is a dataset of three files indexed in 16 KiB blocks.
 type loaderFixture struct {
 	root  string
-	files []*srcFile
-	ix    *Index
+	files []*blocktest.SrcFile
+	ix    *index.Index
 }
 
 func newLoaderFixture(t *testing.T) *loaderFixture {
 	t.Helper()
-	root, files := dataset(t, 21, 3, 150, 3000)
-	return &loaderFixture{root, files, build(t, root, Options{BlockSize: 16 << 10})}
+	root, files := blocktest.Dataset(t, 21, 3, 150, 3000)
+	return &loaderFixture{root, files, build(t, root, index.Options{BlockSize: 16 << 10})}
 }
 
 // want returns the bytes and record starts a Buf of u must hold, computed
@@ -37,13 +39,13 @@ func (f *loaderFixture) want(u Unit) ([]byte, []int64) {
 	for _, r := range u.Records {
 		file, off, n := f.ix.Record(r)
 		starts = append(starts, int64(len(data)))
-		data = append(data, f.files[file].data[off:off+n]...)
+		data = append(data, f.files[file].Data[off:off+n]...)
 	}
 	for _, id := range u.Blocks {
 		b := f.ix.Blocks[id]
 		src := f.files[b.File]
-		for i := src.recordAt(b.Offset); i < len(src.starts) && src.starts[i] < b.Offset+b.Len; i++ {
-			starts = append(starts, int64(len(data))+src.starts[i]-b.Offset)
+		for i := src.RecordAt(b.Offset); i < len(src.Starts) && src.Starts[i] < b.Offset+b.Len; i++ {
+			starts = append(starts, int64(len(data))+src.Starts[i]-b.Offset)
 		}
 		data = append(data, blockBytes(f.files, b)...)
 	}
@@ -118,7 +120,7 @@ func TestLoaderGetReturnsSourceBytesAndRecordStarts(t *testing.T) {
 	f := newLoaderFixture(t)
 	nb := int32(len(f.ix.Blocks))
 	firstOf := func(file int32) int32 {
-		return int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == file }))
+		return int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == file }))
 	}
 	all := make([]int32, nb)
 	for i := range all {
@@ -126,7 +128,7 @@ func TestLoaderGetReturnsSourceBytesAndRecordStarts(t *testing.T) {
 	}
 	nr := int32(f.ix.Records)
 	lastOf := func(file int32) int32 { // last record of a file
-		b := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == file+1 })) - 1
+		b := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == file+1 })) - 1
 		return int32(f.ix.BlockRecords(b)) + f.ix.Blocks[b].Records - 1
 	}
 	everyRecord := make([]int32, nr)
@@ -596,46 +598,46 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(f *srcFile, b Block) change
-		offset func(f *srcFile, b Block) int64 // named in the error
+		change func(f *blocktest.SrcFile, b index.Block) change
+		offset func(f *blocktest.SrcFile, b index.Block) int64 // named in the error
 		want   string
 	}{
-		{"data byte flipped, mtime kept", func(f *srcFile, b Block) change {
-			d := slices.Clone(f.data)
-			d[f.starts[f.recordAt(b.Offset)+1]+formats.HeaderLen] ^= 1
+		{"data byte flipped, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
+			d := slices.Clone(f.Data)
+			d[f.Starts[f.RecordAt(b.Offset)+1]+formats.HeaderLen] ^= 1
 			return change{d, true}
-		}, func(f *srcFile, b Block) int64 { return f.starts[f.recordAt(b.Offset)+1] }, "data CRC mismatch"},
-		{"length byte flipped, mtime kept", func(f *srcFile, b Block) change {
-			d := slices.Clone(f.data)
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return f.Starts[f.RecordAt(b.Offset)+1] }, "data CRC mismatch"},
+		{"length byte flipped, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
+			d := slices.Clone(f.Data)
 			d[b.Offset] ^= 1
 			return change{d, true}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "length CRC mismatch"},
-		{"data byte flipped, new mtime", func(f *srcFile, b Block) change {
-			d := slices.Clone(f.data)
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "length CRC mismatch"},
+		{"data byte flipped, new mtime", func(f *blocktest.SrcFile, b index.Block) change {
+			d := slices.Clone(f.Data)
 			d[b.Offset+formats.HeaderLen] ^= 1
 			return change{d, false}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"truncated", func(f *srcFile, b Block) change {
-			return change{f.data[:b.Offset+b.Len/2], false}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"truncated, mtime kept", func(f *srcFile, b Block) change {
-			return change{f.data[:b.Offset+b.Len/2], true}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"replaced by a larger file", func(f *srcFile, b Block) change {
-			d, _ := frames(t, randomPayloads(rand.New(rand.NewPCG(5, 5)), 300, 3000))
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"truncated", func(f *blocktest.SrcFile, b index.Block) change {
+			return change{f.Data[:b.Offset+b.Len/2], false}
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"truncated, mtime kept", func(f *blocktest.SrcFile, b index.Block) change {
+			return change{f.Data[:b.Offset+b.Len/2], true}
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"replaced by a larger file", func(f *blocktest.SrcFile, b index.Block) change {
+			d, _ := blocktest.Frames(t, blocktest.RandomPayloads(rand.New(rand.NewPCG(5, 5)), 300, 3000))
 			return change{d, false}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "changed since indexing"},
-		{"replaced by a same-size file of other records", func(f *srcFile, b Block) change {
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "changed since indexing"},
+		{"replaced by a same-size file of other records", func(f *blocktest.SrcFile, b index.Block) change {
 			// Same bytes shifted by one record: frames no longer where the
 			// index says.
-			k := f.starts[1]
-			return change{append(slices.Clone(f.data[k:]), f.data[:k]...), true}
-		}, func(f *srcFile, b Block) int64 { return b.Offset }, "offset"},
+			k := f.Starts[1]
+			return change{append(slices.Clone(f.Data[k:]), f.Data[:k]...), true}
+		}, func(f *blocktest.SrcFile, b index.Block) int64 { return b.Offset }, "offset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLoaderFixture(t)
 			// A block of the middle file, not its first, with 2+ records.
-			id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 1 && b.Offset > 0 && b.Records >= 2 }))
+			id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 1 && b.Offset > 0 && b.Records >= 2 }))
 			blk := f.ix.Blocks[id]
 			src := f.files[1]
 			other := int32(0) // a healthy block in the same buffer
@@ -643,16 +645,16 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 			l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 
 			ch := tc.change(src, blk)
-			writeBytes(t, src.path, ch.data)
+			blocktest.WriteBytes(t, src.Path, ch.data)
 			if ch.keepMtime {
-				setMtime(t, src.path, f.ix.Files[1].Mtime)
+				blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 			}
 			for i := range 2 { // a failed load is not cached
 				_, err := l.Get(t.Context(), blockUnit(blocks...))
 				if err == nil {
 					t.Fatal("Get succeeded on a changed file")
 				}
-				for _, w := range []string{src.path, fmt.Sprintf("offset %d", tc.offset(src, blk)), tc.want, "reindex"} {
+				for _, w := range []string{src.Path, fmt.Sprintf("offset %d", tc.offset(src, blk)), tc.want, "reindex"} {
 					if !strings.Contains(err.Error(), w) {
 						t.Fatalf("error %q does not mention %q", err, w)
 					}
@@ -666,8 +668,8 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 			}
 			// Restored (contents and mtime, as a backup tool would), the file
 			// loads again.
-			writeBytes(t, src.path, src.data)
-			setMtime(t, src.path, f.ix.Files[1].Mtime)
+			blocktest.WriteBytes(t, src.Path, src.Data)
+			blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 			l.Release(f.get(t, l, blocks...))
 		})
 	}
@@ -676,13 +678,13 @@ func TestLoaderDetectsSourceChangedAfterIndexing(t *testing.T) {
 func TestLoaderFailedPrefetchDoesNotOutliveTheFix(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[2]
-	id := int32(slices.IndexFunc(f.ix.Blocks, func(b Block) bool { return b.File == 2 }))
+	id := int32(slices.IndexFunc(f.ix.Blocks, func(b index.Block) bool { return b.File == 2 }))
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
-	writeBytes(t, src.path, src.data[:len(src.data)/2])
+	blocktest.WriteBytes(t, src.Path, src.Data[:len(src.Data)/2])
 	l.Prefetch(context.Background(), blockUnit(id))
 	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
-	writeBytes(t, src.path, src.data)
-	setMtime(t, src.path, f.ix.Files[2].Mtime)
+	blocktest.WriteBytes(t, src.Path, src.Data)
+	blocktest.SetMtime(t, src.Path, f.ix.Files[2].Mtime)
 	l.Release(f.get(t, l, id))
 }
 
@@ -690,12 +692,12 @@ func TestLoaderReportsRemovedSourceFile(t *testing.T) {
 	f := newLoaderFixture(t)
 	src := f.files[0]
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
-	if err := os.Remove(src.path); err != nil {
+	if err := os.Remove(src.Path); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.Get(t.Context(), blockUnit(0))
-	if err == nil || !strings.Contains(err.Error(), src.path) || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("err %v, want one naming %s and wrapping ErrNotExist", err, src.path)
+	if err == nil || !strings.Contains(err.Error(), src.Path) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err %v, want one naming %s and wrapping ErrNotExist", err, src.Path)
 	}
 	if l.Stats().LoadErrors != 1 {
 		t.Fatalf("stats %+v", l.Stats())

@@ -4,19 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/internal/cachedir"
+	"github.com/corgifs/corgifs/index"
 )
 
 // Why a probed boundary has to be proven, and how.
@@ -77,13 +74,13 @@ const (
 // prover settles the probed cuts of an index's files by their record
 // chains (see the comment above).
 type prover struct {
-	ix      *Index
+	ix      *index.Index
 	chain   formats.Chainer
 	learned []atomic.Int32 // the loader's: a block's count once it tiled
 	log     *slog.Logger
 	walks   chan struct{}
 	files   []fileProof
-	proofs  *ProofLog // nil: none kept
+	proofs  *index.ProofLog // nil: none kept
 	// reads and bytes count what the walks read (Stats).
 	reads, bytes atomic.Int64
 	// wrong is called once per file whose probe was proved wrong.
@@ -106,13 +103,13 @@ type fileProof struct {
 
 // newProver returns the prover of ix, or nil when none is needed: not a
 // probed index, a format whose probe is exact, or every file scanned whole.
-func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, proofs *ProofLog, wrong func(int32, string)) *prover {
+func newProver(ix *index.Index, learned []atomic.Int32, log *slog.Logger, proofs *index.ProofLog, wrong func(int32, string)) *prover {
 	ch, ok := ix.Fmt().(formats.Chainer)
 	if !ix.Probed || !ok {
 		return nil
 	}
 	walks := maxWalks
-	if !isLocal(ix.source()) {
+	if !index.IsLocal(ix.Source()) {
 		walks = maxRemoteWalks
 	}
 	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, walks),
@@ -138,7 +135,7 @@ func newProver(ix *Index, learned []atomic.Int32, log *slog.Logger, proofs *Proo
 		fp := &p.files[i]
 		fp.state = make([]atomic.Uint32, fp.n+1)
 		fp.at = ix.Files[i].Head.Start
-		if fp.first >= 0 && (ix.Blocks[fp.first].Records != 0 || proofs != nil && proofs.has(p.entry(int32(i)))) {
+		if fp.first >= 0 && (ix.Blocks[fp.first].Records != 0 || proofs != nil && proofs.Has(p.entry(int32(i)))) {
 			// Scanned whole (its cuts are a full scan's), or proven by
 			// an earlier mount.
 			fp.logged = true
@@ -196,7 +193,7 @@ func (p *prover) prove(id int32, end bool) error {
 }
 
 // fail is the error for block b, whose cut k is false.
-func (p *prover) fail(b Block, k int32) error {
+func (p *prover) fail(b index.Block, k int32) error {
 	fp := &p.files[b.File]
 	path := p.ix.Path(b.File)
 	c := p.cut(b.File, k)
@@ -232,7 +229,7 @@ func (p *prover) walk(fi int32, target int32) error {
 		c := p.cut(fi, j)
 		if fp.at < c {
 			if r == nil {
-				sf, err := p.ix.source().Open(f.Path, f.Version)
+				sf, err := p.ix.Source().Open(f.Path, f.Version)
 				if err != nil {
 					return fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
 				}
@@ -270,86 +267,6 @@ func (p *prover) walk(fi int32, target int32) error {
 	return nil
 }
 
-// The files whose probe was proved wrong, so that every later probed index
-// of the source scans them whole. The list is kept in the cache directory,
-// keyed by the source alone (not the block size or format), and each entry
-// by the file's identity: a file that changes is probed again.
-type wholeEntry struct {
-	Path    string
-	Size    int64
-	Mtime   int64
-	Version string
-}
-
-// wholeListName is the list's name in the cache directory.
-func wholeListName(root string, o Options) string {
-	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
-	return hex.EncodeToString(sum[:12]) + ".probe-whole"
-}
-
-// maxWholeList bounds the list read back (it holds a few files at most).
-const maxWholeList = 4 << 20
-
-// MarkProbeWrong records that the probe of file (an index file of root)
-// was proved wrong, so that the next probed index of root scans it whole,
-// and marks the sidecar stale with reason so that the next Open rebuilds.
-func MarkProbeWrong(root string, o Options, file File, reason string) error {
-	dir, root, o, err := openRootCacheDir(root, o)
-	if dir == nil || err != nil {
-		return err
-	}
-	name := wholeListName(root, o)
-	list := readWholeList(dir, name)
-	e := wholeEntry{file.Path, file.Size, file.Mtime, file.Version}
-	if !slices.Contains(list, e) {
-		list = append(list, e)
-		err = dir.WriteFile(name, func(w io.Writer) error { return json.NewEncoder(w).Encode(list) })
-	}
-	dir.Close()
-	if err != nil {
-		return err
-	}
-	return MarkStale(root, o, reason)
-}
-
-func readWholeList(dir *cachedir.Dir, name string) []wholeEntry {
-	if !dir.Exists(name) {
-		return nil
-	}
-	b, err := dir.ReadFile(name, maxWholeList)
-	var list []wholeEntry
-	if err != nil || json.Unmarshal(b, &list) != nil {
-		return nil // rewritten whole at the next mark
-	}
-	return list
-}
-
-// scanWhole returns, for each file of ix, whether an earlier load proved
-// its probe wrong (MarkProbeWrong) while it kept its identity.
-func (ix *Index) scanWhole(o Options) []bool {
-	if o.CacheDir == "" {
-		return nil
-	}
-	path, err := cacheDirFor(o.CacheDir, ix.Root, o)
-	if err != nil {
-		return nil
-	}
-	dir, err := cachedir.OpenPath(path)
-	if err != nil {
-		return nil
-	}
-	defer dir.Close()
-	list := readWholeList(dir, wholeListName(ix.Root, o))
-	if list == nil {
-		return nil
-	}
-	whole := make([]bool, len(ix.Files))
-	for i, f := range ix.Files {
-		whole[i] = slices.Contains(list, wholeEntry{f.Path, f.Size, f.Mtime, f.Version})
-	}
-	return whole
-}
-
 // countedReader counts the reads of a walk.
 type countedReader struct {
 	r io.ReaderAt
@@ -381,11 +298,11 @@ func (p *prover) proven(fi int32) {
 		}
 	}
 	fp.logged = true
-	p.proofs.add(p.entry(fi))
+	p.proofs.Add(p.entry(fi))
 }
 
 // entry is the ProofLog entry of file fi: its identity and its cuts.
-func (p *prover) entry(fi int32) proofEntry {
+func (p *prover) entry(fi int32) index.ProofEntry {
 	f := p.ix.Files[fi]
 	fp := &p.files[fi]
 	h := sha256.New()
@@ -394,137 +311,5 @@ func (p *prover) entry(fi int32) proofEntry {
 		binary.LittleEndian.PutUint64(b[:], uint64(p.cut(fi, j)))
 		h.Write(b[:])
 	}
-	return proofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
-}
-
-// proofEntry is a file whose probed cuts were proven: its identity, and
-// a hash of the cuts (another block size cuts elsewhere).
-type proofEntry struct {
-	Path    string
-	Size    int64
-	Mtime   int64
-	Version string
-	Cuts    string
-}
-
-// ProofLog keeps, in the cache directory, the files whose probed cuts a
-// record-chain walk proved, so that a remount (whose blocks may come from
-// the disk cache) does not walk them again. A boundary proven once stays
-// proven while the file keeps its identity (path, size, mtime, version)
-// and the index its cuts. New entries are written at most every
-// proofFlushEvery and at Close.
-type ProofLog struct {
-	root    string
-	o       Options
-	mu      sync.Mutex
-	set     map[proofEntry]bool
-	dirty   bool
-	flushed time.Time
-}
-
-// proofFlushEvery is how often at most a ProofLog is rewritten while a
-// mount proves files (the whole list each time).
-const proofFlushEvery = 10 * time.Second
-
-// maxProofLog bounds the list read back: past it, it starts afresh.
-const maxProofLog = 64 << 20
-
-// proofLogName is the log's name in the cache directory.
-func proofLogName(root string, o Options) string {
-	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
-	return hex.EncodeToString(sum[:12]) + ".probe-proven"
-}
-
-// OpenProofLog reads the proofs kept for root: an empty log when there
-// are none or no cache directory.
-func OpenProofLog(root string, o Options) (*ProofLog, error) {
-	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil {
-		return nil, err
-	}
-	pl := &ProofLog{root: root, o: o, set: map[proofEntry]bool{}, flushed: time.Now()}
-	if o.CacheDir == "" {
-		return pl, nil
-	}
-	path, err := cacheDirFor(o.CacheDir, root, o)
-	if err != nil {
-		return pl, err
-	}
-	dir, err := cachedir.OpenPath(path)
-	if err != nil {
-		return pl, err
-	}
-	defer dir.Close()
-	name := proofLogName(root, o)
-	if !dir.Exists(name) {
-		return pl, nil
-	}
-	b, err := dir.ReadFile(name, maxProofLog)
-	var list []proofEntry
-	if err != nil || json.Unmarshal(b, &list) != nil {
-		return pl, nil // rewritten at the next flush
-	}
-	for _, e := range list {
-		pl.set[e] = true
-	}
-	return pl, nil
-}
-
-func (pl *ProofLog) has(e proofEntry) bool {
-	if pl == nil {
-		return false
-	}
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	return pl.set[e]
-}
-
-func (pl *ProofLog) add(e proofEntry) {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	if pl.set[e] {
-		return
-	}
-	pl.set[e], pl.dirty = true, true
-	if time.Since(pl.flushed) >= proofFlushEvery {
-		pl.flush() // a failure is tried again at the next flush
-	}
-}
-
-// flush rewrites the list, under pl.mu. A failure leaves it dirty: proofs
-// not kept only cost a walk at the next mount.
-func (pl *ProofLog) flush() error {
-	pl.flushed = time.Now()
-	if !pl.dirty || pl.o.CacheDir == "" {
-		return nil
-	}
-	path, err := cacheDirFor(pl.o.CacheDir, pl.root, pl.o)
-	if err != nil {
-		return err
-	}
-	dir, err := cachedir.OpenPath(path)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	list := make([]proofEntry, 0, len(pl.set))
-	for e := range pl.set {
-		list = append(list, e)
-	}
-	if err := dir.WriteFile(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
-		return err
-	}
-	pl.dirty = false
-	return nil
-}
-
-// Close writes the proofs not yet written.
-func (pl *ProofLog) Close() error {
-	if pl == nil {
-		return nil
-	}
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	return pl.flush()
+	return index.ProofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
 }

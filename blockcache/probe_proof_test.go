@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // nestedTFRecord returns a TFRecord file whose records are, one in three,
@@ -31,10 +33,10 @@ func nestedTFRecord(t testing.TB, r *rand.Rand, n int) []byte {
 		for k := range 12 {
 			inner = append(inner, fmt.Appendf(nil, "inner %d.%d %s", i, k, strings.Repeat("i", 20+r.IntN(80))))
 		}
-		data, _ := frames(t, inner)
+		data, _ := blocktest.Frames(t, inner)
 		ps = append(ps, data)
 	}
-	data, _ := frames(t, ps)
+	data, _ := blocktest.Frames(t, ps)
 	return data
 }
 
@@ -96,7 +98,7 @@ func nestedCases(t testing.TB) []nestedCase {
 }
 
 // The records a full index finds in the file, as the loader serves them.
-func fullRecords(t *testing.T, ix *Index) map[string]int {
+func fullRecords(t *testing.T, ix *index.Index) map[string]int {
 	l := NewLoader(ix, LoaderOptions{MaxMemory: 64 << 20})
 	want := map[string]int{}
 	for id := range ix.Blocks {
@@ -121,15 +123,15 @@ func fullRecords(t *testing.T, ix *Index) map[string]int {
 func TestProbedBoundaryIsServedOnlyOnceTheRecordChainProvesIt(t *testing.T) {
 	for _, c := range nestedCases(t) {
 		root := t.TempDir()
-		writeBytes(t, filepath.Join(root, c.name), c.data)
+		blocktest.WriteBytes(t, filepath.Join(root, c.name), c.data)
 		for _, bs := range c.sizes {
 			t.Run(fmt.Sprintf("%s/BlockSize=%d", c.format.Name(), bs), func(t *testing.T) {
-				full := build(t, root, Options{BlockSize: bs, Format: c.format})
-				probed := build(t, root, Options{BlockSize: bs, Format: c.format, Probe: true})
+				full := build(t, root, index.Options{BlockSize: bs, Format: c.format})
+				probed := build(t, root, index.Options{BlockSize: bs, Format: c.format, Probe: true})
 				want := fullRecords(t, full)
 				_, chained := c.format.(formats.Chainer)
-				fooled := len(full.Blocks) != len(probed.Blocks) || slices.ContainsFunc(probed.Blocks, func(b Block) bool {
-					return !slices.ContainsFunc(full.Blocks, func(f Block) bool { return f.Offset == b.Offset })
+				fooled := len(full.Blocks) != len(probed.Blocks) || slices.ContainsFunc(probed.Blocks, func(b index.Block) bool {
+					return !slices.ContainsFunc(full.Blocks, func(f index.Block) bool { return f.Offset == b.Offset })
 				})
 				if chained && !fooled {
 					t.Fatalf("the probe was not fooled at block size %d: the test no longer builds its case", bs)
@@ -149,7 +151,7 @@ func TestProbedBoundaryIsServedOnlyOnceTheRecordChainProvesIt(t *testing.T) {
 						rand.New(rand.NewPCG(uint64(bs), 7)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 					}
 					var wrong []string
-					l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) { wrong = append(wrong, f.Path) }})
+					l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { wrong = append(wrong, f.Path) }})
 					failed := 0
 					for _, id := range ids {
 						b, err := l.Get(t.Context(), blockUnit(id))
@@ -196,12 +198,12 @@ func TestRecordChainProvesEveryCutOfNormalDataInAnyOrder(t *testing.T) {
 		}
 		root := c.write(t)
 		t.Run(c.format.Name(), func(t *testing.T) {
-			o := Options{BlockSize: 3000, Format: c.format}
+			o := index.Options{BlockSize: 3000, Format: c.format}
 			full := build(t, root, o)
 			o.Probe = true
 			probed := build(t, root, o)
 			lf := NewLoader(full, LoaderOptions{MaxMemory: 64 << 20})
-			lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) { t.Errorf("file %s reported wrong: %s", f.Path, reason) }})
+			lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { t.Errorf("file %s reported wrong: %s", f.Path, reason) }})
 			for id := len(full.Blocks) - 1; id >= 0; id-- {
 				bf, err := lf.Get(t.Context(), blockUnit(int32(id)))
 				if err != nil {
@@ -242,7 +244,7 @@ func TestTFRecordChainWalkReadsHeadersOnly(t *testing.T) {
 	for range 40 {
 		ps = append(ps, make([]byte, 1<<20+r.IntN(1000)))
 	}
-	data, starts := frames(t, ps)
+	data, starts := blocktest.Frames(t, ps)
 	cr := &countingReader{r: bytes.NewReader(data)}
 	h := formats.Head{Start: 0, End: int64(len(data))}
 	at := int64(0)
@@ -270,16 +272,16 @@ func TestTFRecordChainWalkReadsHeadersOnly(t *testing.T) {
 func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	r := rand.New(rand.NewPCG(51, 52))
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), nestedTFRecord(t, r, 60))
-	writeRecords(t, root, "b.tfrecord", randomPayloads(r, 200, 300))
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), nestedTFRecord(t, r, 60))
+	blocktest.WriteRecords(t, root, "b.tfrecord", blocktest.RandomPayloads(r, 200, 300))
 	var logs bytes.Buffer
-	o := Options{BlockSize: 333, Probe: true, CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-	ix, _, err := Open(t.Context(), root, o)
+	o := index.Options{BlockSize: 333, Probe: true, CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	ix, _, err := index.Open(t.Context(), root, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := NewLoader(ix, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) {
-		if err := MarkProbeWrong(root, o, f, reason); err != nil {
+	l := NewLoader(ix, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) {
+		if err := index.MarkProbeWrong(root, o, f, reason); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -294,7 +296,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("no block failed: the probe was not fooled")
 	}
-	ix2, fromCache, err := Open(t.Context(), root, o)
+	ix2, fromCache, err := index.Open(t.Context(), root, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	if !strings.Contains(logs.String(), "a load proved the probe of this file wrong") || !strings.Contains(logs.String(), "file="+filepath.Join(root, "a.tfrecord")) {
 		t.Fatalf("no log line names the file scanned whole:\n%s", logs.String())
 	}
-	full := build(t, root, Options{BlockSize: 333})
+	full := build(t, root, index.Options{BlockSize: 333})
 	want := fullRecords(t, full)
 	l2 := NewLoader(ix2, LoaderOptions{MaxMemory: 64 << 20})
 	got := map[string]int{}
@@ -325,7 +327,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 		t.Fatalf("the rebuilt index serves %d distinct records, the full index %d", len(got), len(want))
 	}
 	// A third Open keeps the rebuilt sidecar.
-	if _, fromCache, err := Open(t.Context(), root, o); err != nil || !fromCache {
+	if _, fromCache, err := index.Open(t.Context(), root, o); err != nil || !fromCache {
 		t.Fatalf("third Open: from cache %v, %v", fromCache, err)
 	}
 }
@@ -337,10 +339,10 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	root := t.TempDir()
-	writeRecords(t, root, "a.tfrecord", randomPayloads(r, 300, 300))
-	o := Options{BlockSize: 1000, Probe: true, CacheDir: t.TempDir()}
-	load := func(ix *Index) Stats {
-		pl, err := OpenProofLog(root, o)
+	blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.RandomPayloads(r, 300, 300))
+	o := index.Options{BlockSize: 1000, Probe: true, CacheDir: t.TempDir()}
+	load := func(ix *index.Index) Stats {
+		pl, err := index.OpenProofLog(root, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,14 +378,14 @@ func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 // proven), and the file is reported once to be scanned whole.
 func TestBrokenRecordChainFailsEveryLaterBlockOfAProbedIndex(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
-	data, starts := frames(t, randomPayloads(r, 200, 300))
+	data, starts := blocktest.Frames(t, blocktest.RandomPayloads(r, 200, 300))
 	bad := starts[100]
 	data[bad+8] ^= 0xff // the length CRC of record 100
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
-	probed := build(t, root, Options{BlockSize: 1000, Probe: true})
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	probed := build(t, root, index.Options{BlockSize: 1000, Probe: true})
 	var wrong []string
-	l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f File, reason string) { wrong = append(wrong, reason) }})
+	l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { wrong = append(wrong, reason) }})
 	for id := len(probed.Blocks) - 1; id >= 0; id-- {
 		b := probed.Blocks[id]
 		buf, err := l.Get(t.Context(), blockUnit(int32(id)))

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // probeCases are the format cases with larger files of TFRecord (records
@@ -23,12 +25,12 @@ func probeCases(t *testing.T) []formatCase {
 	r := rand.New(rand.NewPCG(11, 12))
 	big := map[string][]byte{}
 	for i, n := range []int{300, 0, 120} {
-		ps := randomPayloads(r, n, 3000)
+		ps := blocktest.RandomPayloads(r, n, 3000)
 		if n > 100 {
 			ps[50] = make([]byte, 20000)
 			ps[51] = make([]byte, 40000)
 		}
-		data, _ := frames(t, ps)
+		data, _ := blocktest.Frames(t, ps)
 		big[fmt.Sprintf("f%d.tfrecord", i)] = data
 	}
 	return append(formatCases(t),
@@ -53,8 +55,8 @@ func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 				continue // a probe at every few bytes of a large file: slow (under -race), and no more telling
 			}
 			t.Run(fmt.Sprintf("%s/%d-files/BlockSize=%d", c.format.Name(), len(c.files), bs), func(t *testing.T) {
-				full := build(t, root, Options{BlockSize: bs, Format: c.format})
-				probed := build(t, root, Options{BlockSize: bs, Format: c.format, Probe: true})
+				full := build(t, root, index.Options{BlockSize: bs, Format: c.format})
+				probed := build(t, root, index.Options{BlockSize: bs, Format: c.format, Probe: true})
 				if !probed.Probed {
 					t.Fatalf("format %s: not a probed index", c.format.Name())
 				}
@@ -72,7 +74,7 @@ func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 }
 
 // compareIndexes fails unless probed cuts the files as full does.
-func compareIndexes(t *testing.T, full, probed *Index) {
+func compareIndexes(t *testing.T, full, probed *index.Index) {
 	t.Helper()
 	if len(full.Files) != len(probed.Files) {
 		t.Fatalf("%d files, full index %d", len(probed.Files), len(full.Files))
@@ -120,7 +122,7 @@ func TestProbedIndexLoadsTheRecordsOfAFullIndexAndLearnsTheirCounts(t *testing.T
 	for _, c := range probeCases(t) {
 		root := c.write(t)
 		t.Run(fmt.Sprintf("%s/%d-files", c.format.Name(), len(c.files)), func(t *testing.T) {
-			o := Options{BlockSize: 3000, Format: c.format}
+			o := index.Options{BlockSize: 3000, Format: c.format}
 			full := build(t, root, o)
 			o.Probe = true
 			probed := build(t, root, o)
@@ -168,7 +170,7 @@ func fakeHeader(n int) []byte {
 // passes over it and cuts where the full index cuts.
 func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	ps := randomPayloads(r, 40, 300)
+	ps := blocktest.RandomPayloads(r, 40, 300)
 	ps[3] = make([]byte, 1200)
 	for i := range ps[3] {
 		ps[3][i] = byte(r.Uint32())
@@ -178,15 +180,15 @@ func TestPlantedTFRecordHeaderInAPayloadIsNotTakenForABoundary(t *testing.T) {
 	for at := int64(0); at+formats.HeaderLen <= 1200; at += 16 {
 		copy(ps[3][at:], fakeHeader(int(at%200)))
 	}
-	data, starts := frames(t, ps)
+	data, starts := blocktest.Frames(t, ps)
 	if starts[3] > 1000 || starts[4] < 1100 {
 		t.Fatalf("record 3 spans [%d, %d), want it across offset 1000", starts[3], starts[4])
 	}
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	for _, bs := range []int64{500, 1000} {
-		full := build(t, root, Options{BlockSize: bs})
-		probed := build(t, root, Options{BlockSize: bs, Probe: true})
+		full := build(t, root, index.Options{BlockSize: bs})
+		probed := build(t, root, index.Options{BlockSize: bs, Probe: true})
 		compareIndexes(t, full, probed)
 	}
 }
@@ -202,15 +204,15 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 		inner[i] = byte(r.Uint32())
 	}
 	for range 3 {
-		inner = formats.AppendFrame(inner, randomPayloads(r, 1, 100)[0])
+		inner = formats.AppendFrame(inner, blocktest.RandomPayloads(r, 1, 100)[0])
 	}
-	ps := append([][]byte{inner}, randomPayloads(r, 20, 100)...)
-	data, starts := frames(t, ps)
+	ps := append([][]byte{inner}, blocktest.RandomPayloads(r, 20, 100)...)
+	data, starts := blocktest.Frames(t, ps)
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.tfrecord"), data)
+	blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord"), data)
 	const bs = 30 // a multiple in the payload's first 50 bytes, before the embedded frames
-	full := build(t, root, Options{BlockSize: bs})
-	probed := build(t, root, Options{BlockSize: bs, Probe: true})
+	full := build(t, root, index.Options{BlockSize: bs})
+	probed := build(t, root, index.Options{BlockSize: bs, Probe: true})
 	if probed.Blocks[0].Len == full.Blocks[0].Len {
 		t.Fatalf("the probe was not fooled (first block %+v): the test no longer builds its case", probed.Blocks[0])
 	}
@@ -228,7 +230,7 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 		t.Fatalf("no log line says to index in full:\n%s", logs.String())
 	}
 	// The block that ends the record, after the embedded frames, fails too.
-	last := slices.IndexFunc(probed.Blocks, func(b Block) bool { return b.Offset+b.Len == starts[1] })
+	last := slices.IndexFunc(probed.Blocks, func(b index.Block) bool { return b.Offset+b.Len == starts[1] })
 	if _, err := l.Get(t.Context(), blockUnit(int32(last))); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("load of block %d (%+v), which ends record 0: %v, want EIO", last, probed.Blocks[last], err)
 	}
@@ -238,9 +240,9 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 // when one file changes, only that file is probed again (the log names
 // it), and the index equals a new probe of the changed source.
 func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
-	root, files := dataset(t, 31, 3, 200, 1000)
+	root, files := blocktest.Dataset(t, 31, 3, 200, 1000)
 	cache := t.TempDir()
-	o := Options{BlockSize: 4096, CacheDir: cache, Probe: true}
+	o := index.Options{BlockSize: 4096, CacheDir: cache, Probe: true}
 	ix1, fromCache, _ := openLogged(t, root, o)
 	if fromCache || !ix1.Probed {
 		t.Fatalf("first Open: from cache %v, probed %v", fromCache, ix1.Probed)
@@ -259,8 +261,8 @@ func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	}
 	// f1 gets new records of another size.
 	r := rand.New(rand.NewPCG(32, 33))
-	writeRecords(t, root, "f1.tfrecord", randomPayloads(r, 150, 3000))
-	setMtime(t, files[1].path, 1e18)
+	blocktest.WriteRecords(t, root, "f1.tfrecord", blocktest.RandomPayloads(r, 150, 3000))
+	blocktest.SetMtime(t, files[1].Path, 1e18)
 	ix3, fromCache, log := openLogged(t, root, o)
 	if fromCache {
 		t.Fatal("Open after a change came from the cache")
@@ -268,8 +270,8 @@ func TestProbedSidecarReprobesOnlyTheChangedFile(t *testing.T) {
 	if !strings.Contains(log, "probing it again, alone") || !strings.Contains(log, "f1.tfrecord") || strings.Contains(log, "f0.tfrecord") || strings.Contains(log, "f2.tfrecord") {
 		t.Fatalf("the log does not name f1 alone as probed again:\n%s", log)
 	}
-	fresh := build(t, root, Options{BlockSize: 4096, Probe: true})
-	compareIndexes(t, build(t, root, Options{BlockSize: 4096}), ix3)
+	fresh := build(t, root, index.Options{BlockSize: 4096, Probe: true})
+	compareIndexes(t, build(t, root, index.Options{BlockSize: 4096}), ix3)
 	if !slices.Equal(ix3.Blocks, fresh.Blocks) || ix3.Bytes != fresh.Bytes {
 		t.Fatalf("re-probed index differs from a new probe:\n%v\n%v", ix3.Blocks, fresh.Blocks)
 	}
@@ -318,13 +320,13 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	files := csvProbeFiles()
 	root := t.TempDir()
 	for name, data := range files {
-		writeBytes(t, filepath.Join(root, name), data)
+		blocktest.WriteBytes(t, filepath.Join(root, name), data)
 	}
 	const bs = 256 << 10
 	f := formats.CSV{Header: true}
 	var logs bytes.Buffer
-	full := build(t, root, Options{BlockSize: bs, Format: f})
-	probed := build(t, root, Options{BlockSize: bs, Format: f, Probe: true,
+	full := build(t, root, index.Options{BlockSize: bs, Format: f})
+	probed := build(t, root, index.Options{BlockSize: bs, Format: f, Probe: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if !probed.Probed {
 		t.Fatal("not a probed index")
@@ -351,7 +353,7 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 	notNewline := 0
 	for m := int64(bs); m < int64(len(data)); m += bs {
 		next := m + int64(bytes.IndexByte(data[m-1:], '\n'))
-		if !slices.ContainsFunc(probed.Blocks, func(b Block) bool { return probed.Files[b.File].Path == "quoted.csv" && b.Offset == next }) {
+		if !slices.ContainsFunc(probed.Blocks, func(b index.Block) bool { return probed.Files[b.File].Path == "quoted.csv" && b.Offset == next }) {
 			notNewline++
 		}
 	}
@@ -380,9 +382,9 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 
 	// plain.csv alone: every file scanned whole is a full index.
 	only := t.TempDir()
-	writeBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
-	full = build(t, only, Options{BlockSize: bs, Format: f})
-	probed = build(t, only, Options{BlockSize: bs, Format: f, Probe: true})
+	blocktest.WriteBytes(t, filepath.Join(only, "plain.csv"), files["plain.csv"])
+	full = build(t, only, index.Options{BlockSize: bs, Format: f})
+	probed = build(t, only, index.Options{BlockSize: bs, Format: f, Probe: true})
 	if probed.Probed || !slices.Equal(probed.Frames, full.Frames) || !slices.Equal(probed.Blocks, full.Blocks) {
 		t.Fatalf("plain.csv alone, probed: Probed %v, %d frames, blocks %v; want the full index's %d frames and blocks %v", probed.Probed, len(probed.Frames), probed.Blocks, len(full.Frames), full.Blocks)
 	}
@@ -395,20 +397,20 @@ func TestProbedCSVIndexScansWholeOnlyTheFilesWhoseQuotingIsUncertain(t *testing.
 func TestProbedSidecarScansWholeAChangedCSVFileWhoseQuotingIsUncertain(t *testing.T) {
 	files := csvProbeFiles()
 	root := t.TempDir()
-	writeBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
-	writeBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
+	blocktest.WriteBytes(t, filepath.Join(root, "a.csv"), files["quoted.csv"])
+	blocktest.WriteBytes(t, filepath.Join(root, "b.csv"), files["quoted.csv"][:300<<10])
 	const bs = 256 << 10
-	o := Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
+	o := index.Options{BlockSize: bs, Format: formats.CSV{Header: true}, CacheDir: t.TempDir(), Probe: true}
 	if ix1, fromCache, log := openLogged(t, root, o); fromCache || !ix1.Probed || strings.Contains(log, "scanning the whole file") {
 		t.Fatalf("first Open: from cache %v, probed %v; log:\n%s", fromCache, ix1.Probed, log)
 	}
-	writeBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
-	setMtime(t, filepath.Join(root, "b.csv"), 1e18)
+	blocktest.WriteBytes(t, filepath.Join(root, "b.csv"), files["plain.csv"])
+	blocktest.SetMtime(t, filepath.Join(root, "b.csv"), 1e18)
 	ix2, fromCache, log := openLogged(t, root, o)
 	if fromCache || !ix2.Probed || !strings.Contains(log, "probing it again, alone") {
 		t.Fatalf("Open after b.csv changed: from cache %v, probed %v; log:\n%s", fromCache, ix2.Probed, log)
 	}
-	compareIndexes(t, build(t, root, Options{BlockSize: bs, Format: o.Format}), ix2)
+	compareIndexes(t, build(t, root, index.Options{BlockSize: bs, Format: o.Format}), ix2)
 	for _, b := range ix2.Blocks {
 		if scanned := ix2.Files[b.File].Path == "b.csv"; scanned != (b.Records > 0) {
 			t.Fatalf("block %+v of %s: %d records known; want b.csv scanned whole and a.csv probed", b, ix2.Files[b.File].Path, b.Records)

@@ -8,26 +8,29 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // A block damaged in place (same size and modification time) is reported
 // to OnDamage once; MarkStale then makes the next Open rebuild and say why.
 func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
-	root, files := dataset(t, 7, 2, 50, 200)
+	root, files := blocktest.Dataset(t, 7, 2, 50, 200)
 	cache := t.TempDir()
-	o := Options{BlockSize: 1 << 10, CacheDir: cache}
+	o := index.Options{BlockSize: 1 << 10, CacheDir: cache}
 	ix, _, _ := openLogged(t, root, o)
 	path := filepath.Join(root, "f1.tfrecord")
 	fi, _ := os.Stat(path)
-	b := append([]byte(nil), files[1].data...)
+	b := append([]byte(nil), files[1].Data...)
 	b[len(b)/2] ^= 0x10
-	writeBytes(t, path, b)
-	setMtime(t, path, fi.ModTime().UnixNano())
+	blocktest.WriteBytes(t, path, b)
+	blocktest.SetMtime(t, path, fi.ModTime().UnixNano())
 
 	var reasons []string
 	l := NewLoader(ix, LoaderOptions{MaxMemory: ix.Bytes, OnDamage: func(reason string) {
 		reasons = append(reasons, reason)
-		if err := MarkStale(root, o, reason); err != nil {
+		if err := index.MarkStale(root, o, reason); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -53,11 +56,11 @@ func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
 func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 // openLoggedErr is openLogged that does not fail on an error.
-func openLoggedErr(t *testing.T, root string, o Options) (*Index, bool, string) {
+func openLoggedErr(t *testing.T, root string, o index.Options) (*index.Index, bool, string) {
 	t.Helper()
 	var log strings.Builder
 	o.Logger = newTextLogger(&log)
-	ix, fromCache, _ := Open(t.Context(), root, o)
+	ix, fromCache, _ := index.Open(t.Context(), root, o)
 	return ix, fromCache, log.String()
 }
 
@@ -66,16 +69,16 @@ func openLoggedErr(t *testing.T, root string, o Options) (*Index, bool, string) 
 func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	base := t.TempDir()
 	root, out := filepath.Join(base, "src"), filepath.Join(base, "out")
-	writeRecords(t, root, "a.tfrecord", [][]byte{[]byte("a")})
-	writeRecords(t, out, "b.tfrecord", [][]byte{[]byte("b")})
-	writeRecords(t, out, "d/c.tfrecord", [][]byte{[]byte("c")})
+	blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{[]byte("a")})
+	blocktest.WriteRecords(t, out, "b.tfrecord", [][]byte{[]byte("b")})
+	blocktest.WriteRecords(t, out, "d/c.tfrecord", [][]byte{[]byte("c")})
 	os.Symlink(filepath.Join(out, "b.tfrecord"), filepath.Join(root, "z-b.tfrecord"))
 	os.Symlink(filepath.Join(out, "d"), filepath.Join(root, "m"))
 	os.Symlink(filepath.Join(out, "d"), filepath.Join(root, "n")) // the same directory again
 	os.Symlink(".", filepath.Join(root, "loop"))
 	os.Symlink("nowhere", filepath.Join(root, "x.tfrecord"))
 	paths := func(follow bool) []string {
-		ix, err := Build(t.Context(), root, Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
+		ix, err := index.Build(t.Context(), root, index.Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +94,7 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	if got := paths(true); !slices.Equal(got, []string{"a.tfrecord", "m/c.tfrecord", "z-b.tfrecord"}) {
 		t.Errorf("following: %v", got)
 	}
-	ix := build(t, root, Options{FollowSymlinks: true})
+	ix := build(t, root, index.Options{FollowSymlinks: true})
 	if !ix.FollowSymlinks || len(ix.Files) != 3 || ix.Records != 3 {
 		t.Errorf("index following links: %d files, %d records", len(ix.Files), ix.Records)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/corgifs/corgifs/shuffler"
 )
@@ -38,7 +39,7 @@ func TestFeedbackIsKeptForTheRecordsInTheOrderTheyWereServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ix, err := blockcache.Build(ctx, src, blockcache.Options{BlockSize: 1 << 10, Buffered: true})
+	ix, err := index.Build(ctx, src, index.Options{BlockSize: 1 << 10, Buffered: true})
 	if err != nil {
 		t.Fatal(err)
 	}

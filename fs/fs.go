@@ -21,6 +21,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -250,7 +251,7 @@ func LazyUnmount(mnt string) error {
 	return fmt.Errorf("unmount %s: no umount2 permission and no fusermount3", mnt)
 }
 
-func mountTime(ix *blockcache.Index) time.Time {
+func mountTime(ix *index.Index) time.Time {
 	var t int64
 	for _, f := range ix.Files {
 		t = max(t, f.Mtime)

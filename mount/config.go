@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/grab"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
 )
@@ -28,9 +28,9 @@ type Config struct {
 	// CacheDir holds the index sidecars and the feedback stores.
 	CacheDir    string
 	SkipCorrupt bool
-	// Compression is blockcache.CompressionAuto, none, gzip, zlib or zstd.
+	// Compression is index.CompressionAuto, none, gzip, zlib or zstd.
 	Compression string
-	// Index is blockcache.IndexFull, IndexProbe, or "" for the
+	// Index is index.IndexFull, IndexProbe, or "" for the
 	// source's default (ProbeMode).
 	Index string
 	// ListsRecords: the caller lists every record (corgifs order) or
@@ -105,10 +105,10 @@ type Config struct {
 // and, where there is no per-user default, the cache directory are left
 // to the caller.
 func Defaults() Config {
-	dir, _ := blockcache.DefaultCacheDir()
+	dir, _ := index.DefaultCacheDir()
 	return Config{
 		CacheDir:         dir,
-		Compression:      blockcache.CompressionAuto,
+		Compression:      index.CompressionAuto,
 		DirectIO:         true,
 		Strategy:         "corgipile",
 		MaxMemory:        1 << 30,
@@ -169,7 +169,7 @@ func (c *Config) Check() error {
 	if c.CacheDir == "" {
 		return optionErrorf("cache-dir", "{cache-dir} is empty; pass a directory that only you can write")
 	}
-	if err := blockcache.CheckCompression(c.Compression); err != nil {
+	if err := index.CheckCompression(c.Compression); err != nil {
 		return err
 	}
 	if !shuffler.IsStrategy(c.Strategy) {
@@ -208,7 +208,7 @@ func (c *Config) Check() error {
 // CheckIndex checks the index mode alone, of a caller that only
 // indexes.
 func (c *Config) CheckIndex() error {
-	if c.Index != "" && c.Index != blockcache.IndexFull && c.Index != blockcache.IndexProbe {
+	if c.Index != "" && c.Index != index.IndexFull && c.Index != index.IndexProbe {
 		return optionErrorf("index", "{index} %q: want full or probe", c.Index)
 	}
 	return nil
@@ -306,9 +306,9 @@ func (c *Config) ProbeMode() string {
 	case c.Index != "":
 		return c.Index
 	case s3.IsURL(c.Source) && !c.SkipCorrupt && !shuffler.ReadsRecords(c.Strategy) && !shuffler.IsFeedback(c.Strategy) && !c.EqualParts && !c.ListsRecords:
-		return blockcache.IndexProbe
+		return index.IndexProbe
 	}
-	return blockcache.IndexFull
+	return index.IndexFull
 }
 
 // partition is the planner's Partition: Partition (random by default)

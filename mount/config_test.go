@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 )
 
 // config is a Config that passes Check, of a local source.
@@ -105,15 +105,15 @@ func TestProbeModeProbesRemoteSourcesUnlessEveryRecordIsNeeded(t *testing.T) {
 		set  func(*Config)
 		want string
 	}{
-		{"local", func(c *Config) {}, blockcache.IndexFull},
-		{"s3", func(c *Config) { c.Source = "s3://bucket/prefix" }, blockcache.IndexProbe},
-		{"s3 given full", func(c *Config) { c.Source, c.Index = "s3://bucket/prefix", blockcache.IndexFull }, blockcache.IndexFull},
-		{"local given probe", func(c *Config) { c.Index = blockcache.IndexProbe }, blockcache.IndexProbe},
-		{"s3 skip corrupt", func(c *Config) { c.Source, c.SkipCorrupt = "s3://b/p", true }, blockcache.IndexFull},
-		{"s3 record strategy", func(c *Config) { c.Source, c.Strategy = "s3://b/p", "full" }, blockcache.IndexFull},
-		{"s3 feedback strategy", func(c *Config) { c.Source, c.Strategy = "s3://b/p", "corgipile-balance" }, blockcache.IndexFull},
-		{"s3 equal parts", func(c *Config) { c.Source, c.EqualParts = "s3://b/p", true }, blockcache.IndexFull},
-		{"s3 listing every record", func(c *Config) { c.Source, c.ListsRecords = "s3://b/p", true }, blockcache.IndexFull},
+		{"local", func(c *Config) {}, index.IndexFull},
+		{"s3", func(c *Config) { c.Source = "s3://bucket/prefix" }, index.IndexProbe},
+		{"s3 given full", func(c *Config) { c.Source, c.Index = "s3://bucket/prefix", index.IndexFull }, index.IndexFull},
+		{"local given probe", func(c *Config) { c.Index = index.IndexProbe }, index.IndexProbe},
+		{"s3 skip corrupt", func(c *Config) { c.Source, c.SkipCorrupt = "s3://b/p", true }, index.IndexFull},
+		{"s3 record strategy", func(c *Config) { c.Source, c.Strategy = "s3://b/p", "full" }, index.IndexFull},
+		{"s3 feedback strategy", func(c *Config) { c.Source, c.Strategy = "s3://b/p", "corgipile-balance" }, index.IndexFull},
+		{"s3 equal parts", func(c *Config) { c.Source, c.EqualParts = "s3://b/p", true }, index.IndexFull},
+		{"s3 listing every record", func(c *Config) { c.Source, c.ListsRecords = "s3://b/p", true }, index.IndexFull},
 	} {
 		c := config(t)
 		tc.set(&c)

@@ -3,13 +3,13 @@ package mount
 import (
 	"runtime/debug"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/fs"
+	"github.com/corgifs/corgifs/index"
 )
 
 // LimitIndexHeap sets the Go heap's soft limit for indexing, before the
 // mount sets its own: the index's tables take at most a quarter of
-// maxMemory (blockcache.TableBudget), and without a limit the heap could
+// maxMemory (index.TableBudget), and without a limit the heap could
 // double between collections while they grow.
 func LimitIndexHeap(maxMemory int64) {
 	debug.SetMemoryLimit(maxMemory/2 + 32<<20)
@@ -41,7 +41,7 @@ const (
 // soft limit. outsideHeap of the process is neither. The slabs get the
 // most that keeps the sum within the bound, which may be less than the
 // largest block: the mount then refuses, naming MinMaxMemory.
-func MemorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
+func MemorySplit(ix *index.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
 	index := 4 * ix.Records
 	if ix.RecordCRCs != nil {
 		index += 4 * ix.Records // a CRC32C per record, for formats without checksums
@@ -74,7 +74,7 @@ func MemorySplit(ix *blockcache.Index, maxMemory int64, recordStrategy bool) (sl
 
 // MinMaxMemory returns the smallest --max-memory that gives the slabs at
 // least need bytes: more memory never gives them less.
-func MinMaxMemory(ix *blockcache.Index, need int64, recordStrategy bool) int64 {
+func MinMaxMemory(ix *index.Index, need int64, recordStrategy bool) int64 {
 	lo, hi := need, 2*need
 	for slabs, _ := MemorySplit(ix, hi, recordStrategy); slabs < need && hi < 1<<50; slabs, _ = MemorySplit(ix, hi, recordStrategy) {
 		lo, hi = hi, 2*hi

@@ -3,20 +3,20 @@ package mount
 import (
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
-// index is an index of records records holding bytes bytes in all,
+// indexOf is an index of records records holding bytes bytes in all,
 // which is all MemorySplit reads of one.
-func index(records, bytes int64) *blockcache.Index {
-	return &blockcache.Index{Records: records, Bytes: bytes}
+func indexOf(records, bytes int64) *index.Index {
+	return &index.Index{Records: records, Bytes: bytes}
 }
 
 func TestMemorySplitGivesSlabsAllOfMaxMemoryLessTheIndexEstimate(t *testing.T) {
 	// 1,000 records of 1 MiB: the fixed costs (requests, GC room, the
 	// binary) take the 64 MiB beyond --max-memory; the slabs give up only
 	// the index's 4 bytes and the tables' 16 bytes a record.
-	ix := index(1000, 1000<<20)
+	ix := indexOf(1000, 1000<<20)
 	for _, m := range []int64{64 << 20, 1 << 30} {
 		slabs, heap := MemorySplit(ix, m, false)
 		if slabs > m || m-slabs > 20*ix.Records {
@@ -32,7 +32,7 @@ func TestMemorySplitKeepsTheProcessWithinMaxMemoryPlus64MiB(t *testing.T) {
 	// 100M records of 16 bytes: the index (400 MB) alone passes the
 	// allowance, so the slabs get less than --max-memory.
 	for _, rec := range []bool{false, true} {
-		ix := index(100_000_000, 1_600_000_000)
+		ix := indexOf(100_000_000, 1_600_000_000)
 		for _, m := range []int64{256 << 20, 1 << 30, 4 << 30, 16 << 30} {
 			slabs, heap := MemorySplit(ix, m, rec)
 			if slabs < 0 || slabs > m {
@@ -50,7 +50,7 @@ func TestMemorySplitKeepsTheProcessWithinMaxMemoryPlus64MiB(t *testing.T) {
 }
 
 func TestMemorySplitGivesRecordStrategiesLessForTheirPlans(t *testing.T) {
-	ix := index(10_000_000, 1<<30)
+	ix := indexOf(10_000_000, 1<<30)
 	blocks, _ := MemorySplit(ix, 1<<30, false)
 	records, _ := MemorySplit(ix, 1<<30, true)
 	if records >= blocks {
@@ -59,7 +59,7 @@ func TestMemorySplitGivesRecordStrategiesLessForTheirPlans(t *testing.T) {
 }
 
 func TestMemorySplitNeverGivesLessForMoreMemory(t *testing.T) {
-	ix := index(5_000_000, 200<<20)
+	ix := indexOf(5_000_000, 200<<20)
 	prev := int64(-1)
 	for m := int64(0); m <= 512<<20; m += 7 << 20 {
 		slabs, _ := MemorySplit(ix, m, true)
@@ -71,7 +71,7 @@ func TestMemorySplitNeverGivesLessForMoreMemory(t *testing.T) {
 }
 
 func TestMinMaxMemoryIsTheSmallestThatHoldsWhatIsNeeded(t *testing.T) {
-	for _, ix := range []*blockcache.Index{index(0, 0), index(1000, 1<<30), index(50_000_000, 800<<20)} {
+	for _, ix := range []*index.Index{indexOf(0, 0), indexOf(1000, 1<<30), indexOf(50_000_000, 800<<20)} {
 		for _, need := range []int64{1, 8 << 20, 300 << 20} {
 			m := MinMaxMemory(ix, need, false)
 			if slabs, _ := MemorySplit(ix, m, false); slabs < need {

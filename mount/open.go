@@ -15,6 +15,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source/s3"
@@ -31,7 +32,7 @@ type Dataset struct {
 	// Source is the S3 source of an s3:// Config.Source, nil for a
 	// local one.
 	Source *s3.Source
-	Index  *blockcache.Index
+	Index  *index.Index
 	// Cached: the index was loaded from its sidecar.
 	Cached  bool
 	Planner *shuffler.Planner
@@ -52,7 +53,7 @@ type Dataset struct {
 	log                         *slog.Logger
 	// proofs are the record-chain proofs of a probed index, kept
 	// across mounts in the cache directory.
-	proofs    *blockcache.ProofLog
+	proofs    *index.ProofLog
 	diskCache *blockcache.DiskCache
 }
 
@@ -148,7 +149,7 @@ func (d *Dataset) index(ctx context.Context) error {
 	c.BlockSize, c.Buffer = d.Sizes.BlockSize, d.Sizes.Buffer
 	o := c.IndexOptions(d.Source, log)
 	o.Progress = c.Progress
-	ix, cached, err := blockcache.Open(ctx, c.Source, o)
+	ix, cached, err := index.Open(ctx, c.Source, o)
 	if err != nil {
 		return err
 	}
@@ -170,14 +171,14 @@ func OpenSource(ctx context.Context, cfg Config, log *slog.Logger) (*s3.Source, 
 
 // IndexOptions are the options the index of c is built with, from src
 // (nil: the local directory c.Source).
-func (c *Config) IndexOptions(src *s3.Source, log *slog.Logger) blockcache.Options {
-	o := blockcache.Options{
+func (c *Config) IndexOptions(src *s3.Source, log *slog.Logger) index.Options {
+	o := index.Options{
 		BlockSize: c.BlockSize, Include: c.Include, SkipCorrupt: c.SkipCorrupt, FollowSymlinks: c.FollowSymlinks,
 		CacheDir: c.CacheDir, Logger: log, Buffered: !c.DirectIO,
 		Compression: c.Compression,
-		Probe:       c.ProbeMode() == blockcache.IndexProbe,
-		MaxTables:   blockcache.TableBudget(c.MaxMemory),
-		MaxRecord:   blockcache.RecordBudget(c.MaxMemory),
+		Probe:       c.ProbeMode() == index.IndexProbe,
+		MaxTables:   index.TableBudget(c.MaxMemory),
+		MaxRecord:   index.RecordBudget(c.MaxMemory),
 		Format:      c.Format, FormatOptions: c.FormatOptions,
 	}
 	if src != nil {
@@ -205,7 +206,7 @@ func (c *Config) LoaderOptions(src *s3.Source, slabs int64, log *slog.Logger) bl
 // warning, when memory cannot hold enough blocks a buffer, is logged as
 // one. c is not changed.
 func (c *Config) ChooseSizes(ctx context.Context, src *s3.Source, recordStrategy bool, log *slog.Logger) sizing.Choice {
-	bytes, err := blockcache.SourceBytes(ctx, c.Source, c.IndexOptions(src, log))
+	bytes, err := index.SourceBytes(ctx, c.Source, c.IndexOptions(src, log))
 	if err != nil {
 		// Indexing says what is wrong with the source, as it always did.
 		log.Debug("could not list the source to choose the block size", "err", err)
@@ -360,7 +361,7 @@ func (d *Dataset) Close() error {
 
 // RecordsText is the record count of ix for people: a number, or that it
 // is not known yet (a probed index learns it as blocks load).
-func RecordsText(ix *blockcache.Index) string {
+func RecordsText(ix *index.Index) string {
 	if ix.CountsUnknown {
 		return "not known yet (probed index: learned as blocks load)"
 	}

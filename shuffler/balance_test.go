@@ -6,24 +6,24 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // filesIndex cuts files of the given frame lengths into blocks of at most
 // blockSize bytes, each file on its own, as the indexer does: every file
 // ends in a short block, and a frame longer than blockSize is a block by
 // itself.
-func filesIndex(files [][]uint32, blockSize int64) *blockcache.Index {
-	ix := &blockcache.Index{Root: "/files", BlockSize: blockSize}
+func filesIndex(files [][]uint32, blockSize int64) *index.Index {
+	ix := &index.Index{Root: "/files", BlockSize: blockSize}
 	for f, frames := range files {
-		ix.Files = append(ix.Files, blockcache.File{Path: fmt.Sprintf("f%04d.tfrecord", f), Records: int64(len(frames))})
+		ix.Files = append(ix.Files, index.File{Path: fmt.Sprintf("f%04d.tfrecord", f), Records: int64(len(frames))})
 		var off int64
-		blk := blockcache.Block{File: int32(f)}
+		blk := index.Block{File: int32(f)}
 		flush := func() {
 			if blk.Records > 0 {
 				ix.Blocks = append(ix.Blocks, blk)
 			}
-			blk = blockcache.Block{File: int32(f), Offset: off}
+			blk = index.Block{File: int32(f), Offset: off}
 		}
 		for _, n := range frames {
 			if blk.Records > 0 && blk.Len+int64(n) > blockSize {
@@ -43,7 +43,7 @@ func filesIndex(files [][]uint32, blockSize int64) *blockcache.Index {
 }
 
 // balanceShapes are datasets whose blocks differ in length.
-func balanceShapes(rng *rand.Rand) map[string]*blockcache.Index {
+func balanceShapes(rng *rand.Rand) map[string]*index.Index {
 	frames := func(n int, lo, hi uint32) []uint32 {
 		f := make([]uint32, n)
 		for i := range f {
@@ -51,7 +51,7 @@ func balanceShapes(rng *rand.Rand) map[string]*blockcache.Index {
 		}
 		return f
 	}
-	shapes := map[string]*blockcache.Index{}
+	shapes := map[string]*index.Index{}
 	// The shape: 16 files, each ending in a short block.
 	var files [][]uint32
 	for range 16 {

@@ -5,21 +5,21 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // sizedIndex is an index of one file whose blocks hold the records of the
 // given frame lengths, perBlock records a block (a frame longer than the
 // block size is a block by itself, as the indexer cuts it).
-func sizedIndex(frames []uint32, perBlock int) *blockcache.Index {
-	ix := &blockcache.Index{Root: "/sized", BlockSize: 1 << 20, Files: []blockcache.File{{Path: "f.tfrecord"}}}
+func sizedIndex(frames []uint32, perBlock int) *index.Index {
+	ix := &index.Index{Root: "/sized", BlockSize: 1 << 20, Files: []index.File{{Path: "f.tfrecord"}}}
 	var off int64
-	blk := blockcache.Block{}
+	blk := index.Block{}
 	flush := func() {
 		if blk.Records > 0 {
 			ix.Blocks = append(ix.Blocks, blk)
 		}
-		blk = blockcache.Block{Offset: off}
+		blk = index.Block{Offset: off}
 	}
 	for _, f := range frames {
 		if int64(f) > ix.BlockSize || int(blk.Records) == perBlock {
@@ -171,7 +171,7 @@ func TestEqualPartsStatPlansOnlyItsOwnPart(t *testing.T) {
 
 // planRecords returns every record of p in served order, and those of its
 // padding.
-func planRecords(ix *blockcache.Index, p *Plan) (all, pad []int32) {
+func planRecords(ix *index.Index, p *Plan) (all, pad []int32) {
 	for _, b := range p.Buffers {
 		all = append(all, b.Records...)
 		for _, id := range b.Blocks {

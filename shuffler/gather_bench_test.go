@@ -8,6 +8,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 )
 
 // BenchmarkStreamReadAt measures what the shuffle costs on the read path: a
@@ -35,7 +36,7 @@ func BenchmarkStreamReadAt(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	ix, err := blockcache.Build(b.Context(), root, blockcache.Options{})
+	ix, err := index.Build(b.Context(), root, index.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

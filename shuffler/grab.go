@@ -104,7 +104,7 @@ func (f *fbOrders) bytes() int64 {
 // gatherLimit is the largest buffer: two (the one served and the one
 // prefetched) fit in MaxMemory, with 1/128 of it left for the whole pages
 // that slabs of blocks read directly round every block out to
-// (blockcache.MinDirectBlock). It is also the largest part that grab and
+// (index.MinDirectBlock). It is also the largest part that grab and
 // cdgrab load as one buffer.
 func (pl *Planner) gatherLimit() int64 {
 	lim := pl.p.MaxMemory / 2

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkGrabEpochRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	ix, err := blockcache.Build(b.Context(), root, blockcache.Options{BlockSize: 1 << 20})
+	ix, err := index.Build(b.Context(), root, index.Options{BlockSize: 1 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/grab"
+	"github.com/corgifs/corgifs/index"
 )
 
 var _ Feedback = (*feedback.Store)(nil)
@@ -43,7 +44,7 @@ func fbFile(ids []int32, epoch int) []byte {
 	return b.Bytes()
 }
 
-func openStore(t *testing.T, dir string, ix *blockcache.Index) *feedback.Store {
+func openStore(t *testing.T, dir string, ix *index.Index) *feedback.Store {
 	t.Helper()
 	s, err := feedback.Open(feedback.Options{Dir: dir, Records: ix.Records, Dim: fbDim})
 	if err != nil {
@@ -53,7 +54,7 @@ func openStore(t *testing.T, dir string, ix *blockcache.Index) *feedback.Store {
 	return s
 }
 
-func fbPlanner(t *testing.T, ix *blockcache.Index, strategy string, s *feedback.Store, maxMemory int64, timeout time.Duration, opts ...func(*Params)) *Planner {
+func fbPlanner(t *testing.T, ix *index.Index, strategy string, s *feedback.Store, maxMemory int64, timeout time.Duration, opts ...func(*Params)) *Planner {
 	t.Helper()
 	p := Params{Strategy: strategy, Seed: 11, Buffer: BufferSize{Percent: 30}, MaxMemory: maxMemory,
 		Feedback: s, FeedbackTimeout: timeout, BalanceRule: grab.Deterministic}
@@ -108,7 +109,7 @@ func upload(t *testing.T, s *feedback.Store, epoch int, served [][]int32) {
 	}
 }
 
-func checkOncePerEpoch(t *testing.T, ix *blockcache.Index, what string, served [][]int32) {
+func checkOncePerEpoch(t *testing.T, ix *index.Index, what string, served [][]int32) {
 	t.Helper()
 	var all []int32
 	for _, s := range served {
@@ -412,7 +413,7 @@ func TestSizeOfAFeedbackEpochNeedsNoFeedback(t *testing.T) {
 		frames[i] = 50 + uint32(rng.IntN(100))
 	}
 	for _, c := range []struct {
-		ix    *blockcache.Index
+		ix    *index.Index
 		mem   int64
 		equal bool
 	}{{fixedIndex(), 1 << 30, false}, {sizedIndex(frames, 7), 1 << 30, true}, {sizedIndex(frames, 7), 4000, true}} {
@@ -420,7 +421,7 @@ func TestSizeOfAFeedbackEpochNeedsNoFeedback(t *testing.T) {
 	}
 }
 
-func sizesAgree(t *testing.T, ix *blockcache.Index, mem int64, equal bool) {
+func sizesAgree(t *testing.T, ix *index.Index, mem int64, equal bool) {
 	for _, strategy := range feedbackStrategies {
 		s := openStore(t, t.TempDir(), ix)
 		// A wait would hang the test.

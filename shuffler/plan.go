@@ -63,6 +63,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/grab"
+	"github.com/corgifs/corgifs/index"
 	"github.com/dustin/go-humanize"
 )
 
@@ -233,7 +234,7 @@ func Strategies() []string {
 // Planner computes plans for one index and one set of parameters, and
 // shares them: see cache.go.
 type Planner struct {
-	ix       *blockcache.Index
+	ix       *index.Index
 	p        Params
 	uses     uses // of the parts readers opened, for NextUse
 	strategy strategy
@@ -248,7 +249,7 @@ type Planner struct {
 func (pl *Planner) Close() { pl.cancel() }
 
 // NewPlanner checks the parameters against the index.
-func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
+func NewPlanner(ix *index.Index, p Params) (*Planner, error) {
 	s, ok := strategies[p.Strategy]
 	if !ok {
 		return nil, fmt.Errorf("unknown strategy %q (choose one of %s)", p.Strategy, strings.Join(Strategies(), ", "))
@@ -278,7 +279,7 @@ func NewPlanner(ix *blockcache.Index, p Params) (*Planner, error) {
 }
 
 // Index returns the planner's index.
-func (pl *Planner) Index() *blockcache.Index { return pl.ix }
+func (pl *Planner) Index() *index.Index { return pl.ix }
 
 // Params returns the planner's parameters.
 func (pl *Planner) Params() Params { return pl.p }

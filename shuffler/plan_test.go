@@ -5,18 +5,18 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // fixedIndex is a small index of 3 files and 20 blocks of varying sizes.
-func fixedIndex() *blockcache.Index {
-	ix := &blockcache.Index{Root: "/golden", BlockSize: 1000}
+func fixedIndex() *index.Index {
+	ix := &index.Index{Root: "/golden", BlockSize: 1000}
 	for f := range 3 {
-		ix.Files = append(ix.Files, blockcache.File{Path: fmt.Sprintf("f%d.tfrecord", f)})
+		ix.Files = append(ix.Files, index.File{Path: fmt.Sprintf("f%d.tfrecord", f)})
 	}
 	for b := range 20 {
 		n := int32(3 + b%4)
-		blk := blockcache.Block{File: int32(b % 3), Records: n, Offset: int64(b) * 1000, Len: int64(n) * 100}
+		blk := index.Block{File: int32(b % 3), Records: n, Offset: int64(b) * 1000, Len: int64(n) * 100}
 		ix.Blocks = append(ix.Blocks, blk)
 		for range n {
 			ix.Frames = append(ix.Frames, 100)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // exchangeCase is one setting of local or pls.
@@ -30,7 +30,7 @@ func exchangeCases() []exchangeCase {
 	return cs
 }
 
-func exchangePlanner(t testing.TB, ix *blockcache.Index, c exchangeCase) *Planner {
+func exchangePlanner(t testing.TB, ix *index.Index, c exchangeCase) *Planner {
 	t.Helper()
 	pl, err := NewPlanner(ix, Params{Strategy: c.strategy, Seed: 5, Buffer: BufferSize{Percent: 20}, MaxMemory: 1 << 30,
 		Partition: c.partition, Exchange: c.q})
@@ -292,9 +292,9 @@ func TestExchangeParametersAreChecked(t *testing.T) {
 
 // BenchmarkPLSStep steps the assignment of 1M blocks to 64 parts, Q = 0.3.
 func BenchmarkPLSStep(b *testing.B) {
-	ix := &blockcache.Index{Root: "/big", BlockSize: 8 << 20, Files: []blockcache.File{{Path: "f"}}}
+	ix := &index.Index{Root: "/big", BlockSize: 8 << 20, Files: []index.File{{Path: "f"}}}
 	for i := range 1 << 20 {
-		ix.Blocks = append(ix.Blocks, blockcache.Block{Records: 1, Offset: int64(i) << 23, Len: 8 << 20})
+		ix.Blocks = append(ix.Blocks, index.Block{Records: 1, Offset: int64(i) << 23, Len: 8 << 20})
 	}
 	pl, err := NewPlanner(ix, Params{Strategy: "pls", Seed: 1, Buffer: BufferSize{Percent: 5}, MaxMemory: 1 << 30, Exchange: 0.3})
 	if err != nil {

@@ -3,7 +3,7 @@ package shuffler
 import (
 	"fmt"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // A probed index (blockcache's --index probe) knows the byte range of
@@ -19,7 +19,7 @@ import (
 // need every record of the index.
 
 // checkProbed refuses what a probed index cannot plan.
-func checkProbed(ix *blockcache.Index, p Params, s strategyInfo) error {
+func checkProbed(ix *index.Index, p Params, s strategyInfo) error {
 	switch {
 	case !ix.Probed:
 	case s.records:
@@ -34,7 +34,7 @@ func checkProbed(ix *blockcache.Index, p Params, s strategyInfo) error {
 
 // unknownCounts marks the buffers of p that hold a block of unknown
 // count, and then p's record count, as unknown (-1).
-func unknownCounts(p *Plan, o order, ix *blockcache.Index) {
+func unknownCounts(p *Plan, o order, ix *index.Index) {
 	if !ix.CountsUnknown || o.Records != nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // A probed index and a full index of the same files serve byte-identical
@@ -16,11 +17,11 @@ func TestProbedAndFullIndexesServeTheSameBytes(t *testing.T) {
 	dirs := formatSources(t)
 	dirs["tfrecord"] = strings.TrimSuffix(newStreamFixture(t).paths[0], "/part-0.tfrecord")
 	for name, dir := range dirs {
-		full, err := blockcache.Build(t.Context(), dir, blockcache.Options{BlockSize: 2048})
+		full, err := index.Build(t.Context(), dir, index.Options{BlockSize: 2048})
 		if err != nil {
 			t.Fatal(err)
 		}
-		probed, err := blockcache.Build(t.Context(), dir, blockcache.Options{BlockSize: 2048, Probe: true})
+		probed, err := index.Build(t.Context(), dir, index.Options{BlockSize: 2048, Probe: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestProbedAndFullIndexesServeTheSameBytes(t *testing.T) {
 func TestProbedIndexRefusesRecordStrategiesAndEqualParts(t *testing.T) {
 	f := newStreamFixture(t)
 	dir := strings.TrimSuffix(f.paths[0], "/part-0.tfrecord")
-	probed, err := blockcache.Build(t.Context(), dir, blockcache.Options{BlockSize: streamBlockSize, Probe: true})
+	probed, err := index.Build(t.Context(), dir, index.Options{BlockSize: streamBlockSize, Probe: true})
 	if err != nil {
 		t.Fatal(err)
 	}

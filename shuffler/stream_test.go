@@ -17,6 +17,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 )
 
 const (
@@ -37,7 +38,7 @@ type streamFixture struct {
 	paths   []string
 	files   [][]byte
 	records []srcRecord // in file order, which is the index's record order
-	ix      *blockcache.Index
+	ix      *index.Index
 }
 
 func newStreamFixture(t testing.TB) *streamFixture {
@@ -70,7 +71,7 @@ func newStreamFixture(t testing.TB) *streamFixture {
 		f.paths = append(f.paths, path)
 		f.files = append(f.files, buf.Bytes())
 	}
-	ix, err := blockcache.Build(t.Context(), root, blockcache.Options{BlockSize: streamBlockSize})
+	ix, err := index.Build(t.Context(), root, index.Options{BlockSize: streamBlockSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // The sidecar's two gob values, as blockcache writes them: gob matches
@@ -39,7 +39,7 @@ type sidecarBody struct {
 
 // plantSidecar rewrites the only sidecar in cache with its index changed by
 // spoil and a matching checksum, as someone able to write there could.
-func plantSidecar(t *testing.T, cache string, spoil func(ix *blockcache.Index)) {
+func plantSidecar(t *testing.T, cache string, spoil func(ix *index.Index)) {
 	t.Helper()
 	paths, _ := filepath.Glob(filepath.Join(cache, "*.index"))
 	if len(paths) != 1 {
@@ -52,7 +52,7 @@ func plantSidecar(t *testing.T, cache string, spoil func(ix *blockcache.Index)) 
 	dec := gob.NewDecoder(bytes.NewReader(b))
 	var h sidecarHeader
 	var body sidecarBody
-	var ix blockcache.Index
+	var ix index.Index
 	if err := dec.Decode(&h); err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +82,10 @@ func plantSidecar(t *testing.T, cache string, spoil func(ix *blockcache.Index)) 
 func TestPlantedSidecarWithReorderedBlocksIsNeverServed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		spoil func(ix *blockcache.Index)
+		spoil func(ix *index.Index)
 	}{
-		{"block 1 replaced by block 0", func(ix *blockcache.Index) { ix.Blocks[1] = ix.Blocks[0] }},
-		{"blocks 0 and 1 swapped", func(ix *blockcache.Index) { ix.Blocks[0], ix.Blocks[1] = ix.Blocks[1], ix.Blocks[0] }},
+		{"block 1 replaced by block 0", func(ix *index.Index) { ix.Blocks[1] = ix.Blocks[0] }},
+		{"blocks 0 and 1 swapped", func(ix *index.Index) { ix.Blocks[0], ix.Blocks[1] = ix.Blocks[1], ix.Blocks[0] }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := genSynthetic(t, 3000, 8, 2, 2, "clustered")

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
 
@@ -184,7 +184,7 @@ func TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt(t *testing.T) {
 		t.Fatalf("epoch 0 serves %d records, not each of the decompressed copy's once", len(got))
 	}
 
-	ix, err := blockcache.Build(t.Context(), src, blockcache.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt(t *testing.T) {
 		return !slices.ContainsFunc(single, func(path string) bool { return !warned(log, path) })
 	})
 	for _, path := range single {
-		fi := slices.IndexFunc(ix.Files, func(f blockcache.File) bool { return filepath.Join(src, f.Path) == path })
+		fi := slices.IndexFunc(ix.Files, func(f index.File) bool { return filepath.Join(src, f.Path) == path })
 		if size := ix.Files[fi].Access.Size; size <= 16<<10 {
 			t.Fatalf("%s: %d bytes decompressed, want more than a block", path, size)
 		}
@@ -243,11 +243,11 @@ func TestACorruptCompressedByteIsEIOInThePartsOfItsBlocksOnly(t *testing.T) {
 	// The parts that may fail: those holding records of the blocks that
 	// decode from the access point before the damaged byte, or of the
 	// block before them (whose end decodes past that point).
-	ix, err := blockcache.Build(t.Context(), src, blockcache.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fidx := slices.IndexFunc(ix.Files, func(f blockcache.File) bool { return f.Path == filepath.Base(path) })
+	fidx := slices.IndexFunc(ix.Files, func(f index.File) bool { return f.Path == filepath.Base(path) })
 	acc := ix.Files[fidx].Access
 	cover := acc.Points[0].Out
 	for _, p := range acc.Points {

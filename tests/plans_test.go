@@ -34,7 +34,7 @@ func TestSharedPlansKeepTheDaemonWithinMemoryWith64OpenParts(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, filepath.Join(src, "a.tfrecord"), tinyRecords(n))
 	// 64 MiB: the index's tables may take a quarter of --max-memory (2M
-	// records take 8 MiB; blockcache.TableBudget), and 16 MiB would refuse
+	// records take 8 MiB; index.TableBudget), and 16 MiB would refuse
 	// them. 4 MiB blocks: a block is the block size plus up to a record,
 	// and with direct reads whole pages.
 	const budget = 64 << 20

@@ -9,8 +9,8 @@ import (
 	"os"
 	"slices"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/zaccess"
 )
@@ -35,7 +35,7 @@ type DataOptions struct {
 // Data reads the records of the blocks of ix (or of a sample of them) and
 // reports how clustered their order is; see the package comment. Files
 // that were not in the page cache are dropped from it once read.
-func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions) (DataReport, error) {
+func Data(ctx context.Context, ix *index.Index, dec Decoder, o DataOptions) (DataReport, error) {
 	if o.Format == nil {
 		o.Format = formats.TFRecord{}
 	}
@@ -146,7 +146,7 @@ func Data(ctx context.Context, ix *blockcache.Index, dec Decoder, o DataOptions)
 
 // sampleBlocks returns the blocks to read, in index order: all of them, or
 // a seeded random sample of about maxBytes.
-func sampleBlocks(ix *blockcache.Index, maxBytes int64, seed uint64) []int {
+func sampleBlocks(ix *index.Index, maxBytes int64, seed uint64) []int {
 	all := make([]int, len(ix.Blocks))
 	for i := range all {
 		all[i] = i

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/tfexample"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +17,7 @@ import (
 // writeSet writes s as one TFRecord file of tf.train.Example records
 // ("y" the label, "x" the features), flushed and dropped from the page
 // cache, and returns its index cut into blocks of about block bytes.
-func writeSet(t *testing.T, s synth, block int64) *blockcache.Index {
+func writeSet(t *testing.T, s synth, block int64) *index.Index {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.tfrecord")
@@ -39,7 +39,7 @@ func writeSet(t *testing.T, s synth, block int64) *blockcache.Index {
 	f.Sync()
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	f.Close()
-	ix, err := blockcache.Build(context.Background(), dir, blockcache.Options{BlockSize: block})
+	ix, err := index.Build(context.Background(), dir, index.Options{BlockSize: block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestDataReadsCompressedFilesDecompressed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.tfrecord.gz"), gz.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ix, err := blockcache.Build(context.Background(), dir, blockcache.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(context.Background(), dir, index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type ProbeOptions struct {
 	Rounds   int           // passes over all sizes; a size's figure is their median (default 3)
 	Seed     uint64        // chooses the offsets
 	// Floor is the smallest size Recommended may be: a mount reads
-	// smaller blocks through the page cache (blockcache.MinDirectBlock),
+	// smaller blocks through the page cache (index.MinDirectBlock),
 	// not at the speed direct reads measure.
 	Floor int64
 	// Progress, if set, is called as bytes are read, with the total

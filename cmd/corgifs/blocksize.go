@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
 )
@@ -12,7 +12,7 @@ import (
 // warnParts warns when an epoch has more parts than blocks: some parts
 // are then empty, and --equal-parts fills every part to the largest one.
 // (A dataset of no records is said by the index.)
-func (d *datasetFlags) warnParts(ix *blockcache.Index, pl *shuffler.Planner, parts int, log *slog.Logger) {
+func (d *datasetFlags) warnParts(ix *index.Index, pl *shuffler.Planner, parts int, log *slog.Logger) {
 	if shuffler.ReadsRecords(d.strategy) || parts <= len(ix.Blocks) || len(ix.Blocks) == 0 {
 		return
 	}

@@ -4,14 +4,14 @@ import (
 	"errors"
 	"flag"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // registerCacheDir adds --cache-dir, whose default is per user and never a
-// shared directory (blockcache.DefaultCacheDir). Where there is no default,
+// shared directory (index.DefaultCacheDir). Where there is no default,
 // the flag is empty and checkCacheDir says what to pass.
 func (d *datasetFlags) registerCacheDir(fs *flag.FlagSet) {
-	def, err := blockcache.DefaultCacheDir()
+	def, err := index.DefaultCacheDir()
 	d.cacheDirErr = err
 	fs.StringVar(&d.cacheDir, "cache-dir", def, "`dir`ectory for index sidecars: never inside SRC, owned by the user running corgifs and\n"+
 		"writable by nobody else (created with mode 0700). Default $XDG_CACHE_HOME/corgifs or\n"+

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/sizing"
 )
@@ -71,7 +72,7 @@ func (d *datasetFlags) config(src string) mount.Config {
 
 // indexOptions are the options of the index of src (for the commands
 // that index without mounting), with a progress bar on a terminal.
-func (d *datasetFlags) indexOptions(src string, log *slog.Logger, progress io.Writer) blockcache.Options {
+func (d *datasetFlags) indexOptions(src string, log *slog.Logger, progress io.Writer) index.Options {
 	c := d.config(src)
 	o := c.IndexOptions(d.source, log)
 	o.Progress = progressFunc(progress, "indexing")

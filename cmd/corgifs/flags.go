@@ -14,6 +14,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
@@ -179,7 +180,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.s3.register(fs)
 	fs.StringVar(&d.index, "index", "", "how SRC is indexed: `full` reads every byte; probe reads a small window at each\nmultiple of --block-size to find the record boundary there (a mount of any size in\nseconds; record counts are learned as blocks load, so --strategy full, window, once\nand --equal-parts need full; a CSV file whose quoting a probe cannot settle is read\nwhole). Default: probe for s3://\nsources (unless --strategy or --equal-parts needs full), full for local ones")
 	fs.BoolVar(&d.skipCorrupt, "skip-corrupt", false, "leave damaged records out of the index instead of failing (they are listed in .corgifs/config.json)")
-	fs.StringVar(&d.compression, "compression", blockcache.CompressionAuto, "how source files are compressed: auto (by the name's .gz, .zst, .zlib or .zz,\nthen by magic bytes: gzip, zstd, and zlib for TFRecord files), none, gzip, zlib or zstd;\ncompressed files are served decompressed, from access points, with no decompressed copy")
+	fs.StringVar(&d.compression, "compression", index.CompressionAuto, "how source files are compressed: auto (by the name's .gz, .zst, .zlib or .zz,\nthen by magic bytes: gzip, zstd, and zlib for TFRecord files), none, gzip, zlib or zstd;\ncompressed files are served decompressed, from access points, with no decompressed copy")
 	fs.BoolVar(&d.directIO, "direct-io", true, "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)")
 	fs.BoolVar(&d.debug, "debug", false, "log debug messages")
 	if !order {
@@ -199,7 +200,7 @@ func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 
 // resolveFormat checks --compression and the format flags, if registered.
 func (d *datasetFlags) resolveFormat() error {
-	if err := blockcache.CheckCompression(d.compression); err != nil {
+	if err := index.CheckCompression(d.compression); err != nil {
 		return err
 	}
 	if d.format == nil {
@@ -358,7 +359,7 @@ func strategyHelp() string {
 }
 
 // recordsPhrase is "N records", or that they are not known yet.
-func recordsPhrase(ix *blockcache.Index) string {
+func recordsPhrase(ix *index.Index) string {
 	if ix.CountsUnknown {
 		return "records not known yet (probed index)"
 	}

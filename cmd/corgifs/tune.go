@@ -18,8 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -166,7 +166,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		// block it is told to use is one it reads directly.
 		var floor int64
 		if d.directIO {
-			floor = blockcache.MinDirectBlock
+			floor = index.MinDirectBlock
 		}
 		var sizes []int64
 		for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
@@ -200,7 +200,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		d.blockSize = sizeFlag(block)
-		ix, _, err := blockcache.Open(ctx, src, d.indexOptions(src, log, stderr))
+		ix, _, err := index.Open(ctx, src, d.indexOptions(src, log, stderr))
 		if err != nil {
 			return err
 		}
@@ -269,7 +269,7 @@ type defaultsMix struct {
 
 // defaultsAdvice measures the mix of the buffer the mount would choose for
 // blocks of block bytes.
-func defaultsAdvice(d *datasetFlags, rep tune.DataReport, ix *blockcache.Index, block int64, parts int, maxTV float64, advice *bufferChoice) *defaultsMix {
+func defaultsAdvice(d *datasetFlags, rep tune.DataReport, ix *index.Index, block int64, parts int, maxTV float64, advice *bufferChoice) *defaultsMix {
 	c := sizing.Choose(sizing.Input{DatasetBytes: ix.Bytes, Parts: parts, ObjectStore: d.source != nil,
 		MaxMemory: int64(d.maxMemory), BlockSize: block})
 	blocks := len(ix.Blocks) / max(1, parts)
@@ -332,7 +332,7 @@ type boundPoint struct {
 
 // bufferAdvice applies the label mix rule (maxTV > 0) or the bound (maxTV
 // 0) to the dataset of ix served in parts parts.
-func bufferAdvice(rep tune.DataReport, ix *blockcache.Index, parts int, maxTV float64) (*bufferChoice, error) {
+func bufferAdvice(rep tune.DataReport, ix *index.Index, parts int, maxTV float64) (*bufferChoice, error) {
 	all := rep.BlocksInAll
 	// A buffer is drawn from a part's blocks. A part of corgipile's is a
 	// random share of them, so n of its blocks mix the labels as n blocks
@@ -378,7 +378,7 @@ func bufferAdvice(rep tune.DataReport, ix *blockcache.Index, parts int, maxTV fl
 // buffers of about equal bytes and closes one early when the next block
 // would pass the target, so p% can hold fewer than p% of the blocks: 10%
 // of 1584 blocks of 32 KiB gives 11 buffers of 144.
-func bufferPercent(ix *blockcache.Index, parts, n int) (float64, error) {
+func bufferPercent(ix *index.Index, parts, n int) (float64, error) {
 	part := max(1, len(ix.Blocks)/max(parts, 1))
 	n = max(n, min(minBufferBlocks, part))
 	for t := max(1, int(math.Floor(1000*float64(n)/float64(part)))); t < 1000; t++ {
@@ -396,7 +396,7 @@ func bufferPercent(ix *blockcache.Index, parts, n int) (float64, error) {
 
 // plannedBuffer returns the mean and the fewest blocks of the buffers of
 // part 0 of epoch 0 with --buffer p%, as a corgipile mount plans them.
-func plannedBuffer(ix *blockcache.Index, parts int, p float64) (mean, fewest int, err error) {
+func plannedBuffer(ix *index.Index, parts int, p float64) (mean, fewest int, err error) {
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "corgipile", Seed: 1,
 		Buffer: shuffler.BufferSize{Percent: p}, MaxMemory: math.MaxInt64 / 4})
 	if err != nil {
@@ -496,7 +496,7 @@ func printTune(w io.Writer, o tuneOutput) {
 		tw.Flush()
 		if s.Recommended != s.Smallest {
 			fmt.Fprintf(w, "  recommended %s: a mount reads blocks under %s through the page cache, where cold reads\n  cost CPU and fall behind the device (--direct-io=false removes this floor)\n",
-				humanize.IBytes(uint64(s.Recommended)), humanize.IBytes(blockcache.MinDirectBlock))
+				humanize.IBytes(uint64(s.Recommended)), humanize.IBytes(index.MinDirectBlock))
 		}
 		fmt.Fprintln(w)
 	}

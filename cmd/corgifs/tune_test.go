@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -13,10 +13,10 @@ import (
 // buffers of at least the blocks the rule asked for, in the real plan.
 func TestBufferPercentGivesPlannedBuffersOfAtLeastTheBlocksAskedFor(t *testing.T) {
 	for _, all := range []int{20, 100, 1584, 5000} {
-		ix := &blockcache.Index{Root: "/nonexistent", BlockSize: 32 << 10, Format: "tfrecord",
-			Files: []blockcache.File{{Path: "a", Size: int64(all) * 32 << 10, Records: int64(all) * 38}}}
+		ix := &index.Index{Root: "/nonexistent", BlockSize: 32 << 10, Format: "tfrecord",
+			Files: []index.File{{Path: "a", Size: int64(all) * 32 << 10, Records: int64(all) * 38}}}
 		for i := range all {
-			ix.Blocks = append(ix.Blocks, blockcache.Block{Records: 38, Offset: int64(i) * 32 << 10, Len: 32 << 10})
+			ix.Blocks = append(ix.Blocks, index.Block{Records: 38, Offset: int64(i) * 32 << 10, Len: 32 << 10})
 		}
 		ix.Bytes = int64(all) * 32 << 10
 		for _, n := range []int{1, 16, 17, 33, 128, 157, 198, all / 2, all/2 + 1, all - 1, all} {

@@ -21,6 +21,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
@@ -263,7 +264,7 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	// listing, and find this index in the cache.
 	d.parts = v.workers
 	d.chooseSizes(ctx, v.data, false, log)
-	ix, _, err := blockcache.Open(ctx, v.data, d.indexOptions(v.data, log, os.Stderr))
+	ix, _, err := index.Open(ctx, v.data, d.indexOptions(v.data, log, os.Stderr))
 	if err != nil {
 		return report, err
 	}
@@ -418,7 +419,7 @@ type runIO struct {
 // strategy and how to clean up; for a feedback strategy (fbDim > 0, the
 // dimension of the vectors) also where its vectors go: the mount's
 // feedback files, or in-process a feedback store the planner reads.
-func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blockcache.Index, r strategyRun, seed uint64, work string, fbDim int, log *slog.Logger) (*runIO, error) {
+func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *index.Index, r strategyRun, seed uint64, work string, fbDim int, log *slog.Logger) (*runIO, error) {
 	k := v.workers
 	partition := ""
 	if shuffler.Partitioned(r.strategy) {
@@ -532,7 +533,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *blo
 
 // sourceOrder returns how to open the records of the index in source
 // order, in-process.
-func sourceOrder(ctx context.Context, d *datasetFlags, ix *blockcache.Index, seed uint64) (func() (io.ReadCloser, error), error) {
+func sourceOrder(ctx context.Context, d *datasetFlags, ix *index.Index, seed uint64) (func() (io.ReadCloser, error), error) {
 	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), false)
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/validator"
@@ -48,7 +49,7 @@ func (v *validateFlags) checkFeedbackFlags(d *datasetFlags, runs []strategyRun, 
 // --max-memory beside the blocks, before it trains, naming the numbers as
 // a mount would, and what a validate user can change: the mount's
 // --feedback-dim is validate's to set.
-func feedbackFits(d *datasetFlags, ix *blockcache.Index, strategy string, g *validator.Gradients) error {
+func feedbackFits(d *datasetFlags, ix *index.Index, strategy string, g *validator.Gradients) error {
 	rec := shuffler.ReadsRecords(strategy)
 	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), rec)
 	need := max(blockcache.MinMemory(ix, d.loaderOptions(nil), rec), ix.MaxBlock())
@@ -174,7 +175,7 @@ func (f *storeFeedback) stats() (feedback.Stats, error) { return f.st.Stats(), n
 
 // openStore opens a feedback store for an in-process run in dir, with the
 // memory a mount would set aside for vectors of dim values.
-func openStore(ix *blockcache.Index, strategy, dir string, dim int, log *slog.Logger) (*feedback.Store, error) {
+func openStore(ix *index.Index, strategy, dir string, dim int, log *slog.Logger) (*feedback.Store, error) {
 	return feedback.Open(feedback.Options{Dir: dir, Root: ix.Root, Dim: dim, Records: ix.Records,
 		EpochsOnly: strategy == "grab" || strategy == "cdgrab", Logger: log})
 }

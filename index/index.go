@@ -1,8 +1,9 @@
-// Package blockcache owns the physical side of a dataset: the index of its
-// source files cut into blocks at record boundaries (saved in a sidecar cache
-// so the next mount is instant), and the loader that turns block ids into
-// bytes with large reads, a shared memory budget and prefetch.
-package blockcache
+// Package index is the physical map of a dataset: its source files cut
+// into blocks at record boundaries (full or probed, with the compressed
+// files' access points), saved in a sidecar in the cache directory so the
+// next mount is instant, and the record of probe outcomes (ProofLog, the
+// probe-whole list). The loader that reads the blocks is in blockcache.
+package index
 
 import (
 	"context"
@@ -130,7 +131,7 @@ type Index struct {
 // Path returns the absolute path of source file i, or for a remote source
 // its URL (s3://bucket/prefix/path).
 func (ix *Index) Path(i int32) string {
-	if !isLocal(ix.src) {
+	if !IsLocal(ix.src) {
 		return ix.Root + "/" + ix.Files[i].Path
 	}
 	return filepath.Join(ix.Root, filepath.FromSlash(ix.Files[i].Path))
@@ -286,15 +287,15 @@ func sourceOf(root string, o Options) source.Source {
 	return local.New(root, o.FollowSymlinks, nil)
 }
 
-// isLocal reports whether src is a local directory (nil: an Index made by
+// IsLocal reports whether src is a local directory (nil: an Index made by
 // hand, of Root).
-func isLocal(src source.Source) bool {
+func IsLocal(src source.Source) bool {
 	_, ok := src.(*local.Source)
 	return src == nil || ok
 }
 
-// source returns where the files are read from.
-func (ix *Index) source() source.Source {
+// Source returns where the files are read from.
+func (ix *Index) Source() source.Source {
 	if ix.src != nil {
 		return ix.src
 	}
@@ -733,7 +734,7 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	// A local file is opened without blocking, and only if it is a
 	// regular file: a named pipe put in place of a listed file would hang
 	// indexing.
-	r, err := ix.source().Open(f.Path, f.Version)
+	r, err := ix.Source().Open(f.Path, f.Version)
 	if err != nil {
 		return out, fmt.Errorf("index: %s: %w", path, err)
 	}

@@ -1,15 +1,12 @@
-package blockcache
+package index
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
@@ -160,7 +157,7 @@ func (ix *Index) scanCompressed(fi int32, o Options, r io.ReaderAt, kind zaccess
 	path := ix.Path(fi)
 	if _, paged := r.(source.PageCached); !paged {
 		// Each ReadAt of a remote file is a request: read large pieces.
-		r = &bufferedAt{r: r, size: f.Size, piece: 1 << 20}
+		r = &BufferedAt{R: r, Size: f.Size, Piece: 1 << 20}
 	}
 	if guess, ok := zaccess.GzipSize(r, f.Size); ok && kind == zaccess.Gzip {
 		x := zaccess.NewCutIndexer(r, f.Size, kind, ix.BlockSize, progress)
@@ -351,119 +348,35 @@ func detectName(name string, o Options) string {
 	return path.Join(path.Dir(name), trimCompressed(path.Base(name)))
 }
 
-// compressed says whether any of exts is of a compressed file.
-func (l *Loader) compressed(exts []extent) bool {
-	return slices.ContainsFunc(exts, func(e extent) bool { return l.ix.Files[e.file].Access != nil })
-}
-
-// readCompressedExtent fills extent e of a compressed file, whose offsets
-// are in its decompressed stream, by decompressing from the access point
-// before it: no decompressed copy of the file exists. It calls check as
-// readExtent does.
-func (l *Loader) readCompressedExtent(files *fileSet, dc *zaccess.Decoder, e extent, slab []byte, record bool, check func(int64) error) error {
-	fl := &l.ix.Files[e.file]
-	f, err := files.acquire(e.file, e.off)
-	if err != nil {
-		return err
-	}
-	defer files.release(f)
-	from := fl.Access.PointBefore(e.off)
-	start := fl.Access.InputStart(from)
-	var src io.ReaderAt = f
-	if pc, ok := f.File.(source.PageCached); ok {
-		pc.WillNeed(start, fl.Access.InputEnd(e.off+e.n, fl.Size)-start)
-	} else {
-		// Each ReadAt of a remote file is a request: the first reads
-		// the stretch to the next access point and a little more, for
-		// the record across it; more follow if the extent needs them.
-		end := fl.Access.InputEnd(from+1, fl.Size)
-		src = &bufferedAt{r: f, size: fl.Size, first: end - start + 64<<10, piece: 256 << 10}
-	}
-	err = dc.ReadAt(fl.Access, src, fl.Size, slab[e.at:e.at+e.n], e.off, func(n int) error { return check(int64(n)) })
-	if err != nil {
-		if errors.Is(err, syscall.EIO) {
-			return err // check's, which says what it found
-		}
-		// A changed file is not damage: the next Open sees its new
-		// version and indexes it again, alone.
-		err = fmt.Errorf("read %s (%s) at decompressed offset %d, from its access point at %d: %w: %w", l.ix.Path(e.file), fl.Access.Kind, e.off, fl.Access.PointBefore(e.off), err, syscall.EIO)
-		var fe *zaccess.FormatError
-		if errors.As(err, &fe) {
-			l.damaged(err)
-		}
-		return err
-	}
-	l.counted(e.n, record)
-	return nil
-}
-
-// decoder is a loader worker's zaccess.Decoder, taken from the loader's
-// pool when first needed.
-type decoder struct{ dc *zaccess.Decoder }
-
-func (d *decoder) get(l *Loader) *zaccess.Decoder {
-	if d.dc == nil {
-		d.dc, _ = l.decoders.Get().(*zaccess.Decoder)
-		if d.dc == nil {
-			d.dc = new(zaccess.Decoder)
-		}
-	}
-	return d.dc
-}
-
-func (d *decoder) put(l *Loader) {
-	if d.dc != nil {
-		l.decoders.Put(d.dc)
-	}
-}
-
-// decodeOrder returns the order to read the single records exts in: by
-// file and offset, so that a worker's decoder decodes on from one record
-// to the next of the same stretch between access points instead of
-// starting again at the access point for each.
-func decodeOrder(exts []extent) []int {
-	order := make([]int, len(exts))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		if c := cmp.Compare(exts[a].file, exts[b].file); c != 0 {
-			return c
-		}
-		return cmp.Compare(exts[a].off, exts[b].off)
-	})
-	return order
-}
-
-// bufferedAt reads a remote file, where each ReadAt is a request, in
+// BufferedAt reads a remote file, where each ReadAt is a request, in
 // large pieces for a reader that asks for small ones, going forward: the
 // first piece is first bytes long (the stretch the caller expects to
 // need), the next ones piece bytes.
-type bufferedAt struct {
-	r            io.ReaderAt
-	size         int64 // of the file
-	first, piece int64
+type BufferedAt struct {
+	R            io.ReaderAt
+	Size         int64 // of the file
+	First, Piece int64
 	buf          []byte
 	off          int64 // of buf[0]
 }
 
-func (b *bufferedAt) ReadAt(p []byte, off int64) (int, error) {
+func (b *BufferedAt) ReadAt(p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		at := off + int64(n)
-		if at >= b.size {
+		if at >= b.Size {
 			return n, io.EOF
 		}
 		if at < b.off || at >= b.off+int64(len(b.buf)) {
-			want := b.piece
-			if b.first > 0 {
-				want, b.first = b.first, 0
+			want := b.Piece
+			if b.First > 0 {
+				want, b.First = b.First, 0
 			}
-			want = min(max(want, int64(len(p)-n)), b.size-at)
+			want = min(max(want, int64(len(p)-n)), b.Size-at)
 			if int64(cap(b.buf)) < want {
 				b.buf = make([]byte, want)
 			}
-			k, err := b.r.ReadAt(b.buf[:want], at)
+			k, err := b.R.ReadAt(b.buf[:want], at)
 			b.buf, b.off = b.buf[:k], at
 			if k == 0 {
 				if err == nil || err == io.EOF {

@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"errors"
@@ -30,8 +30,8 @@ const MinDirectBlock = 1 << 20
 // and the memory.
 const dioAlign = source.DirectAlign
 
-func alignDown(n int64) int64 { return n &^ (dioAlign - 1) }
-func alignUp(n int64) int64   { return (n + dioAlign - 1) &^ (dioAlign - 1) }
+func AlignDown(n int64) int64 { return n &^ (dioAlign - 1) }
+func AlignUp(n int64) int64   { return (n + dioAlign - 1) &^ (dioAlign - 1) }
 
 // scanChunk is the unit of an aheadReader's reads.
 const scanChunk = 8 << 20
@@ -199,7 +199,7 @@ func (r *aheadReader) fetch(c *aheadChunk) {
 	off := c.k * scanChunk
 	want := min(scanChunk, r.size-off)
 	if r.direct != nil {
-		n, err := r.direct.ReadDirect(c.buf[:alignUp(want)], off)
+		n, err := r.direct.ReadDirect(c.buf[:AlignUp(want)], off)
 		if !errors.Is(err, source.ErrNoDirect) {
 			c.n, c.err = n, err
 			return

@@ -1,10 +1,12 @@
-package blockcache
+package index
 
 import (
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // frameStats must give the minimum, the median (the element at len/2 of
@@ -50,7 +52,7 @@ func TestJoinTablesKeepsFileOrder(t *testing.T) {
 // same dataset within the limit is indexed, and its sidecar, cached, is
 // refused by a later Open with a lower limit rather than used.
 func TestIndexTablesPastMaxTablesAreRefused(t *testing.T) {
-	root, _ := dataset(t, 3, 3, 20, 64) // 60 records, 4 bytes of tables each
+	root, _ := blocktest.Dataset(t, 3, 3, 20, 64) // 60 records, 4 bytes of tables each
 	_, err := Build(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 50})
 	// Files are scanned a few at once: any of them may hold the 51st.
 	if err == nil || !strings.Contains(err.Error(), ".tfrecord: more than 50 records by offset") {

@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"bytes"
@@ -16,13 +16,14 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // checkBlocks verifies everything an index of undamaged files promises:
 // files as written, blocks that start and end at record boundaries inside
 // one file, cover each file exactly, are cut by the rule of Cuts and hold
 // only intact records.
-func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
+func checkBlocks(t *testing.T, ix *Index, files []*blocktest.SrcFile) {
 	t.Helper()
 	if len(ix.Files) != len(files) {
 		t.Fatalf("index has %d files, want %d", len(ix.Files), len(files))
@@ -30,11 +31,11 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 	var records, size int64
 	for i, f := range files {
 		got := ix.Files[i]
-		if got.Path != f.rel || got.Size != int64(len(f.data)) || got.Records != int64(len(f.starts)) {
-			t.Fatalf("file %d: got %+v, want path %s, size %d, %d records", i, got, f.rel, len(f.data), len(f.starts))
+		if got.Path != f.Rel || got.Size != int64(len(f.Data)) || got.Records != int64(len(f.Starts)) {
+			t.Fatalf("file %d: got %+v, want path %s, size %d, %d records", i, got, f.Rel, len(f.Data), len(f.Starts))
 		}
-		records += int64(len(f.starts))
-		size += int64(len(f.data))
+		records += int64(len(f.Starts))
+		size += int64(len(f.Data))
 	}
 	var sumRecords, sumLen int64
 	next := make([]int64, len(files)) // where the next block of each file must start
@@ -49,19 +50,19 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 			t.Fatalf("block %d (%+v) starts at %d, want %d: blocks must tile the file", j, b, b.Offset, next[b.File])
 		}
 		end := b.Offset + b.Len
-		if end > int64(len(f.data)) {
-			t.Fatalf("block %d (%+v) runs past the end of %s (%d bytes): spans two files", j, b, f.rel, len(f.data))
+		if end > int64(len(f.Data)) {
+			t.Fatalf("block %d (%+v) runs past the end of %s (%d bytes): spans two files", j, b, f.Rel, len(f.Data))
 		}
-		first := f.recordAt(b.Offset)
+		first := f.RecordAt(b.Offset)
 		if first < 0 {
-			t.Fatalf("block %d starts at %d, not a record boundary of %s", j, b.Offset, f.rel)
+			t.Fatalf("block %d starts at %d, not a record boundary of %s", j, b.Offset, f.Rel)
 		}
-		if end != int64(len(f.data)) && f.recordAt(end) < 0 {
-			t.Fatalf("block %d ends at %d, not a record boundary of %s", j, end, f.rel)
+		if end != int64(len(f.Data)) && f.RecordAt(end) < 0 {
+			t.Fatalf("block %d ends at %d, not a record boundary of %s", j, end, f.Rel)
 		}
-		n := len(f.starts) - first
-		if end < int64(len(f.data)) {
-			n = f.recordAt(end) - first
+		n := len(f.Starts) - first
+		if end < int64(len(f.Data)) {
+			n = f.RecordAt(end) - first
 		}
 		if int(b.Records) != n {
 			t.Fatalf("block %d (%+v) says %d records, the range holds %d", j, b, b.Records, n)
@@ -69,11 +70,11 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 		// The cut rule: a block ends at the first record boundary at or
 		// after each multiple of BlockSize in its file, and nowhere else.
 		for k := first + 1; k < first+n; k++ {
-			if Cuts(ix.BlockSize, f.starts[k-1], f.starts[k]) {
-				t.Fatalf("block %d (%+v) holds the record at %d, the first boundary at or after a multiple of BlockSize %d: it must start a block", j, b, f.starts[k], ix.BlockSize)
+			if Cuts(ix.BlockSize, f.Starts[k-1], f.Starts[k]) {
+				t.Fatalf("block %d (%+v) holds the record at %d, the first boundary at or after a multiple of BlockSize %d: it must start a block", j, b, f.Starts[k], ix.BlockSize)
 			}
 		}
-		if j+1 < len(ix.Blocks) && ix.Blocks[j+1].File == b.File && !Cuts(ix.BlockSize, f.starts[first+n-1], end) {
+		if j+1 < len(ix.Blocks) && ix.Blocks[j+1].File == b.File && !Cuts(ix.BlockSize, f.Starts[first+n-1], end) {
 			t.Fatalf("block %d (%+v) ends at %d, though no multiple of BlockSize %d lies since the record before", j, b, end, ix.BlockSize)
 		}
 		starts, err := formats.Split(blockBytes(files, b), b.Offset, nil)
@@ -85,8 +86,8 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 		sumLen += b.Len
 	}
 	for i, f := range files {
-		if next[i] != int64(len(f.data)) {
-			t.Fatalf("blocks of %s end at %d, file has %d bytes", f.rel, next[i], len(f.data))
+		if next[i] != int64(len(f.Data)) {
+			t.Fatalf("blocks of %s end at %d, file has %d bytes", f.Rel, next[i], len(f.Data))
 		}
 	}
 	if sumRecords != records || ix.Records != records {
@@ -100,14 +101,14 @@ func checkBlocks(t *testing.T, ix *Index, files []*srcFile) {
 func TestBuildCutsBlocksAtRecordBoundariesWithinFiles(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	root := t.TempDir()
-	var files []*srcFile
+	var files []*blocktest.SrcFile
 	for i, n := range []int{300, 1, 0, 250} { // an empty file too
-		ps := randomPayloads(r, n, 3000)
+		ps := blocktest.RandomPayloads(r, n, 3000)
 		if n > 100 {
 			ps[50] = make([]byte, 20000) // records larger than most block sizes
 			ps[51] = make([]byte, 40000)
 		}
-		files = append(files, writeRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps))
+		files = append(files, blocktest.WriteRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps))
 	}
 	for _, bs := range []int64{1, formats.FrameExtra, 500, 3016, 4096, 16 << 10, 64 << 10, 1 << 30} {
 		t.Run(fmt.Sprintf("BlockSize=%d", bs), func(t *testing.T) {
@@ -142,7 +143,7 @@ func TestBuildBlockLayoutOfKnownFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			f := writeRecords(t, root, "a.tfrecord", payloadsOfLen(rand.New(rand.NewPCG(3, 4)), tc.lens...))
+			f := blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.PayloadsOfLen(rand.New(rand.NewPCG(3, 4)), tc.lens...))
 			ix := build(t, root, Options{BlockSize: tc.blockSize})
 			var got []blk
 			for _, b := range ix.Blocks {
@@ -151,7 +152,7 @@ func TestBuildBlockLayoutOfKnownFiles(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("blocks %v, want %v", got, tc.want)
 			}
-			checkBlocks(t, ix, []*srcFile{f})
+			checkBlocks(t, ix, []*blocktest.SrcFile{f})
 		})
 	}
 }
@@ -160,7 +161,7 @@ func TestBuildFindsMatchingFilesRecursivelySortedWithoutFollowingSymlinks(t *tes
 	root := t.TempDir()
 	outside := t.TempDir()
 	r := rand.New(rand.NewPCG(5, 6))
-	rec := func(rel string) { writeRecords(t, root, rel, randomPayloads(r, 3, 100)) }
+	rec := func(rel string) { blocktest.WriteRecords(t, root, rel, blocktest.RandomPayloads(r, 3, 100)) }
 	for _, rel := range []string{
 		"b.tfrecord", "a.tfrecords", "a/x.tfrecord", "a/deep/er/y.tfrecord",
 		"d.tfrecord/z.tfrecord", // inside a directory whose name matches
@@ -168,8 +169,8 @@ func TestBuildFindsMatchingFilesRecursivelySortedWithoutFollowingSymlinks(t *tes
 	} {
 		rec(rel)
 	}
-	writeBytes(t, filepath.Join(root, "notes.txt"), []byte("not a record file"))
-	writeRecords(t, outside, "o.tfrecord", randomPayloads(r, 3, 100))
+	blocktest.WriteBytes(t, filepath.Join(root, "notes.txt"), []byte("not a record file"))
+	blocktest.WriteRecords(t, outside, "o.tfrecord", blocktest.RandomPayloads(r, 3, 100))
 	for link, target := range map[string]string{
 		"link.tfrecord":     filepath.Join(root, "b.tfrecord"),
 		"linkdir":           filepath.Join(root, "a"),
@@ -217,7 +218,7 @@ func TestBuildFindsMatchingFilesRecursivelySortedWithoutFollowingSymlinks(t *tes
 
 func TestBuildBadIncludePatternFails(t *testing.T) {
 	root := t.TempDir()
-	writeRecords(t, root, "a.tfrecord", [][]byte{{1}})
+	blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1}})
 	_, err := Build(t.Context(), root, Options{Include: []string{"*.tfrecord", "["}})
 	if err == nil || !strings.Contains(err.Error(), `"["`) {
 		t.Fatalf("err %v, want one naming the bad pattern", err)
@@ -241,7 +242,7 @@ func TestBuildRecordSizeStatistics(t *testing.T) {
 			root := t.TempDir()
 			r := rand.New(rand.NewPCG(7, 8))
 			for i, lens := range tc.files {
-				writeRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), payloadsOfLen(r, lens...))
+				blocktest.WriteRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), blocktest.PayloadsOfLen(r, lens...))
 			}
 			ix := build(t, root, Options{BlockSize: 64})
 			if ix.RecordMin != tc.min || ix.RecordMax != tc.max || (ix.RecordMedian != tc.median && ix.RecordMedian != tc.medianAlt) {
@@ -260,17 +261,17 @@ func TestBuildWithoutMatchingFilesFailsClearly(t *testing.T) {
 	}{
 		{"empty directory", func(*testing.T, string) {}, nil, []string{"no files matching", "*.tfrecord or *.tfrecords", "--include"}},
 		{"only other files", func(t *testing.T, root string) {
-			writeBytes(t, filepath.Join(root, "sub", "notes.md"), []byte("x"))
+			blocktest.WriteBytes(t, filepath.Join(root, "sub", "notes.md"), []byte("x"))
 		}, nil, []string{"no files matching", "*.tfrecord"}},
 		{"only a symlink to a record file", func(t *testing.T, root string) {
 			other := t.TempDir()
-			writeRecords(t, other, "a.tfrecord", [][]byte{{1}})
+			blocktest.WriteRecords(t, other, "a.tfrecord", [][]byte{{1}})
 			if err := os.Symlink(filepath.Join(other, "a.tfrecord"), filepath.Join(root, "a.tfrecord")); err != nil {
 				t.Fatal(err)
 			}
 		}, nil, []string{"no files matching"}},
 		{"records under other names", func(t *testing.T, root string) {
-			writeRecords(t, root, "a.tfrecord", [][]byte{{1}})
+			blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1}})
 		}, []string{"*.rec"}, []string{"no files matching *.rec"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,8 +292,8 @@ func TestBuildWithoutMatchingFilesFailsClearly(t *testing.T) {
 
 func TestBuildSourceMustBeADirectory(t *testing.T) {
 	root := t.TempDir()
-	f := writeRecords(t, root, "a.tfrecord", [][]byte{{1}})
-	for _, src := range []string{f.path, filepath.Join(root, "missing")} {
+	f := blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1}})
+	for _, src := range []string{f.Path, filepath.Join(root, "missing")} {
 		if _, err := Build(t.Context(), src, Options{}); err == nil || !strings.Contains(err.Error(), src) {
 			t.Fatalf("Build(%s): err %v, want one naming the source", src, err)
 		}
@@ -300,7 +301,7 @@ func TestBuildSourceMustBeADirectory(t *testing.T) {
 }
 
 func TestBuildStopsWhenContextCancelled(t *testing.T) {
-	root, _ := dataset(t, 1, 2, 10, 100)
+	root, _ := blocktest.Dataset(t, 1, 2, 10, 100)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := Build(ctx, root, Options{}); !errors.Is(err, context.Canceled) {
@@ -312,103 +313,105 @@ func TestBuildStopsWhenContextCancelled(t *testing.T) {
 // make of it.
 type damage struct {
 	name  string
-	apply func(f *srcFile) []byte // returns the damaged file bytes
+	apply func(f *blocktest.SrcFile) []byte // returns the damaged file bytes
 	// Expected result, in terms of f's frame offsets.
-	errOffset func(f *srcFile) int64
+	errOffset func(f *blocktest.SrcFile) int64
 	reason    string
-	damaged   func(f *srcFile) [][2]int64 // ranges left out with SkipCorrupt
-	lost      int                         // records lost with SkipCorrupt
+	damaged   func(f *blocktest.SrcFile) [][2]int64 // ranges left out with SkipCorrupt
+	lost      int                                   // records lost with SkipCorrupt
 }
 
 // victim is the record that the damage cases hit; its payload is not empty.
 const victim = 5
 
 func damages() []damage {
-	flip := func(at func(f *srcFile) int64) func(f *srcFile) []byte {
-		return func(f *srcFile) []byte {
-			d := slices.Clone(f.data)
+	flip := func(at func(f *blocktest.SrcFile) int64) func(f *blocktest.SrcFile) []byte {
+		return func(f *blocktest.SrcFile) []byte {
+			d := slices.Clone(f.Data)
 			d[at(f)] ^= 0x40
 			return d
 		}
 	}
-	frame := func(i int) func(f *srcFile) int64 { return func(f *srcFile) int64 { return f.starts[i] } }
-	last := func(f *srcFile) int64 { return f.starts[len(f.starts)-1] }
-	recordRange := func(i int) func(f *srcFile) [][2]int64 {
-		return func(f *srcFile) [][2]int64 { return [][2]int64{{f.starts[i], f.starts[i+1]}} }
+	frame := func(i int) func(f *blocktest.SrcFile) int64 {
+		return func(f *blocktest.SrcFile) int64 { return f.Starts[i] }
+	}
+	last := func(f *blocktest.SrcFile) int64 { return f.Starts[len(f.Starts)-1] }
+	recordRange := func(i int) func(f *blocktest.SrcFile) [][2]int64 {
+		return func(f *blocktest.SrcFile) [][2]int64 { return [][2]int64{{f.Starts[i], f.Starts[i+1]}} }
 	}
 	return []damage{
 		{
 			name:      "flipped data byte",
-			apply:     flip(func(f *srcFile) int64 { return f.starts[victim] + formats.HeaderLen + 1 }),
+			apply:     flip(func(f *blocktest.SrcFile) int64 { return f.Starts[victim] + formats.HeaderLen + 1 }),
 			errOffset: frame(victim), reason: "data CRC mismatch",
 			damaged: recordRange(victim), lost: 1,
 		},
 		{
 			name:      "flipped data CRC byte",
-			apply:     flip(func(f *srcFile) int64 { return f.starts[victim+1] - 1 }),
+			apply:     flip(func(f *blocktest.SrcFile) int64 { return f.Starts[victim+1] - 1 }),
 			errOffset: frame(victim), reason: "data CRC mismatch",
 			damaged: recordRange(victim), lost: 1,
 		},
 		{
 			name:      "flipped length byte",
-			apply:     flip(func(f *srcFile) int64 { return f.starts[victim] }),
+			apply:     flip(func(f *blocktest.SrcFile) int64 { return f.Starts[victim] }),
 			errOffset: frame(victim), reason: "length CRC mismatch",
 			damaged: recordRange(victim), lost: 1,
 		},
 		{
 			name: "two damaged records",
-			apply: func(f *srcFile) []byte {
-				d := flip(func(f *srcFile) int64 { return f.starts[2] + formats.HeaderLen })(f)
-				d[f.starts[victim]+3] ^= 1
+			apply: func(f *blocktest.SrcFile) []byte {
+				d := flip(func(f *blocktest.SrcFile) int64 { return f.Starts[2] + formats.HeaderLen })(f)
+				d[f.Starts[victim]+3] ^= 1
 				return d
 			},
 			errOffset: frame(2), reason: "data CRC mismatch",
-			damaged: func(f *srcFile) [][2]int64 {
-				return [][2]int64{{f.starts[2], f.starts[3]}, {f.starts[victim], f.starts[victim+1]}}
+			damaged: func(f *blocktest.SrcFile) [][2]int64 {
+				return [][2]int64{{f.Starts[2], f.Starts[3]}, {f.Starts[victim], f.Starts[victim+1]}}
 			},
 			lost: 2,
 		},
 		{
 			name:      "truncated inside the last record's data",
-			apply:     func(f *srcFile) []byte { return f.data[:last(f)+formats.FrameExtra+1] },
+			apply:     func(f *blocktest.SrcFile) []byte { return f.Data[:last(f)+formats.FrameExtra+1] },
 			errOffset: last, reason: "runs past the end",
-			damaged: func(f *srcFile) [][2]int64 { return [][2]int64{{last(f), last(f) + formats.FrameExtra + 1}} },
+			damaged: func(f *blocktest.SrcFile) [][2]int64 { return [][2]int64{{last(f), last(f) + formats.FrameExtra + 1}} },
 			lost:    1,
 		},
 		{
 			name:      "truncated inside the last record's header",
-			apply:     func(f *srcFile) []byte { return f.data[:last(f)+5] },
+			apply:     func(f *blocktest.SrcFile) []byte { return f.Data[:last(f)+5] },
 			errOffset: last, reason: "truncated frame",
-			damaged: func(f *srcFile) [][2]int64 { return [][2]int64{{last(f), last(f) + 5}} },
+			damaged: func(f *blocktest.SrcFile) [][2]int64 { return [][2]int64{{last(f), last(f) + 5}} },
 			lost:    1,
 		},
 		{
 			name:      "stray bytes at the end",
-			apply:     func(f *srcFile) []byte { return append(slices.Clone(f.data), 1, 2, 3, 4, 5, 6, 7) },
-			errOffset: func(f *srcFile) int64 { return int64(len(f.data)) }, reason: "truncated frame",
-			damaged: func(f *srcFile) [][2]int64 { return [][2]int64{{int64(len(f.data)), int64(len(f.data)) + 7}} },
+			apply:     func(f *blocktest.SrcFile) []byte { return append(slices.Clone(f.Data), 1, 2, 3, 4, 5, 6, 7) },
+			errOffset: func(f *blocktest.SrcFile) int64 { return int64(len(f.Data)) }, reason: "truncated frame",
+			damaged: func(f *blocktest.SrcFile) [][2]int64 { return [][2]int64{{int64(len(f.Data)), int64(len(f.Data)) + 7}} },
 			lost:    0,
 		},
 	}
 }
 
 // damagedDataset writes three files and damages the middle one.
-func damagedDataset(t *testing.T, d damage) (root string, files []*srcFile, bad *srcFile, badData []byte) {
+func damagedDataset(t *testing.T, d damage) (root string, files []*blocktest.SrcFile, bad *blocktest.SrcFile, badData []byte) {
 	t.Helper()
 	root = t.TempDir()
 	r := rand.New(rand.NewPCG(9, 10))
 	for i := range 3 {
-		ps := randomPayloads(r, 40, 2000)
+		ps := blocktest.RandomPayloads(r, 40, 2000)
 		for j := range ps {
 			if len(ps[j]) < 8 {
 				ps[j] = append(ps[j], make([]byte, 8)...) // every payload can be hit
 			}
 		}
-		files = append(files, writeRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps))
+		files = append(files, blocktest.WriteRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps))
 	}
 	bad = files[1]
 	badData = d.apply(bad)
-	writeBytes(t, bad.path, badData)
+	blocktest.WriteBytes(t, bad.Path, badData)
 	return root, files, bad, badData
 }
 
@@ -421,7 +424,7 @@ func TestBuildFailsOnCorruptRecordNamingFileAndOffset(t *testing.T) {
 				t.Fatal("Build succeeded on a damaged file")
 			}
 			off := d.errOffset(bad)
-			for _, w := range []string{bad.path, fmt.Sprintf("offset %d", off), d.reason, "--skip-corrupt"} {
+			for _, w := range []string{bad.Path, fmt.Sprintf("offset %d", off), d.reason, "--skip-corrupt"} {
 				if !strings.Contains(err.Error(), w) {
 					t.Fatalf("error %q does not mention %q", err, w)
 				}
@@ -442,8 +445,8 @@ func TestBuildSkipCorruptLeavesOutOnlyTheDamage(t *testing.T) {
 			wantRanges := d.damaged(bad)
 			var gotRanges [][2]int64
 			for _, dm := range ix.Damaged {
-				if dm.File != bad.rel || dm.Reason == "" {
-					t.Fatalf("damage %+v, want file %s and a reason", dm, bad.rel)
+				if dm.File != bad.Rel || dm.Reason == "" {
+					t.Fatalf("damage %+v, want file %s and a reason", dm, bad.Rel)
 				}
 				gotRanges = append(gotRanges, [2]int64{dm.From, dm.To})
 			}
@@ -454,7 +457,7 @@ func TestBuildSkipCorruptLeavesOutOnlyTheDamage(t *testing.T) {
 			intact := map[[2]int64]int{} // file, offset
 			var total int64
 			for fi, f := range files {
-				for _, s := range f.starts {
+				for _, s := range f.Starts {
 					if fi == 1 && slices.ContainsFunc(wantRanges, func(r [2]int64) bool { return s >= r[0] && s < r[1] }) {
 						continue
 					}
@@ -465,7 +468,7 @@ func TestBuildSkipCorruptLeavesOutOnlyTheDamage(t *testing.T) {
 			if want := total; ix.Records != want || int64(len(files)*40-d.lost) != want {
 				t.Fatalf("%d records indexed, want %d (%d lost)", ix.Records, want, d.lost)
 			}
-			data := [][]byte{files[0].data, badData, files[2].data}
+			data := [][]byte{files[0].Data, badData, files[2].Data}
 			var fileRecords [3]int64
 			for _, b := range ix.Blocks {
 				for _, r := range wantRanges {
@@ -502,7 +505,7 @@ func TestBuildSkipCorruptLeavesOutOnlyTheDamage(t *testing.T) {
 }
 
 func TestBuildRejectsCompressedFilesWithCompressionNone(t *testing.T) {
-	rec, _ := frames(t, randomPayloads(rand.New(rand.NewPCG(1, 1)), 20, 500))
+	rec, _ := blocktest.Frames(t, blocktest.RandomPayloads(rand.New(rand.NewPCG(1, 1)), 20, 500))
 	gz := func() []byte {
 		var b bytes.Buffer
 		w := gzip.NewWriter(&b)
@@ -529,9 +532,9 @@ func TestBuildRejectsCompressedFilesWithCompressionNone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			writeRecords(t, root, "a.tfrecord", [][]byte{{1, 2, 3}})
+			blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1, 2, 3}})
 			path := filepath.Join(root, tc.file)
-			writeBytes(t, path, tc.data)
+			blocktest.WriteBytes(t, path, tc.data)
 			_, err := Build(t.Context(), root, tc.o)
 			if !errors.Is(err, formats.ErrCompressed) {
 				t.Fatalf("err %v, want formats.ErrCompressed", err)
@@ -553,7 +556,7 @@ func TestBuildProgressReachesTotal(t *testing.T) {
 			ps[j] = make([]byte, 64<<10)
 			ps[j][0] = byte(r.Uint32())
 		}
-		total += int64(len(writeRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps).data))
+		total += int64(len(blocktest.WriteRecords(t, root, fmt.Sprintf("f%d.tfrecord", i), ps).Data))
 	}
 	type call struct{ done, total int64 }
 	var calls []call
@@ -577,12 +580,12 @@ func TestBuildProgressReachesTotal(t *testing.T) {
 }
 
 func TestIndexRecordLocatesEveryRecordInBlockOrder(t *testing.T) {
-	root, files := dataset(t, 13, 3, 120, 2500)
+	root, files := blocktest.Dataset(t, 13, 3, 120, 2500)
 	type rec struct{ file, off, n int64 }
 	var want []rec
 	for fi, f := range files {
-		for i, s := range f.starts {
-			want = append(want, rec{int64(fi), s, f.frameLen(i)})
+		for i, s := range f.Starts {
+			want = append(want, rec{int64(fi), s, f.FrameLen(i)})
 		}
 	}
 	cache := t.TempDir()
@@ -638,8 +641,8 @@ func TestIndexRecordSkipsDamagedRecords(t *testing.T) {
 	d := damages()[0] // one flipped data byte in record victim of f1
 	root, files, bad, _ := damagedDataset(t, d)
 	ix := build(t, root, Options{BlockSize: 4096, SkipCorrupt: true})
-	r := int32(len(files[0].starts) + victim) // would be the damaged record
-	if f, off, _ := ix.Record(r); f != 1 || off != bad.starts[victim+1] {
-		t.Fatalf("Record(%d) = file %d offset %d, want the record after the damage at %d", r, f, off, bad.starts[victim+1])
+	r := int32(len(files[0].Starts) + victim) // would be the damaged record
+	if f, off, _ := ix.Record(r); f != 1 || off != bad.Starts[victim+1] {
+		t.Fatalf("Record(%d) = file %d offset %d, want the record after the damage at %d", r, f, off, bad.Starts[victim+1])
 	}
 }

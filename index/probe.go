@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 	heads := make([]formats.Head, len(files))
 	prober := o.Format.(formats.Prober) // Build checked
 	workers := max(8, runtime.GOMAXPROCS(0))
-	if !isLocal(ix.src) {
+	if !IsLocal(ix.src) {
 		workers = 32
 	}
 	var failed atomic.Bool
@@ -250,7 +250,7 @@ func (ix *Index) openProbe(fi int32, o Options) (io.ReaderAt, func(), error) {
 	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".zz") {
 		return nil, nil, fmt.Errorf("index: %s: %w", path, formats.ErrCompressed)
 	}
-	sf, err := ix.source().Open(f.Path, f.Version)
+	sf, err := ix.Source().Open(f.Path, f.Version)
 	if err != nil {
 		return nil, nil, fmt.Errorf("index: %s: %w", path, err)
 	}

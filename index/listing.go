@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // openLogged runs Open with a logger writing to a buffer and returns the log.
@@ -60,7 +62,7 @@ func tree(t *testing.T, root string) []string {
 }
 
 func TestOpenSecondTimeComesFromCacheAndEqualsTheBuiltIndex(t *testing.T) {
-	root, _ := dataset(t, 1, 3, 50, 1000)
+	root, _ := blocktest.Dataset(t, 1, 3, 50, 1000)
 	cache := t.TempDir()
 	o := Options{BlockSize: 4096, CacheDir: cache}
 	ix1, fromCache, _ := openLogged(t, root, o)
@@ -85,7 +87,7 @@ func TestOpenSecondTimeComesFromCacheAndEqualsTheBuiltIndex(t *testing.T) {
 }
 
 func TestOpenWithoutCacheDirAlwaysBuilds(t *testing.T) {
-	root, _ := dataset(t, 1, 1, 5, 100)
+	root, _ := blocktest.Dataset(t, 1, 1, 5, 100)
 	for range 2 {
 		if _, fromCache, _ := openLogged(t, root, Options{}); fromCache {
 			t.Fatal("Open without a CacheDir came from a cache")
@@ -96,49 +98,49 @@ func TestOpenWithoutCacheDirAlwaysBuilds(t *testing.T) {
 func TestOpenRebuildsWhenTheSourceChanges(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		change  func(t *testing.T, root string, files []*srcFile)
+		change  func(t *testing.T, root string, files []*blocktest.SrcFile)
 		rebuild bool
 		reason  []string // in the log line
 	}{
-		{"mtime changed", func(t *testing.T, root string, files []*srcFile) {
-			fi, _ := os.Stat(files[1].path)
-			setMtime(t, files[1].path, fi.ModTime().Add(time.Second).UnixNano())
+		{"mtime changed", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			fi, _ := os.Stat(files[1].Path)
+			blocktest.SetMtime(t, files[1].Path, fi.ModTime().Add(time.Second).UnixNano())
 		}, true, []string{"f1.tfrecord", "modification time"}},
-		{"rewritten in place, same size", func(t *testing.T, root string, files []*srcFile) {
-			ps := slices.Clone(files[2].payloads)
+		{"rewritten in place, same size", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			ps := slices.Clone(files[2].Payloads)
 			ps[0] = bytes.Repeat([]byte{0xee}, len(ps[0])) // same length, other bytes
-			writeRecords(t, root, files[2].rel, ps)
-			fi, _ := os.Stat(files[2].path)
-			setMtime(t, files[2].path, fi.ModTime().Add(time.Second).UnixNano()) // a coarse clock must not hide it
+			blocktest.WriteRecords(t, root, files[2].Rel, ps)
+			fi, _ := os.Stat(files[2].Path)
+			blocktest.SetMtime(t, files[2].Path, fi.ModTime().Add(time.Second).UnixNano()) // a coarse clock must not hide it
 		}, true, []string{"f2.tfrecord", "modification time"}},
-		{"record appended, mtime restored", func(t *testing.T, root string, files []*srcFile) {
-			fi, _ := os.Stat(files[0].path)
-			d, _ := frames(t, [][]byte{{1, 2, 3}})
-			writeBytes(t, files[0].path, append(slices.Clone(files[0].data), d...))
-			setMtime(t, files[0].path, fi.ModTime().UnixNano())
+		{"record appended, mtime restored", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			fi, _ := os.Stat(files[0].Path)
+			d, _ := blocktest.Frames(t, [][]byte{{1, 2, 3}})
+			blocktest.WriteBytes(t, files[0].Path, append(slices.Clone(files[0].Data), d...))
+			blocktest.SetMtime(t, files[0].Path, fi.ModTime().UnixNano())
 		}, true, []string{"f0.tfrecord", "changed size", "->"}},
-		{"new file", func(t *testing.T, root string, files []*srcFile) {
-			writeRecords(t, root, "f9.tfrecord", [][]byte{{1}})
+		{"new file", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			blocktest.WriteRecords(t, root, "f9.tfrecord", [][]byte{{1}})
 		}, true, []string{"new source file f9.tfrecord"}},
-		{"new file in a new subdirectory", func(t *testing.T, root string, files []*srcFile) {
-			writeRecords(t, root, "sub/g.tfrecords", [][]byte{{1}})
+		{"new file in a new subdirectory", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			blocktest.WriteRecords(t, root, "sub/g.tfrecords", [][]byte{{1}})
 		}, true, []string{"new source file sub/g.tfrecords"}},
-		{"file removed", func(t *testing.T, root string, files []*srcFile) {
-			if err := os.Remove(files[0].path); err != nil {
+		{"file removed", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			if err := os.Remove(files[0].Path); err != nil {
 				t.Fatal(err)
 			}
 		}, true, []string{"f0.tfrecord", "removed"}},
-		{"non-matching file added", func(t *testing.T, root string, files []*srcFile) {
-			writeBytes(t, filepath.Join(root, "README.txt"), []byte("hello"))
+		{"non-matching file added", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			blocktest.WriteBytes(t, filepath.Join(root, "README.txt"), []byte("hello"))
 		}, false, nil},
-		{"symlink added", func(t *testing.T, root string, files []*srcFile) {
-			if err := os.Symlink(files[0].path, filepath.Join(root, "link.tfrecord")); err != nil {
+		{"symlink added", func(t *testing.T, root string, files []*blocktest.SrcFile) {
+			if err := os.Symlink(files[0].Path, filepath.Join(root, "link.tfrecord")); err != nil {
 				t.Fatal(err)
 			}
 		}, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, files := dataset(t, 2, 3, 30, 500)
+			root, files := blocktest.Dataset(t, 2, 3, 30, 500)
 			cache := t.TempDir()
 			o := Options{BlockSize: 2048, CacheDir: cache}
 			openLogged(t, root, o)
@@ -195,7 +197,7 @@ func TestOpenIgnoresBadSidecar(t *testing.T) {
 		}, "other parameters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 3, 2, 20, 500)
+			root, _ := blocktest.Dataset(t, 3, 2, 20, 500)
 			cache := t.TempDir()
 			o := Options{BlockSize: 1024, CacheDir: cache}
 			want, _, _ := openLogged(t, root, o)
@@ -245,7 +247,7 @@ func encodeSidecar(t *testing.T, h sidecarHeader, ix *Index) []byte {
 }
 
 func TestOpenKeepsOneSidecarPerParameterSet(t *testing.T) {
-	root, _ := dataset(t, 4, 2, 40, 800)
+	root, _ := blocktest.Dataset(t, 4, 2, 40, 800)
 	cache := t.TempDir()
 	sets := []Options{
 		{BlockSize: 1000},
@@ -292,7 +294,7 @@ func TestOpenRefusesCacheDirInsideSource(t *testing.T) {
 		{"a relative path to the source", func(string) string { return "." }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root, _ := dataset(t, 5, 1, 5, 100)
+			root, _ := blocktest.Dataset(t, 5, 1, 5, 100)
 			before := tree(t, root)
 			if tc.chdir {
 				t.Chdir(root)
@@ -321,7 +323,7 @@ func TestOpenAcceptsCacheDirNextToOrAboveSource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := t.TempDir()
 			root := filepath.Join(parent, "src")
-			writeRecords(t, root, "a.tfrecord", [][]byte{{1}})
+			blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1}})
 			cache := tc.cache(t, root)
 			before := tree(t, root)
 			if _, _, err := Open(t.Context(), root, Options{CacheDir: cache}); err != nil {
@@ -338,8 +340,8 @@ func TestOpenAcceptsCacheDirNextToOrAboveSource(t *testing.T) {
 }
 
 func TestOpenNeverWritesInsideSource(t *testing.T) {
-	root, files := dataset(t, 6, 3, 30, 500)
-	writeRecords(t, root, "sub/deeper/x.tfrecord", [][]byte{{1}})
+	root, files := blocktest.Dataset(t, 6, 3, 30, 500)
+	blocktest.WriteRecords(t, root, "sub/deeper/x.tfrecord", [][]byte{{1}})
 	cache := t.TempDir()
 	before := tree(t, root)
 	for _, o := range []Options{{CacheDir: cache}, {CacheDir: cache}, {CacheDir: cache, BlockSize: 100}, {CacheDir: cache, SkipCorrupt: true}} {
@@ -349,8 +351,8 @@ func TestOpenNeverWritesInsideSource(t *testing.T) {
 		t.Fatalf("source changed:\n%q\n%q", before, after)
 	}
 	// A rebuild after a change writes nothing inside the source either.
-	fi, _ := os.Stat(files[0].path)
-	setMtime(t, files[0].path, fi.ModTime().Add(time.Second).UnixNano())
+	fi, _ := os.Stat(files[0].Path)
+	blocktest.SetMtime(t, files[0].Path, fi.ModTime().Add(time.Second).UnixNano())
 	before = tree(t, root)
 	if _, fromCache, _ := openLogged(t, root, Options{CacheDir: cache}); fromCache {
 		t.Fatal("not rebuilt")
@@ -364,9 +366,9 @@ func TestOpenNeverWritesInsideSource(t *testing.T) {
 }
 
 func TestOpenStillWorksWhenTheSidecarCannotBeSaved(t *testing.T) {
-	root, _ := dataset(t, 7, 1, 5, 100)
+	root, _ := blocktest.Dataset(t, 7, 1, 5, 100)
 	notDir := filepath.Join(t.TempDir(), "file")
-	writeBytes(t, notDir, []byte("x"))
+	blocktest.WriteBytes(t, notDir, []byte("x"))
 	ix, fromCache, log := openLogged(t, root, Options{CacheDir: filepath.Join(notDir, "cache")})
 	if ix == nil || fromCache {
 		t.Fatalf("ix %v, fromCache %v", ix, fromCache)
@@ -377,7 +379,7 @@ func TestOpenStillWorksWhenTheSidecarCannotBeSaved(t *testing.T) {
 }
 
 func TestOpenNeverTrustsADamagedSidecar(t *testing.T) {
-	root, _ := dataset(t, 2, 2, 40, 500)
+	root, _ := blocktest.Dataset(t, 2, 2, 40, 500)
 	cache := t.TempDir()
 	o := Options{BlockSize: 2048, CacheDir: cache}
 	good, _, _ := openLogged(t, root, o)
@@ -391,7 +393,7 @@ func TestOpenNeverTrustsADamagedSidecar(t *testing.T) {
 	for i := 0; i < len(orig); i += 7 {
 		bad := bytes.Clone(orig)
 		bad[i] ^= 0x55
-		writeBytes(t, path, bad)
+		blocktest.WriteBytes(t, path, bad)
 		ix, fromCache, _ := openLogged(t, root, o)
 		if fromCache && !reflect.DeepEqual(ix, good) {
 			t.Fatalf("flipping byte %d of the sidecar gave a different index that was trusted", i)

@@ -1,4 +1,4 @@
-package blockcache
+package index
 
 import (
 	"bufio"
@@ -246,7 +246,7 @@ func MarkStale(root string, o Options, reason string) error {
 // The files are selected as Build selects them, with the options o.
 func (ix *Index) changed(ctx context.Context, o Options) string {
 	o.FollowSymlinks = ix.FollowSymlinks
-	files, f, err := selectFiles(ctx, ix.source(), o)
+	files, f, err := selectFiles(ctx, ix.Source(), o)
 	if err != nil {
 		return err.Error()
 	}

@@ -1,0 +1,225 @@
+package index
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/corgifs/corgifs/internal/cachedir"
+)
+
+// The files whose probe was proved wrong, so that every later probed index
+// of the source scans them whole. The list is kept in the cache directory,
+// keyed by the source alone (not the block size or format), and each entry
+// by the file's identity: a file that changes is probed again.
+type wholeEntry struct {
+	Path    string
+	Size    int64
+	Mtime   int64
+	Version string
+}
+
+// wholeListName is the list's name in the cache directory.
+func wholeListName(root string, o Options) string {
+	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
+	return hex.EncodeToString(sum[:12]) + ".probe-whole"
+}
+
+// maxWholeList bounds the list read back (it holds a few files at most).
+const maxWholeList = 4 << 20
+
+// MarkProbeWrong records that the probe of file (an index file of root)
+// was proved wrong, so that the next probed index of root scans it whole,
+// and marks the sidecar stale with reason so that the next Open rebuilds.
+func MarkProbeWrong(root string, o Options, file File, reason string) error {
+	dir, root, o, err := openRootCacheDir(root, o)
+	if dir == nil || err != nil {
+		return err
+	}
+	name := wholeListName(root, o)
+	list := readWholeList(dir, name)
+	e := wholeEntry{file.Path, file.Size, file.Mtime, file.Version}
+	if !slices.Contains(list, e) {
+		list = append(list, e)
+		err = dir.WriteFile(name, func(w io.Writer) error { return json.NewEncoder(w).Encode(list) })
+	}
+	dir.Close()
+	if err != nil {
+		return err
+	}
+	return MarkStale(root, o, reason)
+}
+
+func readWholeList(dir *cachedir.Dir, name string) []wholeEntry {
+	if !dir.Exists(name) {
+		return nil
+	}
+	b, err := dir.ReadFile(name, maxWholeList)
+	var list []wholeEntry
+	if err != nil || json.Unmarshal(b, &list) != nil {
+		return nil // rewritten whole at the next mark
+	}
+	return list
+}
+
+// scanWhole returns, for each file of ix, whether an earlier load proved
+// its probe wrong (MarkProbeWrong) while it kept its identity.
+func (ix *Index) scanWhole(o Options) []bool {
+	if o.CacheDir == "" {
+		return nil
+	}
+	path, err := cacheDirFor(o.CacheDir, ix.Root, o)
+	if err != nil {
+		return nil
+	}
+	dir, err := cachedir.OpenPath(path)
+	if err != nil {
+		return nil
+	}
+	defer dir.Close()
+	list := readWholeList(dir, wholeListName(ix.Root, o))
+	if list == nil {
+		return nil
+	}
+	whole := make([]bool, len(ix.Files))
+	for i, f := range ix.Files {
+		whole[i] = slices.Contains(list, wholeEntry{f.Path, f.Size, f.Mtime, f.Version})
+	}
+	return whole
+}
+
+// ProofEntry is a file whose probed cuts were proven: its identity, and
+// a hash of the cuts (another block size cuts elsewhere).
+type ProofEntry struct {
+	Path    string
+	Size    int64
+	Mtime   int64
+	Version string
+	Cuts    string
+}
+
+// ProofLog keeps, in the cache directory, the files whose probed cuts a
+// record-chain walk proved, so that a remount (whose blocks may come from
+// the disk cache) does not walk them again. A boundary proven once stays
+// proven while the file keeps its identity (path, size, mtime, version)
+// and the index its cuts. New entries are written at most every
+// proofFlushEvery and at Close.
+type ProofLog struct {
+	root    string
+	o       Options
+	mu      sync.Mutex
+	set     map[ProofEntry]bool
+	dirty   bool
+	flushed time.Time
+}
+
+// proofFlushEvery is how often at most a ProofLog is rewritten while a
+// mount proves files (the whole list each time).
+const proofFlushEvery = 10 * time.Second
+
+// maxProofLog bounds the list read back: past it, it starts afresh.
+const maxProofLog = 64 << 20
+
+// proofLogName is the log's name in the cache directory.
+func proofLogName(root string, o Options) string {
+	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
+	return hex.EncodeToString(sum[:12]) + ".probe-proven"
+}
+
+// OpenProofLog reads the proofs kept for root: an empty log when there
+// are none or no cache directory.
+func OpenProofLog(root string, o Options) (*ProofLog, error) {
+	o.fill()
+	root, err := rootOf(root, o)
+	if err != nil {
+		return nil, err
+	}
+	pl := &ProofLog{root: root, o: o, set: map[ProofEntry]bool{}, flushed: time.Now()}
+	if o.CacheDir == "" {
+		return pl, nil
+	}
+	path, err := cacheDirFor(o.CacheDir, root, o)
+	if err != nil {
+		return pl, err
+	}
+	dir, err := cachedir.OpenPath(path)
+	if err != nil {
+		return pl, err
+	}
+	defer dir.Close()
+	name := proofLogName(root, o)
+	if !dir.Exists(name) {
+		return pl, nil
+	}
+	b, err := dir.ReadFile(name, maxProofLog)
+	var list []ProofEntry
+	if err != nil || json.Unmarshal(b, &list) != nil {
+		return pl, nil // rewritten at the next flush
+	}
+	for _, e := range list {
+		pl.set[e] = true
+	}
+	return pl, nil
+}
+
+func (pl *ProofLog) Has(e ProofEntry) bool {
+	if pl == nil {
+		return false
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.set[e]
+}
+
+func (pl *ProofLog) Add(e ProofEntry) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.set[e] {
+		return
+	}
+	pl.set[e], pl.dirty = true, true
+	if time.Since(pl.flushed) >= proofFlushEvery {
+		pl.flush() // a failure is tried again at the next flush
+	}
+}
+
+// flush rewrites the list, under pl.mu. A failure leaves it dirty: proofs
+// not kept only cost a walk at the next mount.
+func (pl *ProofLog) flush() error {
+	pl.flushed = time.Now()
+	if !pl.dirty || pl.o.CacheDir == "" {
+		return nil
+	}
+	path, err := cacheDirFor(pl.o.CacheDir, pl.root, pl.o)
+	if err != nil {
+		return err
+	}
+	dir, err := cachedir.OpenPath(path)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	list := make([]ProofEntry, 0, len(pl.set))
+	for e := range pl.set {
+		list = append(list, e)
+	}
+	if err := dir.WriteFile(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
+		return err
+	}
+	pl.dirty = false
+	return nil
+}
+
+// Close writes the proofs not yet written.
+func (pl *ProofLog) Close() error {
+	if pl == nil {
+		return nil
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.flush()
+}
