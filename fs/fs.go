@@ -197,12 +197,11 @@ func roOption(fb *feedback.Store) []string {
 // mnt (the default, 128 KiB, leaves a sequential reader waiting on round
 // trips). It needs root; without it the default stays.
 func RaiseReadahead(mnt string) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(mnt, &st); err != nil {
+	dev, err := mountDevice(mnt)
+	if err != nil {
 		return err
 	}
-	major, minor := (st.Dev>>8)&0xfff, (st.Dev&0xff)|((st.Dev>>12)&0xfff00)
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", major, minor)
+	p := "/sys/class/bdi/" + dev + "/read_ahead_kb"
 	if err := os.WriteFile(p, []byte("4096"), 0); err != nil {
 		return fmt.Errorf("raise readahead: %w", err)
 	}

@@ -58,12 +58,17 @@ func mountPath(mnt string) (string, error) {
 }
 
 // mountTypeAt finds in a mountinfo table the type of the last (so topmost)
-// mount at path. A line is "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS
-// [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS" (proc(5)), with spaces and
-// other special bytes of paths escaped as \ooo.
+// mount at path.
 func mountTypeAt(table []byte, path string) (string, bool) {
-	var typ string
-	found := false
+	typ, _, ok := mountAt(table, path)
+	return typ, ok
+}
+
+// mountAt finds in a mountinfo table the type and the device ("MAJ:MIN")
+// of the last (so topmost) mount at path. A line is "ID PARENT MAJ:MIN
+// ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS"
+// (proc(5)), with spaces and other special bytes of paths escaped as \ooo.
+func mountAt(table []byte, path string) (typ, dev string, found bool) {
 	sc := bufio.NewScanner(bytes.NewReader(table))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -73,12 +78,32 @@ func mountTypeAt(table []byte, path string) (string, bool) {
 		}
 		for i := 5; i+1 < len(f); i++ {
 			if f[i] == "-" {
-				typ, found = f[i+1], true
+				typ, dev, found = f[i+1], f[2], true
 				break
 			}
 		}
 	}
-	return typ, found
+	return typ, dev, found
+}
+
+// mountDevice returns the device ("MAJ:MIN") of the mount at mnt, read from
+// /proc/self/mountinfo: a stat of mnt would ask the FUSE server, which from
+// the serving process itself can hang its exit (a thread waiting for its
+// own answer when the process is killed).
+func mountDevice(mnt string) (string, error) {
+	path, err := mountPath(mnt)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mount table: %w", err)
+	}
+	_, dev, ok := mountAt(b, path)
+	if !ok {
+		return "", fmt.Errorf("%s: %w", mnt, ErrNotMounted)
+	}
+	return dev, nil
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
