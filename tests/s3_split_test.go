@@ -72,7 +72,9 @@ func TestS3BlockLargerThanTheSplitSizeIsFetchedAsRangedGETsThatTileItExactly(t *
 	p := startRangeLog(t, s)
 	flags := []string{"--seed", "5", "--block-size", "8MiB"}
 	// No prefetch: the next epoch's first buffer would be fetched again.
-	m := startMount(t, "s3://data/split", append(slices.Clone(flags), "--prefetch", "0", "--s3-endpoint", p.srv.URL)...)
+	// A full index: a probed one proves its cuts by walking the record
+	// chain in the first epoch, reads that are not the blocks'.
+	m := startMount(t, "s3://data/split", append(slices.Clone(flags), "--prefetch", "0", "--index", "full", "--s3-endpoint", p.srv.URL)...)
 	want := orderBytes(t, src, 0, flags)
 	time.Sleep(500 * time.Millisecond)
 	p.take() // indexing's GETs
