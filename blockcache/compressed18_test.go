@@ -50,12 +50,12 @@ func loadEvery(t *testing.T, ix *index.Index, plain []byte, path string) []int {
 // block before them (whose end is decoded past that point). Every other
 // block loads its right bytes.
 func TestACorruptCompressedByteFailsOnlyTheBlocksDecodedFromItsAccessPoint(t *testing.T) {
-	plain := bigTFRecord(t, 2, 512<<10)
+	plain := blocktest.BigTFRecord(t, 2, 512<<10)
 	for _, at := range []float64{0.3, 0.55, 0.8} {
 		t.Run(fmt.Sprint(at), func(t *testing.T) {
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
-			comp := gzipMembers(1, 6)(t, plain)
+			comp := blocktest.GzipMembers(1, 6)(t, plain)
 			blocktest.WriteBytes(t, path, comp)
 			ix := build(t, root, index.Options{BlockSize: 32 << 10})
 			acc := ix.Files[0].Access
@@ -150,7 +150,7 @@ func TestAChangedByteOnlyTheBlockChecksumCatchesIsEIONotOtherBytes(t *testing.T)
 // at every load. It is one block, with a warning that names it, loads its
 // bytes, and its sidecar is taken back as it is (no rebuild at each open).
 func TestSingleFrameZstdIsIndexedAsOneBlockWithAWarningAndItsSidecarIsKept(t *testing.T) {
-	plain := bigTFRecord(t, 5, 200<<10)
+	plain := blocktest.BigTFRecord(t, 5, 200<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "one.tfrecord.zst")
 	blocktest.WriteBytes(t, path, zstdFrames(1<<30)(t, plain))
@@ -191,7 +191,7 @@ func skippable(nibble byte, p []byte) []byte {
 // seek table), with skippable frames between frames too, is cut and
 // served as its decompressed copy.
 func TestZstdSeekableFormatWithSkippableFramesIsServedAsItsDecompressedCopy(t *testing.T) {
-	plain := bigTFRecord(t, 6, 300<<10)
+	plain := blocktest.BigTFRecord(t, 6, 300<<10)
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(true))
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func bgzf(t testing.TB, data []byte) []byte {
 // BGZF files: the member starts are access points (no window kept), and
 // the file is cut and served as its decompressed copy.
 func TestBGZFMembersWithExtraFieldsAreAccessPoints(t *testing.T) {
-	plain := bigTFRecord(t, 7, 400<<10)
+	plain := blocktest.BigTFRecord(t, 7, 400<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "b.tfrecord.gz")
 	blocktest.WriteBytes(t, path, bgzf(t, plain))

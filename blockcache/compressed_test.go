@@ -2,12 +2,10 @@ package blockcache
 
 import (
 	"bytes"
-	"compress/gzip"
 	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -30,22 +28,6 @@ type compressor struct {
 	name string
 	ext  string
 	fn   func(t testing.TB, data []byte) []byte
-}
-
-func gzipMembers(members, level int) func(testing.TB, []byte) []byte {
-	return func(t testing.TB, data []byte) []byte {
-		var out bytes.Buffer
-		step := max(1, (len(data)+members-1)/members)
-		for i := 0; i < len(data) || i == 0; i += step {
-			w, _ := gzip.NewWriterLevel(&out, level)
-			w.Write(data[i:min(len(data), i+step)])
-			w.Close()
-			if len(data) == 0 {
-				break
-			}
-		}
-		return out.Bytes()
-	}
 }
 
 func zlibOf(t testing.TB, data []byte) []byte {
@@ -75,9 +57,9 @@ func zstdFrames(frame int) func(testing.TB, []byte) []byte {
 }
 
 var compressors = []compressor{
-	{"gzip", ".gz", gzipMembers(1, 6)},
-	{"gzip-members", ".gz", gzipMembers(7, 9)},
-	{"gzip-no-extension", "", gzipMembers(1, 1)}, // found by its magic bytes
+	{"gzip", ".gz", blocktest.GzipMembers(1, 6)},
+	{"gzip-members", ".gz", blocktest.GzipMembers(7, 9)},
+	{"gzip-no-extension", "", blocktest.GzipMembers(1, 1)}, // found by its magic bytes
 	{"zlib", ".zlib", zlibOf},
 	{"zstd-frames", ".zst", zstdFrames(20 << 10)},
 }
@@ -86,20 +68,20 @@ var compressors = []compressor{
 // reader finds in the decompressed files, and served as blocks and as
 // single records; the sidecar brings the same index back.
 func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *testing.T) {
-	for _, c := range formatCases(t) {
+	for _, c := range blocktest.FormatCases(t) {
 		for _, z := range compressors {
-			t.Run(c.format.Name()+"/"+z.name, func(t *testing.T) {
+			t.Run(c.Format.Name()+"/"+z.name, func(t *testing.T) {
 				root := t.TempDir()
-				for name, data := range c.files {
+				for name, data := range c.Files {
 					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, data))
 				}
 				o := index.Options{BlockSize: 150, CacheDir: t.TempDir()}
-				if _, ok := c.format.(formats.Fixed); ok {
-					o.Format = c.format
+				if _, ok := c.Format.(formats.Fixed); ok {
+					o.Format = c.Format
 				}
 				ix, _, _ := openLogged(t, root, o)
-				if ix.Format != c.format.Name() {
-					t.Fatalf("format %q, want %q", ix.Format, c.format.Name())
+				if ix.Format != c.Format.Name() {
+					t.Fatalf("format %q, want %q", ix.Format, c.Format.Name())
 				}
 				for _, f := range ix.Files {
 					if f.Access == nil {
@@ -113,7 +95,7 @@ func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *t
 				if !slices.Equal(again.Blocks, ix.Blocks) || again.Bytes != ix.Bytes {
 					t.Fatalf("the sidecar gives another index")
 				}
-				want := c.want(t)
+				want := wantRecords(t, c)
 				ld := NewLoader(again, LoaderOptions{MaxMemory: 1 << 20})
 				var got []string
 				for id := range again.Blocks {
@@ -147,38 +129,13 @@ func TestCompressedFilesOfEveryFormatServeTheRecordsOfTheirDecompressedCopy(t *t
 	}
 }
 
-// bigTFRecord returns a TFRecord file of about n bytes whose records
-// compress somewhat.
-func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, 2))
-	var recs [][]byte
-	for size := 0; size < n; {
-		p := make([]byte, r.IntN(3000))
-		var v uint64
-		for i := range p {
-			if i%8 == 0 {
-				v = r.Uint64()
-			}
-			p[i] = "corgipile"[v%9]
-			if v&0x3f == 0 {
-				p[i] = byte(v >> 8) // now and then a byte of any value
-			}
-			v >>= 8
-		}
-		recs = append(recs, p)
-		size += len(p) + formats.FrameExtra
-	}
-	data, _ := blocktest.Frames(t, recs)
-	return data
-}
-
 // A compressed file's blocks are those of its decompressed copy (the
 // Cuts rule on decompressed offsets), hold its bytes, and each decodes
 // from the last place at or before its start where decoding can restart
 // (a DEFLATE block boundary, a member or frame start): at most one DEFLATE
 // block, or the part of one zstd frame, is decoded and dropped.
 func TestCompressedBlocksAreCutAsTheDecompressedCopyFromTheLastRestartBefore(t *testing.T) {
-	plain := bigTFRecord(t, 1, 512<<10)
+	plain := blocktest.BigTFRecord(t, 1, 512<<10)
 	proot := t.TempDir()
 	blocktest.WriteBytes(t, filepath.Join(proot, "a.tfrecord"), plain)
 	want := build(t, proot, index.Options{BlockSize: 32 << 10})
@@ -230,10 +187,10 @@ func TestCompressedBlocksAreCutAsTheDecompressedCopyFromTheLastRestartBefore(t *
 // decodes into with EIO naming the file, and the blocks before its access
 // point still load.
 func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
-	plain := bigTFRecord(t, 2, 512<<10)
+	plain := blocktest.BigTFRecord(t, 2, 512<<10)
 	root := t.TempDir()
 	path := filepath.Join(root, "a.tfrecord.gz")
-	comp := gzipMembers(1, 6)(t, plain)
+	comp := blocktest.GzipMembers(1, 6)(t, plain)
 	blocktest.WriteBytes(t, path, comp)
 	ix := build(t, root, index.Options{BlockSize: 32 << 10})
 	fi, _ := os.Stat(path)
@@ -267,8 +224,8 @@ func TestACorruptCompressedByteIsEIOForItsBlocksOnly(t *testing.T) {
 // A truncated gzip file and one with bytes after its end are index errors
 // naming the file and the offset.
 func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *testing.T) {
-	plain := bigTFRecord(t, 3, 200<<10)
-	comp := gzipMembers(1, 6)(t, plain)
+	plain := blocktest.BigTFRecord(t, 3, 200<<10)
+	comp := blocktest.GzipMembers(1, 6)(t, plain)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -332,14 +289,14 @@ func (f memFile) Name() string { return f.name }
 // read about twice, and indexed the same as a file that says nothing.
 func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 	// Larger than the 1 MiB pieces a remote file is read in.
-	plain := bigTFRecord(t, 5, 3<<20)
+	plain := blocktest.BigTFRecord(t, 5, 3<<20)
 	for _, tc := range []struct {
 		name     string
 		comp     []byte
 		min, max float64 // compressed bytes read, in file sizes
 	}{
-		{"one member", gzipMembers(1, 6)(t, plain), 1, 1.3},
-		{"members", gzipMembers(5, 6)(t, plain), 1.9, 2.6},
+		{"one member", blocktest.GzipMembers(1, 6)(t, plain), 1, 1.3},
+		{"members", blocktest.GzipMembers(5, 6)(t, plain), 1.9, 2.6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
@@ -368,7 +325,7 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 // the one decompression of the scan: a header that says one byte less or
 // one more than its frame holds is an index error naming the file.
 func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
-	plain := bigTFRecord(t, 6, 100<<10)
+	plain := blocktest.BigTFRecord(t, 6, 100<<10)
 	comp := zstdFrames(40<<10)(t, plain)
 	// The last frame: its header is the last magic number's.
 	last := bytes.LastIndex(comp, []byte{0x28, 0xb5, 0x2f, 0xfd})
@@ -400,7 +357,7 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 // block loads the decompressed bytes, and an epoch of blocks reads the
 // compressed bytes once, plus less than 512 KiB a block.
 func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T) {
-	plain := bigTFRecord(t, 7, 1536<<10)
+	plain := blocktest.BigTFRecord(t, 7, 1536<<10)
 	for _, z := range []compressor{compressors[0], compressors[1], compressors[3], {"zstd-frames", ".zst", zstdFrames(64 << 10)}} {
 		t.Run(z.name, func(t *testing.T) {
 			comp := z.fn(t, plain)

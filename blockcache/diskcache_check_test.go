@@ -19,18 +19,18 @@ import (
 // bytes (decompressed), which the disk cache checks its entries against.
 func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.T) {
 	plain := compressor{name: "stored", fn: func(_ testing.TB, b []byte) []byte { return b }}
-	for _, c := range formatCases(t) {
+	for _, c := range blocktest.FormatCases(t) {
 		for _, z := range append([]compressor{plain}, compressors...) {
-			t.Run(c.format.Name()+"/"+z.name, func(t *testing.T) {
+			t.Run(c.Format.Name()+"/"+z.name, func(t *testing.T) {
 				root := t.TempDir()
 				data := map[string][]byte{}
-				for name, b := range c.files {
+				for name, b := range c.Files {
 					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
 					data[name+z.ext] = b
 				}
 				o := index.Options{BlockSize: 150}
-				if _, ok := c.format.(formats.Fixed); ok {
-					o.Format = c.format
+				if _, ok := c.Format.(formats.Fixed); ok {
+					o.Format = c.Format
 				}
 				ix := build(t, root, o)
 				if len(ix.Blocks) == 0 {

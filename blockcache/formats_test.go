@@ -1,13 +1,10 @@
 package blockcache
 
 import (
-	"archive/tar"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,95 +15,13 @@ import (
 	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
-// formatCase is a small dataset of one format: its files, by name.
-type formatCase struct {
-	format formats.Format
-	files  map[string][]byte
-}
-
-// npyBytes returns a .npy file of rows of w uint8 columns.
-func npyBytes(rows, w int, salt byte) []byte {
-	dict := fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d, %d), }", rows, w)
-	hl := 10 + len(dict) + 1
-	pad := (64 - hl%64) % 64
-	h := append([]byte("\x93NUMPY\x01\x00"), 0, 0)
-	binary.LittleEndian.PutUint16(h[8:], uint16(len(dict)+pad+1))
-	h = append(h, dict...)
-	h = append(h, bytes.Repeat([]byte{' '}, pad)...)
-	h = append(h, '\n')
-	for i := range rows * w {
-		h = append(h, byte(i/w)+salt)
-	}
-	return h
-}
-
-// wdsBytes returns a tar shard of n samples KEY.cls + KEY.bin, keys from
-// prefix.
-func wdsBytes(t testing.TB, prefix string, n int) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := tar.NewWriter(&b)
-	// A directory entry first: it belongs to no sample, so the file's
-	// records start after it.
-	w.WriteHeader(&tar.Header{Name: prefix + "dir/", Typeflag: tar.TypeDir, Mode: 0o755})
-	for i := range n {
-		key := fmt.Sprintf("%s%04d", prefix, i)
-		for _, m := range []struct{ ext, data string }{{".cls", fmt.Sprint(i % 10)}, {".bin", strings.Repeat(string(rune('a'+i%26)), 100+i)}} {
-			if err := w.WriteHeader(&tar.Header{Name: key + m.ext, Mode: 0o644, Size: int64(len(m.data)), Typeflag: tar.TypeReg}); err != nil {
-				t.Fatal(err)
-			}
-			w.Write([]byte(m.data))
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-func formatCases(t testing.TB) []formatCase {
-	var csvA, csvB, jl, svm, lines []byte
-	csvA, csvB = []byte("id,text\r\n"), []byte("id,text\n")
-	for i := range 60 {
-		csvA = fmt.Appendf(csvA, "%d,\"two\nlines %d\"\r\n", i, i)
-		csvB = fmt.Appendf(csvB, "%d,plain %d\n", 100+i, i)
-		jl = fmt.Appendf(jl, "{\"n\": %d, \"s\": \"%s\"}\n", i, strings.Repeat("x", i))
-		svm = fmt.Appendf(svm, "%d 1:%d 7:0.5\n", i%2, i)
-		lines = fmt.Appendf(lines, "line %d\n", i)
-	}
-	fixed := []byte("HDR")
-	for i := range 50 {
-		fixed = append(fixed, bytes.Repeat([]byte{byte(i)}, 12)...)
-	}
-	tf, _ := blocktest.Frames(t, [][]byte{[]byte("a"), []byte("bb"), nil, []byte("dddd")})
-	return []formatCase{
-		{formats.TFRecord{}, map[string][]byte{"a.tfrecord": tf, "b.tfrecord": tf}},
-		{formats.CSV{Header: true}, map[string][]byte{"a.csv": csvA, "b.csv": csvB, "c.csv": []byte("id,text\n999,no line end")}},
-		{formats.JSONL{Check: true}, map[string][]byte{"a.jsonl": jl, "b.jsonl": []byte("[1]\r\n{}")}},
-		{formats.LibSVM{}, map[string][]byte{"a.libsvm": svm, "b.libsvm": []byte("1 2:3")}},
-		{formats.Lines{}, map[string][]byte{"a.txt": lines, "b.txt": []byte("last")}},
-		{formats.NPY{}, map[string][]byte{"a.npy": npyBytes(40, 6, 0), "b.npy": npyBytes(3, 6, 100)}},
-		{formats.Fixed{RecordSize: 12, HeaderBytes: 3}, map[string][]byte{"a.bin": fixed}},
-		{formats.WDS{}, map[string][]byte{"a.tar": wdsBytes(t, "a", 20), "b.tar": wdsBytes(t, "b", 7)}},
-	}
-}
-
-// write writes the case's files under a new directory and returns it.
-func (c formatCase) write(t *testing.T) string {
-	root := t.TempDir()
-	for name, data := range c.files {
-		blocktest.WriteBytes(t, filepath.Join(root, name), data)
-	}
-	return root
-}
-
-// want returns the records the format's reader finds in the files, as
+// wantRecords returns the records the format's reader finds in c's files, as
 // strings.
-func (c formatCase) want(t *testing.T) []string {
+func wantRecords(t *testing.T, c blocktest.FormatCase) []string {
 	var out []string
-	for _, data := range c.files {
-		rd := c.format.NewReader(bytes.NewReader(data))
-		if fx, ok := c.format.(formats.Fixed); ok {
+	for _, data := range c.Files {
+		rd := c.Format.NewReader(bytes.NewReader(data))
+		if fx, ok := c.Format.(formats.Fixed); ok {
 			rd = formats.Fixed{RecordSize: fx.RecordSize}.NewReader(bytes.NewReader(data[fx.HeaderBytes:]))
 		}
 		recs, err := formats.ReadAll(rd)
@@ -134,16 +49,16 @@ func records(b *Buf) []string {
 // records, into exactly the records its own reader finds, line ends added
 // to a last line without one; the sidecar brings the same index back.
 func TestEveryFormatIsIndexedAndLoadedIntoTheRecordsItsReaderFinds(t *testing.T) {
-	for _, c := range formatCases(t) {
-		t.Run(c.format.Name(), func(t *testing.T) {
-			root := c.write(t)
+	for _, c := range blocktest.FormatCases(t) {
+		t.Run(c.Format.Name(), func(t *testing.T) {
+			root := c.Write(t)
 			o := index.Options{BlockSize: 150, CacheDir: t.TempDir()}
-			if _, ok := c.format.(formats.Fixed); ok {
-				o.Format = c.format // never detected
+			if _, ok := c.Format.(formats.Fixed); ok {
+				o.Format = c.Format // never detected
 			}
 			ix, _, _ := openLogged(t, root, o)
-			if ix.Format != c.format.Name() {
-				t.Fatalf("format %q, want %q", ix.Format, c.format.Name())
+			if ix.Format != c.Format.Name() {
+				t.Fatalf("format %q, want %q", ix.Format, c.Format.Name())
 			}
 			again, fromCache, log := openLogged(t, root, o)
 			if !fromCache {
@@ -152,7 +67,7 @@ func TestEveryFormatIsIndexedAndLoadedIntoTheRecordsItsReaderFinds(t *testing.T)
 			if again.Fmt() != ix.Fmt() || !slices.Equal(again.Blocks, ix.Blocks) || !slices.Equal(again.RecordCRCs, ix.RecordCRCs) || again.Bytes != ix.Bytes {
 				t.Fatalf("the sidecar gives another index")
 			}
-			want := c.want(t)
+			want := wantRecords(t, c)
 			ld := NewLoader(again, LoaderOptions{MaxMemory: 1 << 20})
 			var got []string
 			for id := range again.Blocks {
@@ -196,15 +111,15 @@ func TestEveryFormatIsIndexedAndLoadedIntoTheRecordsItsReaderFinds(t *testing.T)
 // without checksums fails the load of its block and of its record with EIO
 // naming the file, and reports the damage; the other blocks load.
 func TestAFlippedByteInAFormatWithoutChecksumsIsEIOForItsBlockOnly(t *testing.T) {
-	for _, c := range formatCases(t) {
-		if c.format.Checksummed() {
+	for _, c := range blocktest.FormatCases(t) {
+		if c.Format.Checksummed() {
 			continue
 		}
-		t.Run(c.format.Name(), func(t *testing.T) {
-			root := c.write(t)
+		t.Run(c.Format.Name(), func(t *testing.T) {
+			root := c.Write(t)
 			o := index.Options{BlockSize: 150}
-			if _, ok := c.format.(formats.Fixed); ok {
-				o.Format = c.format
+			if _, ok := c.Format.(formats.Fixed); ok {
+				o.Format = c.Format
 			}
 			ix := build(t, root, o)
 			// The last byte of the first block of the first file: a line
@@ -246,7 +161,7 @@ func TestAFlippedByteInAFormatWithoutChecksumsIsEIOForItsBlockOnly(t *testing.T)
 // Files whose headers disagree, or whose structure is broken, are errors
 // at index time naming the file and the offset.
 func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.T) {
-	tarShard := wdsBytes(t, "k", 3)
+	tarShard := blocktest.WDSBytes(t, "k", 3)
 	badSum := bytes.Clone(tarShard)
 	badSum[1536+100] ^= 1 // the mode field of the second sample member's header
 	for _, c := range []struct {
@@ -257,12 +172,12 @@ func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.
 		{"csv headers differ", map[string][]byte{"a.csv": []byte("id,v\n1,2\n"), "b.csv": []byte("id,w\n1,2\n")}, []string{"a.csv", "b.csv", `"id,v\n"`, `"id,w\n"`}},
 		{"tar header checksum", map[string][]byte{"a.tar": badSum}, []string{"a.tar", "offset 1536"}},
 		{"truncated tar", map[string][]byte{"a.tar": tarShard[:1024]}, []string{"a.tar", "truncated"}},
-		{"npy shorter than its header says", map[string][]byte{"a.npy": npyBytes(5, 4, 0)[:128+4*4+2]}, []string{"a.npy"}},
-		{"sample split across shards", map[string][]byte{"a.tar": wdsBytes(t, "k", 3), "b.tar": wdsBytes(t, "k", 2)}, []string{"a.tar", "b.tar", "sample key", "is also in shard"}},
+		{"npy shorter than its header says", map[string][]byte{"a.npy": blocktest.NPYBytes(5, 4, 0)[:128+4*4+2]}, []string{"a.npy"}},
+		{"sample split across shards", map[string][]byte{"a.tar": blocktest.WDSBytes(t, "k", 3), "b.tar": blocktest.WDSBytes(t, "k", 2)}, []string{"a.tar", "b.tar", "sample key", "is also in shard"}},
 		{"mixed formats", map[string][]byte{"a.csv": []byte("id\n1\n"), "b.jsonl": []byte("{}\n")}, []string{"a.csv", "b.jsonl"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			root := formatCase{files: c.files}.write(t)
+			root := blocktest.FormatCase{Files: c.files}.Write(t)
 			_, err := index.Build(t.Context(), root, index.Options{})
 			if err == nil {
 				t.Fatal("Build succeeded")

@@ -50,7 +50,7 @@ func nestedTar(t testing.TB, n int) []byte {
 		data := []byte(strings.Repeat("x", 100+i))
 		ext := ".bin"
 		if i%3 == 1 {
-			data, ext = wdsBytes(t, fmt.Sprintf("in%d_", i), 8), ".tar"
+			data, ext = blocktest.WDSBytes(t, fmt.Sprintf("in%d_", i), 8), ".tar"
 		}
 		for _, m := range []struct {
 			ext  string
@@ -193,12 +193,12 @@ func TestProbedBoundaryIsServedOnlyOnceTheRecordChainProvesIt(t *testing.T) {
 // every block, and a TFRecord walk over large records reads little.
 func TestRecordChainProvesEveryCutOfNormalDataInAnyOrder(t *testing.T) {
 	for _, c := range probeCases(t) {
-		if _, ok := c.format.(formats.Chainer); !ok {
+		if _, ok := c.Format.(formats.Chainer); !ok {
 			continue
 		}
-		root := c.write(t)
-		t.Run(c.format.Name(), func(t *testing.T) {
-			o := index.Options{BlockSize: 3000, Format: c.format}
+		root := c.Write(t)
+		t.Run(c.Format.Name(), func(t *testing.T) {
+			o := index.Options{BlockSize: 3000, Format: c.Format}
 			full := build(t, root, o)
 			o.Probe = true
 			probed := build(t, root, o)

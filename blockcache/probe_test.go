@@ -21,7 +21,7 @@ import (
 // probeCases are the format cases with larger files of TFRecord (records
 // up to 3000 bytes, two of 20000 and 40000), WebDataset and npy, so that
 // block sizes from a few bytes to a few KiB cut them many times.
-func probeCases(t *testing.T) []formatCase {
+func probeCases(t *testing.T) []blocktest.FormatCase {
 	r := rand.New(rand.NewPCG(11, 12))
 	big := map[string][]byte{}
 	for i, n := range []int{300, 0, 120} {
@@ -33,10 +33,10 @@ func probeCases(t *testing.T) []formatCase {
 		data, _ := blocktest.Frames(t, ps)
 		big[fmt.Sprintf("f%d.tfrecord", i)] = data
 	}
-	return append(formatCases(t),
-		formatCase{formats.TFRecord{}, big},
-		formatCase{formats.WDS{}, map[string][]byte{"a.tar": wdsBytes(t, "a", 300), "b.tar": wdsBytes(t, "b", 1)}},
-		formatCase{formats.NPY{}, map[string][]byte{"a.npy": npyBytes(2000, 7, 0), "b.npy": npyBytes(1, 7, 3)}},
+	return append(blocktest.FormatCases(t),
+		blocktest.FormatCase{Format: formats.TFRecord{}, Files: big},
+		blocktest.FormatCase{Format: formats.WDS{}, Files: map[string][]byte{"a.tar": blocktest.WDSBytes(t, "a", 300), "b.tar": blocktest.WDSBytes(t, "b", 1)}},
+		blocktest.FormatCase{Format: formats.NPY{}, Files: map[string][]byte{"a.npy": blocktest.NPYBytes(2000, 7, 0), "b.npy": blocktest.NPYBytes(1, 7, 3)}},
 	)
 }
 
@@ -49,18 +49,18 @@ func probeCases(t *testing.T) []formatCase {
 // which a block's record count would show.
 func TestProbedIndexCutsTheSameBlocksAsAFullIndex(t *testing.T) {
 	for _, c := range probeCases(t) {
-		root := c.write(t)
+		root := c.Write(t)
 		for _, bs := range []int64{1, 100, 512, 1000, 4096, 64 << 10} {
 			if bs <= 512 && sizeOf(c) > 16<<10 {
 				continue // a probe at every few bytes of a large file: slow (under -race), and no more telling
 			}
-			t.Run(fmt.Sprintf("%s/%d-files/BlockSize=%d", c.format.Name(), len(c.files), bs), func(t *testing.T) {
-				full := build(t, root, index.Options{BlockSize: bs, Format: c.format})
-				probed := build(t, root, index.Options{BlockSize: bs, Format: c.format, Probe: true})
+			t.Run(fmt.Sprintf("%s/%d-files/BlockSize=%d", c.Format.Name(), len(c.Files), bs), func(t *testing.T) {
+				full := build(t, root, index.Options{BlockSize: bs, Format: c.Format})
+				probed := build(t, root, index.Options{BlockSize: bs, Format: c.Format, Probe: true})
 				if !probed.Probed {
-					t.Fatalf("format %s: not a probed index", c.format.Name())
+					t.Fatalf("format %s: not a probed index", c.Format.Name())
 				}
-				if _, csv := c.format.(formats.CSV); csv {
+				if _, csv := c.Format.(formats.CSV); csv {
 					for _, b := range probed.Blocks {
 						if b.Records != 0 {
 							t.Fatalf("block %+v of %s has its record count: the file was scanned whole, not probed", b, probed.Path(b.File))
@@ -108,9 +108,9 @@ func compareIndexes(t *testing.T, full, probed *index.Index) {
 	}
 }
 
-func sizeOf(c formatCase) int {
+func sizeOf(c blocktest.FormatCase) int {
 	n := 0
-	for _, d := range c.files {
+	for _, d := range c.Files {
 		n += len(d)
 	}
 	return n
@@ -120,9 +120,9 @@ func sizeOf(c formatCase) int {
 // alone and all in one buffer, and learns every count on the way.
 func TestProbedIndexLoadsTheRecordsOfAFullIndexAndLearnsTheirCounts(t *testing.T) {
 	for _, c := range probeCases(t) {
-		root := c.write(t)
-		t.Run(fmt.Sprintf("%s/%d-files", c.format.Name(), len(c.files)), func(t *testing.T) {
-			o := index.Options{BlockSize: 3000, Format: c.format}
+		root := c.Write(t)
+		t.Run(fmt.Sprintf("%s/%d-files", c.Format.Name(), len(c.Files)), func(t *testing.T) {
+			o := index.Options{BlockSize: 3000, Format: c.Format}
 			full := build(t, root, o)
 			o.Probe = true
 			probed := build(t, root, o)

@@ -12,7 +12,7 @@ import (
 // reordered, pointing past the file, a window lost, a compressed file
 // turned stored) is rebuilt, never used to decompress from.
 func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
-	plain := bigTFRecord(t, 4, 300<<10)
+	plain := blocktest.BigTFRecord(t, 4, 300<<10)
 	for _, tc := range []struct {
 		name  string
 		spoil func(ix *Index)
@@ -39,7 +39,7 @@ func TestPlantedSidecarWithMisplacedAccessPointsIsRebuilt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord.gz"), gzipMembers(1, 6)(t, plain))
+			blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord.gz"), blocktest.GzipMembers(1, 6)(t, plain))
 			cache := t.TempDir()
 			o := Options{BlockSize: 32 << 10, CacheDir: cache}
 			want, _, _ := openLogged(t, root, o)

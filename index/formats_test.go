@@ -54,9 +54,9 @@ func TestRecordCRCsAreRightAcrossReadAheadChunks(t *testing.T) {
 // (the CSV header row served as a record), a tail moved to another block,
 // or record checksums missing, is rebuilt rather than served.
 func TestPlantedSidecarServingHeadersOrWithoutRecordChecksumsIsRebuilt(t *testing.T) {
-	var csvCase formatCase
-	for _, c := range formatCases(t) {
-		if c.format.Name() == "csv" {
+	var csvCase blocktest.FormatCase
+	for _, c := range blocktest.FormatCases(t) {
+		if c.Format.Name() == "csv" {
 			csvCase = c
 		}
 	}
@@ -80,7 +80,7 @@ func TestPlantedSidecarServingHeadersOrWithoutRecordChecksumsIsRebuilt(t *testin
 		{"another format's name", func(ix *Index) { ix.Format = "tfrecord" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := csvCase.write(t)
+			root := csvCase.Write(t)
 			cache := t.TempDir()
 			o := Options{BlockSize: 150, CacheDir: cache}
 			want, _, _ := openLogged(t, root, o)

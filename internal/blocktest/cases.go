@@ -1,4 +1,4 @@
-package index
+package blocktest
 
 import (
 	"archive/tar"
@@ -12,20 +12,21 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
-// Copies of blockcache's test cases (formats_test.go, compressed_test.go),
-// which the tests of the index and of the loader both use; they belong in
-// internal/blocktest once their fields are exported.
+// The small datasets of every format that the tests of the index and of
+// the loader both use.
 
-// formatCase is a small dataset of one format: its files, by name.
-type formatCase struct {
-	format formats.Format
-	files  map[string][]byte
+// FormatCase is a small dataset of one format: its files, by name.
+type FormatCase struct {
+	Format formats.Format
+	Files  map[string][]byte
 }
 
-func formatCases(t testing.TB) []formatCase {
+// FormatCases returns a dataset of every format, with the cases each
+// format's framing has (CSV rows over lines, empty TFRecord records, a
+// tar directory entry).
+func FormatCases(t testing.TB) []FormatCase {
 	var csvA, csvB, jl, svm, lines []byte
 	csvA, csvB = []byte("id,text\r\n"), []byte("id,text\n")
 	for i := range 60 {
@@ -39,31 +40,31 @@ func formatCases(t testing.TB) []formatCase {
 	for i := range 50 {
 		fixed = append(fixed, bytes.Repeat([]byte{byte(i)}, 12)...)
 	}
-	tf, _ := blocktest.Frames(t, [][]byte{[]byte("a"), []byte("bb"), nil, []byte("dddd")})
-	return []formatCase{
+	tf, _ := Frames(t, [][]byte{[]byte("a"), []byte("bb"), nil, []byte("dddd")})
+	return []FormatCase{
 		{formats.TFRecord{}, map[string][]byte{"a.tfrecord": tf, "b.tfrecord": tf}},
 		{formats.CSV{Header: true}, map[string][]byte{"a.csv": csvA, "b.csv": csvB, "c.csv": []byte("id,text\n999,no line end")}},
 		{formats.JSONL{Check: true}, map[string][]byte{"a.jsonl": jl, "b.jsonl": []byte("[1]\r\n{}")}},
 		{formats.LibSVM{}, map[string][]byte{"a.libsvm": svm, "b.libsvm": []byte("1 2:3")}},
 		{formats.Lines{}, map[string][]byte{"a.txt": lines, "b.txt": []byte("last")}},
-		{formats.NPY{}, map[string][]byte{"a.npy": npyBytes(40, 6, 0), "b.npy": npyBytes(3, 6, 100)}},
+		{formats.NPY{}, map[string][]byte{"a.npy": NPYBytes(40, 6, 0), "b.npy": NPYBytes(3, 6, 100)}},
 		{formats.Fixed{RecordSize: 12, HeaderBytes: 3}, map[string][]byte{"a.bin": fixed}},
-		{formats.WDS{}, map[string][]byte{"a.tar": wdsBytes(t, "a", 20), "b.tar": wdsBytes(t, "b", 7)}},
+		{formats.WDS{}, map[string][]byte{"a.tar": WDSBytes(t, "a", 20), "b.tar": WDSBytes(t, "b", 7)}},
 	}
 }
 
-// write writes the case's files under a new directory and returns it.
-func (c formatCase) write(t *testing.T) string {
+// Write writes the case's files under a new directory and returns it.
+func (c FormatCase) Write(t *testing.T) string {
 	root := t.TempDir()
-	for name, data := range c.files {
-		blocktest.WriteBytes(t, filepath.Join(root, name), data)
+	for name, data := range c.Files {
+		WriteBytes(t, filepath.Join(root, name), data)
 	}
 	return root
 }
 
-// bigTFRecord returns a TFRecord file of about n bytes whose records
+// BigTFRecord returns a TFRecord file of about n bytes whose records
 // compress somewhat.
-func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
+func BigTFRecord(t testing.TB, seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, 2))
 	var recs [][]byte
 	for size := 0; size < n; {
@@ -82,11 +83,13 @@ func bigTFRecord(t testing.TB, seed uint64, n int) []byte {
 		recs = append(recs, p)
 		size += len(p) + formats.FrameExtra
 	}
-	data, _ := blocktest.Frames(t, recs)
+	data, _ := Frames(t, recs)
 	return data
 }
 
-func gzipMembers(members, level int) func(testing.TB, []byte) []byte {
+// GzipMembers returns a compressor that writes data as members gzip
+// members at level.
+func GzipMembers(members, level int) func(testing.TB, []byte) []byte {
 	return func(t testing.TB, data []byte) []byte {
 		var out bytes.Buffer
 		step := max(1, (len(data)+members-1)/members)
@@ -102,8 +105,8 @@ func gzipMembers(members, level int) func(testing.TB, []byte) []byte {
 	}
 }
 
-// npyBytes returns a .npy file of rows of w uint8 columns.
-func npyBytes(rows, w int, salt byte) []byte {
+// NPYBytes returns a .npy file of rows of w uint8 columns.
+func NPYBytes(rows, w int, salt byte) []byte {
 	dict := fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d, %d), }", rows, w)
 	hl := 10 + len(dict) + 1
 	pad := (64 - hl%64) % 64
@@ -118,9 +121,9 @@ func npyBytes(rows, w int, salt byte) []byte {
 	return h
 }
 
-// wdsBytes returns a tar shard of n samples KEY.cls + KEY.bin, keys from
+// WDSBytes returns a tar shard of n samples KEY.cls + KEY.bin, keys from
 // prefix.
-func wdsBytes(t testing.TB, prefix string, n int) []byte {
+func WDSBytes(t testing.TB, prefix string, n int) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w := tar.NewWriter(&b)
