@@ -2,7 +2,6 @@ package blockcache
 
 import (
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -68,24 +67,7 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	pinVersions(f.ix)
 	dir := filepath.Join(t.TempDir(), "dc")
 	var log lockedBuffer
-	l, dc := diskLoader(t, f, dir, &log)
-	f.loadAll(t, l, 0)
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
-	dc.Close()
-
-	src := f.files[0]
-	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
-	var other [][]byte
-	for _, p := range src.Payloads {
-		q := slices.Clone(p)
-		for i := range q {
-			q[i] ^= 0x5a
-		}
-		other = append(other, q)
-	}
-	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
-	blocktest.SetMtime(t, src.Path, f.ix.Files[0].Mtime)
-	f2.ix = build(t, f.root, index.Options{BlockSize: 16 << 10})
+	f2 := cacheThenRewrite(t, f, dir, &log, f.ix.Files[0].Mtime)
 	pinVersions(f2.ix)
 	var changed int64
 	for id, b := range f2.ix.Blocks {
@@ -115,8 +97,8 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	if n := strings.Count(log2.String(), "disk cache entry holds other bytes"); n != 1 {
 		t.Fatalf("%d log lines about entries of other bytes, want 1:\n%s", n, log2.String())
 	}
-	if !strings.Contains(log2.String(), src.Rel) {
-		t.Fatalf("the log line does not name the file %s:\n%s", src.Rel, log2.String())
+	if rel := f.files[0].Rel; !strings.Contains(log2.String(), rel) {
+		t.Fatalf("the log line does not name the file %s:\n%s", rel, log2.String())
 	}
 	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
 	dc2.Close()

@@ -143,17 +143,16 @@ func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == 3 })
 }
 
-func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
-	f := newLoaderFixture(t)
-	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
-	l, dc := diskLoader(t, f, dir, &log)
+// cacheThenRewrite fills a disk cache in dir with every block of f, then
+// rewrites f's first file with other records of the same lengths (so the
+// same blocks), gives it mtime and indexes the root again: the fixture
+// returned has the new bytes and their index, the cache the old entries.
+func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *lockedBuffer, mtime int64) *loaderFixture {
+	t.Helper()
+	l, dc := diskLoader(t, f, dir, log)
 	f.loadAll(t, l, 0)
 	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
 	dc.Close()
-	// The same file with other records of the same lengths, so the same
-	// blocks, and a new mtime: the entries of its blocks are stale, valid
-	// records that must not be served.
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
 	var other [][]byte
@@ -165,8 +164,19 @@ func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 		other = append(other, q)
 	}
 	f2.files[0] = blocktest.WriteRecords(t, f.root, src.Rel, other)
-	blocktest.SetMtime(t, src.Path, 1_700_000_000_000_000_000)
+	blocktest.SetMtime(t, src.Path, mtime)
 	f2.ix = build(t, f.root, index.Options{BlockSize: 16 << 10})
+	return f2
+}
+
+func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
+	f := newLoaderFixture(t)
+	dir := filepath.Join(t.TempDir(), "dc")
+	var log lockedBuffer
+	// The same file with other records of the same lengths, so the same
+	// blocks, and a new mtime: the entries of its blocks are stale, valid
+	// records that must not be served.
+	f2 := cacheThenRewrite(t, f, dir, &log, 1_700_000_000_000_000_000)
 	l2, _ := diskLoader(t, f2, dir, &log)
 	f2.loadAll(t, l2, 1) // checks every byte against the new content
 	if s := l2.Stats(); s.SourceRequests == 0 {
