@@ -31,6 +31,7 @@ func TestDebianPackagePassesLintianInstallsAndMountsFromFstab(t *testing.T) {
 			testenv.Missing(t, "no %s (apt-get install %s)", tool, map[string]string{"mount": "mount", "dpkg": "dpkg", "lintian": "lintian", "git": "git"}[tool])
 		}
 	}
+	testenv.LockMachine(t) // another copy of the suite may be installing it
 	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", "corgifs").CombinedOutput(); err == nil && strings.Contains(string(out), "installed") {
 		t.Fatalf("a corgifs package is installed (%s): this test would replace and remove it", out)
 	}

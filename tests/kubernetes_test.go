@@ -73,6 +73,7 @@ func TestOCIImageRunsInPodmanAndServesTheHost(t *testing.T) {
 			testenv.Missing(t, "%s is not installed (Debian: apt-get install podman runc crun skopeo umoci)", tool)
 		}
 	}
+	testenv.LockMachine(t) // the image tag is the machine's: another copy of the suite removes it
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	run := func(name string, args ...string) string {

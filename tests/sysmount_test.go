@@ -302,6 +302,7 @@ func installHelper(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mount -t fuse.corgifs with a helper in /sbin needs root")
 	}
+	testenv.LockMachine(t) // the Debian package test installs the same helper
 	const link = "/sbin/mount.fuse.corgifs"
 	if old, err := os.Readlink(link); err == nil && strings.HasPrefix(old, os.TempDir()) {
 		os.Remove(link) // left by a test binary that was killed
