@@ -273,8 +273,8 @@ func sourceIdentity(ix *index.Index) string {
 }
 
 // key returns the key of the stored bytes of extent e.
-func (c *DiskCache) key(e extent) []byte {
-	f := &c.ix.Files[e.file]
+func (c *DiskCache) key(e Extent) []byte {
+	f := &c.ix.Files[e.File]
 	k := make([]byte, 0, 64+len(c.src)+len(f.Path)+len(f.Version))
 	k = append(k, c.src...)
 	k = append(k, 0)
@@ -284,7 +284,7 @@ func (c *DiskCache) key(e extent) []byte {
 	// besides size and mtime: a dataset rewritten with sizes and mtimes
 	// put back gets keys of its own.
 	k = append(k, f.Version...)
-	for _, v := range []int64{f.Size, f.Mtime, e.off, e.n} {
+	for _, v := range []int64{f.Size, f.Mtime, e.Off, e.Len} {
 		k = append(k, 0)
 		k = strconv.AppendInt(k, v, 10)
 	}
@@ -344,7 +344,7 @@ func (c *DiskCache) scan() {
 		return
 	}
 	for id, blk := range c.ix.Blocks {
-		if e := c.entries[nameOf(c.key(extent{file: blk.File, off: blk.Offset, n: blk.Len}))]; e != nil {
+		if e := c.entries[nameOf(c.key(Extent{File: blk.File, Off: blk.Offset, Len: blk.Len}))]; e != nil {
 			e.block = int32(id)
 		}
 	}
@@ -353,7 +353,7 @@ func (c *DiskCache) scan() {
 // read fills dst with the bytes of extent e from the cache and reports
 // whether it did: false if there is no entry, or if the entry was damaged
 // (it is then removed, with a log line).
-func (c *DiskCache) read(e extent, dst []byte) bool {
+func (c *DiskCache) read(e Extent, dst []byte) bool {
 	if c == nil || c.dir == nil {
 		return false
 	}
@@ -375,7 +375,7 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		c.unmapDoneLocked(p)
 		c.mu.Unlock()
 		c.hits.Add(1)
-		c.hitBytes.Add(e.n)
+		c.hitBytes.Add(e.Len)
 		return true
 	}
 	ent := c.entries[name]
@@ -399,7 +399,7 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		}
 		c.damaged.Add(1)
 		c.log.Warn("disk cache entry damaged: dropped, and the block read from the source again",
-			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
+			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "why", why)
 		c.drop(name, ent)
 		return false
 	}
@@ -407,7 +407,7 @@ func (c *DiskCache) read(e extent, dst []byte) bool {
 		return false
 	}
 	c.hits.Add(1)
-	c.hitBytes.Add(e.n)
+	c.hitBytes.Add(e.Len)
 	return true
 }
 
@@ -490,8 +490,8 @@ func (c *DiskCache) drop(name diskName, ent *diskEntry) {
 // for writing, unless the cache holds them or writes stopped. It copies
 // them: the slab goes on being used. When the queue is full it waits for
 // room, at most c.waitFor, and then leaves the block uncached.
-func (c *DiskCache) offer(e extent, epoch int, data []byte) {
-	if c == nil || c.dir == nil || e.block < 0 {
+func (c *DiskCache) offer(e Extent, epoch int, data []byte) {
+	if c == nil || c.dir == nil || e.Block < 0 {
 		return
 	}
 	key := c.key(e)
@@ -548,18 +548,18 @@ func (c *DiskCache) offer(e extent, epoch int, data []byte) {
 		return
 	}
 	p := &pendingCopy{data: buf[:n]}
-	c.jobs = append(c.jobs, diskJob{name: name, key: key, block: e.block, epoch: epoch, data: buf[:n], copy: p})
+	c.jobs = append(c.jobs, diskJob{name: name, key: key, block: e.Block, epoch: epoch, data: buf[:n], copy: p})
 	c.pending[name] = p
 	c.work.Signal()
 	c.mu.Unlock()
 }
 
 // skip counts a block not cached, and logs the first, with why.
-func (c *DiskCache) skip(e extent, why string) {
+func (c *DiskCache) skip(e Extent, why string) {
 	c.skipped.Add(1)
 	if c.skipLogged.CompareAndSwap(false, true) {
 		c.log.Warn("disk cache: a block read from the source was not cached; it will be read from the source again (counted in write_skipped of stats.json; later ones not logged)",
-			"file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "why", why)
+			"file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "why", why)
 	}
 }
 

@@ -123,7 +123,7 @@ func TestAProbedIndexGivesTheDiskCacheNoBlockChecksum(t *testing.T) {
 	}
 	defer dc.Close()
 	b := f.ix.Blocks[0]
-	if _, ok := dc.blockCRC(extent{file: b.File, block: 0, off: b.Offset, n: b.Len}); ok {
+	if _, ok := dc.blockCRC(Extent{File: b.File, Block: 0, Off: b.Offset, Len: b.Len}); ok {
 		t.Fatal("a probed index's block has a CRC to check against")
 	}
 }

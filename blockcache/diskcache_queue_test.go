@@ -24,7 +24,7 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 	var wg sync.WaitGroup
 	for id, b := range f.ix.Blocks {
 		wg.Go(func() {
-			e := extent{file: b.File, off: b.Offset, n: b.Len, block: int32(id)}
+			e := Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}
 			dc.offer(e, 0, blockBytes(f.files, b))
 		})
 	}
@@ -52,7 +52,7 @@ func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testin
 	dc.queued = 1 << 40
 	dc.mu.Unlock()
 	for id, b := range f.ix.Blocks[:2] {
-		dc.offer(extent{file: b.File, off: b.Offset, n: b.Len, block: int32(id)}, 0, blockBytes(f.files, b))
+		dc.offer(Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}, 0, blockBytes(f.files, b))
 	}
 	dc.mu.Lock()
 	dc.queued = 0

@@ -215,9 +215,9 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ext := func(id int32) extent {
+	ext := func(id int32) Extent {
 		b := ix.Blocks[id]
-		return extent{file: 0, block: id, off: b.Offset, n: b.Len}
+		return Extent{File: 0, Block: id, Off: b.Offset, Len: b.Len}
 	}
 	c.max = int64(capacity) * int64(diskHeader+len(c.key(ext(0)))+100)
 	dst := make([]byte, 100)

@@ -5,11 +5,7 @@ var _ DiskTier = (*DiskCache)(nil)
 
 // ReadExtent fills dst with the bytes of e from the cache and reports
 // whether it did (see read).
-func (c *DiskCache) ReadExtent(e Extent, dst []byte) bool {
-	return c.read(extent{file: e.File, block: e.Block, off: e.Off, n: e.Len}, dst)
-}
+func (c *DiskCache) ReadExtent(e Extent, dst []byte) bool { return c.read(e, dst) }
 
 // OfferExtent queues data, the bytes of e, for writing (see offer).
-func (c *DiskCache) OfferExtent(e Extent, epoch int, data []byte) {
-	c.offer(extent{file: e.File, block: e.Block, off: e.Off, n: e.Len}, epoch, data)
-}
+func (c *DiskCache) OfferExtent(e Extent, epoch int, data []byte) { c.offer(e, epoch, data) }
