@@ -9,7 +9,7 @@ import (
 // a little of each file and has no block checksums (0 in its blocks), so
 // its entries are kept apart by their keys alone, never failed against 0.
 func TestAProbedIndexGivesTheDiskCacheNoBlockChecksum(t *testing.T) {
-	f := newLoaderFixture(t)
+	f := newDiskFixture(t)
 	f.ix.Probed = true
 	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30})
 	if err != nil {

@@ -7,14 +7,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // Blocks offered all at once, many more bytes than the write queue holds,
 // are all written: an offer waits for room rather than leaving its block
 // uncached (issue 25: a burst of GETs finishing together lost blocks).
 func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) {
-	f := newLoaderFixture(t)
-	var log lockedBuffer
+	f := newDiskFixture(t)
+	var log blocktest.LockedBuffer
 	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
@@ -25,12 +27,12 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 	for id, b := range f.ix.Blocks {
 		wg.Go(func() {
 			e := Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}
-			dc.offer(e, 0, blockBytes(f.files, b))
+			dc.offer(e, 0, f.bytes(b))
 		})
 	}
 	wg.Wait()
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	if s := dc.Stats(); s.WriteSkipped != 0 || s.Entries != int(n) {
 		t.Fatalf("%d blocks offered at once: %+v; want all written, none skipped", n, s)
 	}
@@ -39,8 +41,8 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 // A queue that stays full past MaxWait (a disk slower than the source)
 // leaves the block uncached, counts it and logs why, once.
 func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testing.T) {
-	f := newLoaderFixture(t)
-	var log lockedBuffer
+	f := newDiskFixture(t)
+	var log blocktest.LockedBuffer
 	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		MaxWait: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
@@ -52,7 +54,7 @@ func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testin
 	dc.queued = 1 << 40
 	dc.mu.Unlock()
 	for id, b := range f.ix.Blocks[:2] {
-		dc.offer(Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}, 0, blockBytes(f.files, b))
+		dc.offer(Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}, 0, f.bytes(b))
 	}
 	dc.mu.Lock()
 	dc.queued = 0

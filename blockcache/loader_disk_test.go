@@ -17,27 +17,9 @@ import (
 	"github.com/corgifs/corgifs/source/local"
 )
 
-// lockedBuffer is a log sink safe for the cache's writer goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // diskLoader returns a loader of f's index over a disk cache in dir,
 // which the test closes at its end.
-func diskLoader(t *testing.T, f *loaderFixture, dir string, log *lockedBuffer) (*Loader, *DiskCache) {
+func diskLoader(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer) (*Loader, *DiskCache) {
 	t.Helper()
 	lg := slog.New(slog.NewTextHandler(log, nil))
 	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: dir, MaxBytes: 1 << 30, Logger: lg})
@@ -69,11 +51,11 @@ func (f *loaderFixture) total() int64 {
 func TestDiskCacheServesALaterLoaderFromDiskWithoutReadingTheSource(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	dc.Close()
 
 	// A new loader and cache, as after a remount: nothing in memory.
@@ -100,11 +82,11 @@ func TestDiskCacheServesALaterLoaderFromDiskWithoutReadingTheSource(t *testing.T
 func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	dc.Close()
 	names, _ := filepath.Glob(filepath.Join(dir, "b*"))
 	slices.Sort(names)
@@ -126,7 +108,7 @@ func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 	if err := os.Truncate(names[1], 100); err != nil {
 		t.Fatal(err)
 	}
-	flip(names[2], func(int) int { return diskHeader + 2 })
+	flip(names[2], func(int) int { return 24 + 2 }) // past the 24-byte header: a byte of the key
 
 	l2, dc2 := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l2, 1) // checks every byte
@@ -141,18 +123,18 @@ func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 		t.Fatalf("%d log lines about damaged entries, want 3:\n%s", got, log.String())
 	}
 	// Fetched again, they are cached again.
-	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == 3 })
+	blocktest.Eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == 3 })
 }
 
 // cacheThenRewrite fills a disk cache in dir with every block of f, then
 // rewrites f's first file with other records of the same lengths (so the
 // same blocks), gives it mtime and indexes the root again: the fixture
 // returned has the new bytes and their index, the cache the old entries.
-func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *lockedBuffer, mtime int64) *loaderFixture {
+func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer, mtime int64) *loaderFixture {
 	t.Helper()
 	l, dc := diskLoader(t, f, dir, log)
 	f.loadAll(t, l, 0)
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
 	dc.Close()
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
@@ -173,7 +155,7 @@ func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *lockedBuf
 func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	// The same file with other records of the same lengths, so the same
 	// blocks, and a new mtime: the entries of its blocks are stale, valid
 	// records that must not be served.
@@ -189,10 +171,10 @@ func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
 	// As when another mount sharing the directory evicts it.
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
 	names, _ := filepath.Glob(filepath.Join(dir, "b*"))
 	for _, n := range names {
 		os.Remove(n)
@@ -206,7 +188,7 @@ func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
 
 func TestDiskCacheUnderConcurrentLoadsAndEvictionsServesTheSourceBytes(t *testing.T) {
 	f := newLoaderFixture(t)
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	// Room for about a third of the blocks, and a few in memory: loads
 	// repeat, entries are written, read and evicted all at once.
 	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
@@ -298,7 +280,7 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	f := newLoaderFixture(t)
 	pinVersions(f.ix)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	f2 := cacheThenRewrite(t, f, dir, &log, f.ix.Files[0].Mtime)
 	pinVersions(f2.ix)
 	var changed int64
@@ -315,7 +297,7 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 		t.Fatalf("version %q, was %q: the test needs the same keys", f2.ix.Files[0].Version, f.ix.Files[0].Version)
 	}
 
-	var log2 lockedBuffer
+	var log2 blocktest.LockedBuffer
 	l2, dc2 := diskLoader(t, f2, dir, &log2)
 	f2.loadAll(t, l2, 1) // checks every byte against the new content
 	s := l2.Stats()
@@ -332,7 +314,7 @@ func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testin
 	if rel := f.files[0].Rel; !strings.Contains(log2.String(), rel) {
 		t.Fatalf("the log line does not name the file %s:\n%s", rel, log2.String())
 	}
-	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
+	blocktest.Eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
 	dc2.Close()
 
 	// The next loader is served every block from the cache, the new bytes.
