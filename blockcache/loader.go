@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/slab"
@@ -224,8 +225,8 @@ type Stats struct {
 	Totals EpochStats `json:"totals"`
 	// Epochs splits the bytes loaded by the epoch of the unit they were
 	// loaded for (see EpochStats).
-	Epochs    map[int]EpochStats `json:"epochs"`
-	DiskCache *DiskCacheStats    `json:"disk_cache,omitempty"`
+	Epochs    map[int]EpochStats        `json:"epochs"`
+	DiskCache *diskcache.DiskCacheStats `json:"disk_cache,omitempty"`
 	// BlocksLearned and RecordsLearned, for a probed index only (whose
 	// record counts are learned as blocks load), are the blocks loaded so
 	// far and the records they hold (Learned).
@@ -245,7 +246,7 @@ type LoaderOptions struct {
 	Logger    *slog.Logger
 	// DiskCache, if set, keeps the blocks read from the source on local
 	// disk and serves them from there (see OpenDiskCache).
-	DiskCache DiskTier
+	DiskCache diskcache.DiskTier
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.

@@ -5,6 +5,8 @@ package blockcache
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/corgifs/corgifs/diskcache"
 )
 
 // EpochStats are the bytes loaded for one epoch's units, by where they
@@ -20,7 +22,7 @@ type EpochStats struct {
 // diskTier is the loader's state for the disk cache and the counts per
 // epoch.
 type diskTier struct {
-	disk           DiskTier // nil: none
+	disk           diskcache.DiskTier // nil: none
 	sourceRequests atomic.Int64
 	epochMu        sync.Mutex
 	epochs         map[int]*EpochStats
@@ -29,7 +31,7 @@ type diskTier struct {
 // readCachedExtent serves extent e of b from the disk cache if it holds
 // it, and reports whether it did; err is then the check of its bytes.
 func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
-	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.ReadExtent(Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.Data[e.at:e.at+e.n]) {
+	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.ReadExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.Data[e.at:e.at+e.n]) {
 		return false, nil
 	}
 	if err := check(e.n); err != nil {
@@ -49,7 +51,7 @@ func (l *Loader) fetched(b *Buf, e extent, err error) {
 	}
 	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n})
 	if l.tier.disk != nil {
-		l.tier.disk.OfferExtent(Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
+		l.tier.disk.OfferExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
 	}
 }
 

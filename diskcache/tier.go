@@ -1,4 +1,4 @@
-package blockcache
+package diskcache
 
 // DiskTier is the disk cache as the loader sees it (DiskCache is one):
 // where it looks for the stored bytes of an extent before it reads them
