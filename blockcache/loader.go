@@ -1,7 +1,8 @@
 // Package blockcache turns the block ids of an index (package index) into
 // bytes with large reads, a shared memory budget and prefetch (the
-// loader), proves a probed index's boundaries before a block is served, and
-// keeps the disk cache the loader reaches through DiskTier.
+// loader), and proves a probed index's boundaries before a block is
+// served. It reads through the disk cache, if given one, by its
+// interface diskcache.Tier.
 package blockcache
 
 import (
@@ -225,8 +226,8 @@ type Stats struct {
 	Totals EpochStats `json:"totals"`
 	// Epochs splits the bytes loaded by the epoch of the unit they were
 	// loaded for (see EpochStats).
-	Epochs    map[int]EpochStats        `json:"epochs"`
-	DiskCache *diskcache.DiskCacheStats `json:"disk_cache,omitempty"`
+	Epochs    map[int]EpochStats `json:"epochs"`
+	DiskCache *diskcache.Stats   `json:"disk_cache,omitempty"`
 	// BlocksLearned and RecordsLearned, for a probed index only (whose
 	// record counts are learned as blocks load), are the blocks loaded so
 	// far and the records they hold (Learned).
@@ -245,8 +246,8 @@ type LoaderOptions struct {
 	InFlight  int   // block reads in flight at once (default 32); a load of blocks that can only be read through the page cache uses 4
 	Logger    *slog.Logger
 	// DiskCache, if set, keeps the blocks read from the source on local
-	// disk and serves them from there (see OpenDiskCache).
-	DiskCache diskcache.DiskTier
+	// disk and serves them from there (see diskcache.Open).
+	DiskCache diskcache.Tier
 	// Buffered reads everything through the page cache. By default, with
 	// blocks of at least MinDirectBlock, the parts of blocks that are not
 	// cached are read with O_DIRECT.

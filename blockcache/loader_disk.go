@@ -22,7 +22,7 @@ type EpochStats struct {
 // diskTier is the loader's state for the disk cache and the counts per
 // epoch.
 type diskTier struct {
-	disk           diskcache.DiskTier // nil: none
+	disk           diskcache.Tier // nil: none
 	sourceRequests atomic.Int64
 	epochMu        sync.Mutex
 	epochs         map[int]*EpochStats

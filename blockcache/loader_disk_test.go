@@ -20,10 +20,10 @@ import (
 
 // diskLoader returns a loader of f's index over a disk cache in dir,
 // which the test closes at its end.
-func diskLoader(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer) (*Loader, *diskcache.DiskCache) {
+func diskLoader(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer) (*Loader, *diskcache.Cache) {
 	t.Helper()
 	lg := slog.New(slog.NewTextHandler(log, nil))
-	dc, err := diskcache.OpenDiskCache(f.ix, diskcache.DiskCacheOptions{Dir: dir, MaxBytes: 1 << 30, Logger: lg})
+	dc, err := diskcache.Open(f.ix, diskcache.Options{Dir: dir, MaxBytes: 1 << 30, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestDiskCacheUnderConcurrentLoadsAndEvictionsServesTheSourceBytes(t *testin
 	var log blocktest.LockedBuffer
 	// Room for about a third of the blocks, and a few in memory: loads
 	// repeat, entries are written, read and evicted all at once.
-	dc, err := diskcache.OpenDiskCache(f.ix, diskcache.DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
+	dc, err := diskcache.Open(f.ix, diskcache.Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)

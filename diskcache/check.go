@@ -18,7 +18,7 @@ import (
 // extent e, or false when it has none: a probed index reads only a little
 // of each file, so its blocks have no checksum, and its entries are kept
 // apart by their keys alone.
-func (c *DiskCache) blockCRC(e Extent) (uint32, bool) {
+func (c *Cache) blockCRC(e Extent) (uint32, bool) {
 	ix := c.ix
 	if ix.Probed || e.Block < 0 || int(e.Block) >= len(ix.Blocks) {
 		return 0, false
@@ -34,7 +34,7 @@ func (c *DiskCache) blockCRC(e Extent) (uint32, bool) {
 // (ent in the table) read for extent e, is the index's for that block.
 // If not, the entry is counted, dropped so that the source's bytes take its
 // place, and the first such entry of the mount is logged.
-func (c *DiskCache) checkBlock(name diskName, ent *diskEntry, e Extent, crc uint32) bool {
+func (c *Cache) checkBlock(name diskName, ent *diskEntry, e Extent, crc uint32) bool {
 	want, ok := c.blockCRC(e)
 	if !ok || crc == want {
 		return true

@@ -11,7 +11,7 @@ import (
 func TestAProbedIndexGivesTheDiskCacheNoBlockChecksum(t *testing.T) {
 	f := newDiskFixture(t)
 	f.ix.Probed = true
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30})
+	dc, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

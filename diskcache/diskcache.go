@@ -1,3 +1,8 @@
+// Package diskcache keeps the blocks a loader read from a slow or remote
+// source on local disk, so that later epochs and later mounts read them
+// from there (Cache). The loader (package blockcache) reaches it through
+// Tier, by Extent, and never sees its entries; it depends on the index
+// alone, whose block checksums it checks every entry against.
 package diskcache
 
 import (
@@ -52,8 +57,8 @@ import (
 //
 // Entries are written by a few goroutines from copies of the loaded bytes,
 // so a load does not wait for each write. The copies waiting are bounded
-// (DiskCacheOptions.MaxQueued); a block that finds the queue full waits
-// for room, at most DiskCacheOptions.MaxWait, and only then is not cached
+// (Options.MaxQueued); a block that finds the queue full waits
+// for room, at most Options.MaxWait, and only then is not cached
 // (counted in write_skipped, the first one logged with the reason). Without
 // the wait, a burst of loads (--s3-concurrency GETs finishing together,
 // more bytes than the queue) lost blocks even on a disk much faster than
@@ -66,21 +71,21 @@ const (
 	diskMagic     = "corgidc1"
 	diskHeader    = 24
 	diskEntryName = "b" // + 32 hex digits
-	// DefaultDiskQueue bounds the memory of the block copies waiting to
+	// DefaultQueue bounds the memory of the block copies waiting to
 	// be written to the disk cache.
-	DefaultDiskQueue = 64 << 20
+	DefaultQueue = 64 << 20
 	// diskWriters write entries at once: one alone falls behind a source
 	// that serves hundreds of MB/s.
 	diskWriters = 4
-	// DefaultDiskWait is how long a load waits for room in the write
+	// DefaultWait is how long a load waits for room in the write
 	// queue before it leaves its block uncached: a disk that cannot
 	// write MaxQueued bytes in that time is slower than the source, and
 	// waiting longer would only slow the epoch to the disk's speed.
-	DefaultDiskWait = 5 * time.Second
+	DefaultWait = 5 * time.Second
 )
 
-// DiskCacheOptions configure a DiskCache.
-type DiskCacheOptions struct {
+// Options configure a Cache.
+type Options struct {
 	Dir string
 	// MaxBytes bounds the bytes of the entries (headers included). If 0,
 	// Percent of the space free in Dir's file system when the cache is
@@ -91,17 +96,17 @@ type DiskCacheOptions struct {
 	// Belady's rule; nil evicts the least recently used entry.
 	NextUse NextUse
 	// MaxQueued bounds the bytes of block copies waiting to be written
-	// (DefaultDiskQueue if 0); a block larger than that is still taken
+	// (DefaultQueue if 0); a block larger than that is still taken
 	// when nothing waits.
 	MaxQueued int64
 	// MaxWait is how long a load waits for room in a full queue before
-	// its block is not cached (DefaultDiskWait if 0; negative: never).
+	// its block is not cached (DefaultWait if 0; negative: never).
 	MaxWait time.Duration
 	Logger  *slog.Logger
 }
 
-// DiskCacheStats are the disk cache's counters, in stats.json.
-type DiskCacheStats struct {
+// Stats are the disk cache's counters, in stats.json.
+type Stats struct {
 	Dir      string `json:"dir"`
 	Hits     int64  `json:"hits"`
 	HitBytes int64  `json:"hit_bytes"`
@@ -128,9 +133,9 @@ type DiskCacheStats struct {
 	Disabled string `json:"disabled,omitempty"`
 }
 
-// DiskCache is the disk tier between a Loader and its source. Its
+// Cache is the disk tier between a Loader and its source. Its
 // methods are safe for concurrent use; Close stops its writer.
-type DiskCache struct {
+type Cache struct {
 	ix   *index.Index
 	dir  *cachedir.Dir // nil: disabled from the start
 	path string
@@ -183,7 +188,7 @@ type pendingCopy struct {
 type diskEntry struct {
 	block int32 // in the index, -1 if none
 	size  int64 // of the file
-	used  int64 // DiskCache.tick when last read or written
+	used  int64 // Cache.tick when last read or written
 }
 
 // diskJob is a block waiting to be written: a copy of its bytes outside
@@ -197,25 +202,25 @@ type diskJob struct {
 	copy  *pendingCopy
 }
 
-// OpenDiskCache opens (creating it with mode 0700) the disk cache in
+// Open opens (creating it with mode 0700) the disk cache in
 // o.Dir for the blocks of ix, and takes stock of the entries there. A
 // directory that another user owns or that others may write is refused
 // with an error wrapping ErrUnsafeCacheDir; any other failure to open it
 // gives a cache that caches nothing, with one log line.
-func OpenDiskCache(ix *index.Index, o DiskCacheOptions) (*DiskCache, error) {
+func Open(ix *index.Index, o Options) (*Cache, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.MaxQueued <= 0 {
-		o.MaxQueued = DefaultDiskQueue
+		o.MaxQueued = DefaultQueue
 	}
 	switch {
 	case o.MaxWait == 0:
-		o.MaxWait = DefaultDiskWait
+		o.MaxWait = DefaultWait
 	case o.MaxWait < 0:
 		o.MaxWait = 0
 	}
-	c := &DiskCache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
+	c := &Cache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
 		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, waitFor: o.MaxWait,
 		room: make(chan struct{}), done: make(chan struct{})}
 	c.work = sync.NewCond(&c.mu)
@@ -273,7 +278,7 @@ func sourceIdentity(ix *index.Index) string {
 }
 
 // key returns the key of the stored bytes of extent e.
-func (c *DiskCache) key(e Extent) []byte {
+func (c *Cache) key(e Extent) []byte {
 	f := &c.ix.Files[e.File]
 	k := make([]byte, 0, 64+len(c.src)+len(f.Path)+len(f.Version))
 	k = append(k, c.src...)
@@ -302,7 +307,7 @@ func nameOf(key []byte) diskName {
 // scan takes stock of the entries in the directory, removes the temporary
 // files of writes that never finished, and finds the blocks of the index
 // the entries hold.
-func (c *DiskCache) scan() {
+func (c *Cache) scan() {
 	des, err := os.ReadDir(c.path)
 	if err != nil {
 		c.log.Warn("disk cache: cannot list its directory; starting empty", "dir", c.path, "err", err)
@@ -353,7 +358,7 @@ func (c *DiskCache) scan() {
 // read fills dst with the bytes of extent e from the cache and reports
 // whether it did: false if there is no entry, or if the entry was damaged
 // (it is then removed, with a log line).
-func (c *DiskCache) read(e Extent, dst []byte) bool {
+func (c *Cache) read(e Extent, dst []byte) bool {
 	if c == nil || c.dir == nil {
 		return false
 	}
@@ -414,7 +419,7 @@ func (c *DiskCache) read(e Extent, dst []byte) bool {
 // readEntry reads entry name into dst and checks it against key; it
 // returns the CRC32C of the bytes read and why the entry cannot be used,
 // or "".
-func (c *DiskCache) readEntry(name diskName, key, dst []byte) (uint32, string) {
+func (c *Cache) readEntry(name diskName, key, dst []byte) (uint32, string) {
 	f, err := c.dir.Open(name.String())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -461,7 +466,7 @@ const entryGone = "gone"
 
 // forget removes ent, the entry name, from the table, unless it went
 // already (evicted, and maybe written again since).
-func (c *DiskCache) forget(name diskName, ent *diskEntry) {
+func (c *Cache) forget(name diskName, ent *diskEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries[name] == ent {
@@ -473,7 +478,7 @@ func (c *DiskCache) forget(name diskName, ent *diskEntry) {
 // drop removes ent, the entry name, and its file. While ent is in the
 // table no new entry of that name is written (offer), so the file removed
 // is ent's.
-func (c *DiskCache) drop(name diskName, ent *diskEntry) {
+func (c *Cache) drop(name diskName, ent *diskEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries[name] != ent {
@@ -490,7 +495,7 @@ func (c *DiskCache) drop(name diskName, ent *diskEntry) {
 // for writing, unless the cache holds them or writes stopped. It copies
 // them: the slab goes on being used. When the queue is full it waits for
 // room, at most c.waitFor, and then leaves the block uncached.
-func (c *DiskCache) offer(e Extent, epoch int, data []byte) {
+func (c *Cache) offer(e Extent, epoch int, data []byte) {
 	if c == nil || c.dir == nil || e.Block < 0 {
 		return
 	}
@@ -555,7 +560,7 @@ func (c *DiskCache) offer(e Extent, epoch int, data []byte) {
 }
 
 // skip counts a block not cached, and logs the first, with why.
-func (c *DiskCache) skip(e Extent, why string) {
+func (c *Cache) skip(e Extent, why string) {
 	c.skipped.Add(1)
 	if c.skipLogged.CompareAndSwap(false, true) {
 		c.log.Warn("disk cache: a block read from the source was not cached; it will be read from the source again (counted in write_skipped of stats.json; later ones not logged)",
@@ -566,7 +571,7 @@ func (c *DiskCache) skip(e Extent, why string) {
 // writer writes the queued blocks until Close; after Close it drops
 // those still queued, unwritten, so that an unmount never waits for the
 // cache's disk.
-func (c *DiskCache) writer() {
+func (c *Cache) writer() {
 	for {
 		c.mu.Lock()
 		for len(c.jobs) == 0 && !c.closed {
@@ -595,7 +600,7 @@ func (c *DiskCache) writer() {
 
 // unmapDoneLocked unmaps p once it is written and no reader copies from
 // it. c.mu must be held.
-func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
+func (c *Cache) unmapDoneLocked(p *pendingCopy) {
 	if p.readers == 0 && p.written && p.data != nil {
 		slab.Unmap(p.data)
 		p.data = nil
@@ -603,7 +608,7 @@ func (c *DiskCache) unmapDoneLocked(p *pendingCopy) {
 }
 
 // store writes job j as an entry, evicting others to make room.
-func (c *DiskCache) store(j diskJob) {
+func (c *Cache) store(j diskJob) {
 	size := int64(diskHeader + len(j.key) + len(j.data))
 	c.mu.Lock()
 	if c.closed || c.offWhy != "" || c.entries[j.name] != nil {
@@ -643,7 +648,7 @@ func (c *DiskCache) store(j diskJob) {
 
 // stopLocked stops all further writes after a failed one, with one log
 // line. c.mu must be held.
-func (c *DiskCache) stopLocked(err error) {
+func (c *Cache) stopLocked(err error) {
 	if c.offWhy != "" {
 		return
 	}
@@ -657,7 +662,7 @@ func (c *DiskCache) stopLocked(err error) {
 
 // Close stops the writer; blocks still queued are not written, so that
 // an unmount never waits for the cache's disk.
-func (c *DiskCache) Close() error {
+func (c *Cache) Close() error {
 	if c == nil {
 		return nil
 	}
@@ -677,10 +682,10 @@ func (c *DiskCache) Close() error {
 }
 
 // Stats returns a snapshot of the counters.
-func (c *DiskCache) Stats() DiskCacheStats {
+func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return DiskCacheStats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
+	return Stats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
 		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), WriteWaitSeconds: time.Duration(c.waited.Load()).Seconds(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
 		Damaged: c.damaged.Load(), Mismatched: c.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
 }

@@ -36,7 +36,7 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 		// Every block holds data, as its CRC says.
 		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
 	}
-	c, err := OpenDiskCache(ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
+	c, err := Open(ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) {
 	f := newDiskFixture(t)
 	var log blocktest.LockedBuffer
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
+	dc, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testing.T) {
 	f := newDiskFixture(t)
 	var log blocktest.LockedBuffer
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
+	dc, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		MaxWait: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
 package diskcache
 
-// DiskTier is the disk cache as the loader sees it (DiskCache is one):
+// Tier is the disk cache as the loader sees it (Cache is one):
 // where it looks for the stored bytes of an extent before it reads them
 // from the source, and where it offers those it read and checked.
-type DiskTier interface {
+type Tier interface {
 	// ReadExtent fills dst with the stored bytes of e and reports whether
 	// it did.
 	ReadExtent(e Extent, dst []byte) bool
@@ -12,7 +12,7 @@ type DiskTier interface {
 	// the loader goes on using.
 	OfferExtent(e Extent, epoch int, data []byte)
 	// Stats returns a snapshot of its counters, for stats.json.
-	Stats() DiskCacheStats
+	Stats() Stats
 }
 
 // Extent is a byte range of a source file that the loader reads whole:
@@ -24,12 +24,12 @@ type Extent struct {
 	Off, Len    int64
 }
 
-// DiskCache implements DiskTier, the loader's view of it.
-var _ DiskTier = (*DiskCache)(nil)
+// Cache implements Tier, the loader's view of it.
+var _ Tier = (*Cache)(nil)
 
 // ReadExtent fills dst with the bytes of e from the cache and reports
 // whether it did (see read).
-func (c *DiskCache) ReadExtent(e Extent, dst []byte) bool { return c.read(e, dst) }
+func (c *Cache) ReadExtent(e Extent, dst []byte) bool { return c.read(e, dst) }
 
 // OfferExtent queues data, the bytes of e, for writing (see offer).
-func (c *DiskCache) OfferExtent(e Extent, epoch int, data []byte) { c.offer(e, epoch, data) }
+func (c *Cache) OfferExtent(e Extent, epoch int, data []byte) { c.offer(e, epoch, data) }

@@ -55,7 +55,7 @@ type Dataset struct {
 	// proofs are the record-chain proofs of a probed index, kept
 	// across mounts in the cache directory.
 	proofs    *index.ProofLog
-	diskCache *diskcache.DiskCache
+	diskCache *diskcache.Cache
 }
 
 // Open checks cfg, opens its source, chooses the block size and the

@@ -26,7 +26,7 @@ const useHorizon = 2
 const keptEpochs = useHorizon + 2
 
 // NextUse returns the planner's account of when each block is read next,
-// for the disk cache's eviction (blockcache.DiskCacheOptions.NextUse).
+// for the disk cache's eviction (diskcache.Options.NextUse).
 func (pl *Planner) NextUse() diskcache.NextUse { return nextUse{pl} }
 
 type nextUse struct{ pl *Planner }
