@@ -1,5 +1,8 @@
 package blockcache
 
+// The memory budget: slabs reserved, reused, grown and given back, and
+// the idle Bufs evicted to make room.
+
 import (
 	"slices"
 	"time"
@@ -7,8 +10,20 @@ import (
 	"github.com/corgifs/corgifs/internal/slab"
 )
 
-// drop removes b from the table and keeps its slab for reuse. l.mu must be held.
-func (l *Loader) drop(b *Buf) {
+// memory is the loader's budget and its slabs. Guarded by Loader.mu.
+type memory struct {
+	budget  int64 // LoaderOptions.MaxMemory
+	used    int64 // by the slabs mapped, in use or free
+	peak    int64
+	mapped  int64         // fresh memory given to slabs, ever (Stats.MemoryMapped)
+	largest int64         // the largest reservation so far
+	free    []*Buf        // evicted Bufs whose slabs can be reused
+	waiters int           // Gets waiting for memory
+	changed chan struct{} // closed when memory may have been freed, for the waiters
+}
+
+// dropLocked removes b from the table and keeps its slab for reuse. l.mu must be held.
+func (l *Loader) dropLocked(b *Buf) {
 	list := l.bufs[b.hash]
 	i := slices.Index(list, b)
 	list = slices.Delete(list, i, i+1)
@@ -19,14 +34,14 @@ func (l *Loader) drop(b *Buf) {
 	}
 	l.idle.remove(b)
 	b.dropped = true
-	l.free = append(l.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0], lens: b.lens[:0], exts: b.exts[:0]})
+	l.mem.free = append(l.mem.free, &Buf{Data: b.Data[:0], Starts: b.Starts[:0], lens: b.lens[:0], exts: b.exts[:0]})
 }
 
-// reserve returns a new Buf with room for n bytes, reusing a free slab when
+// reserveLocked returns a new Buf with room for n bytes, reusing a free slab when
 // one is large enough, and evicting idle Bufs if evict is set. It returns nil
 // when the budget cannot be met. l.mu must be held.
-func (l *Loader) reserve(n int64, evict bool) *Buf {
-	if b := l.reuse(n); b != nil {
+func (l *Loader) reserveLocked(n int64, evict bool) *Buf {
+	if b := l.reuseLocked(n); b != nil {
 		return b
 	}
 	// Recycle the slab of the least recently used idle Buf that fits, even
@@ -51,58 +66,58 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 	now := l.clock()
 	var small *Buf
 	for v := l.idle.head; v != nil; v = v.next {
-		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protected(v, now) {
+		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protectedLocked(v, now) {
 			if int64(cap(v.Data)) >= n {
-				l.evictions.Add(1)
-				l.drop(v)
-				return l.reuse(n)
+				l.count.evictions.Add(1)
+				l.dropLocked(v)
+				return l.reuseLocked(n)
 			}
 			if small == nil {
 				small = v
 			}
 		}
 	}
-	if small != nil && l.used+n <= l.budget {
-		l.evictions.Add(1)
-		l.drop(small)
-		if b := l.regrow(n); b != nil {
+	if small != nil && l.mem.used+n <= l.mem.budget {
+		l.count.evictions.Add(1)
+		l.dropLocked(small)
+		if b := l.regrowLocked(n); b != nil {
 			return b
 		}
-		l.unmapLastFree()
+		l.unmapLastFreeLocked()
 	}
 	// Evict nothing unless the reservation then succeeds: a prefetch that is
 	// skipped anyway, or a Get that waits anyway, must not throw away
 	// cached Bufs.
-	if l.used+n > l.budget && !l.canFree(l.used+n-l.budget, evict, now) {
+	if l.mem.used+n > l.mem.budget && !l.canFreeLocked(l.mem.used+n-l.mem.budget, evict, now) {
 		return nil
 	}
-	for l.used+n > l.budget {
-		if len(l.free) > 0 {
-			l.unmapLastFree()
+	for l.mem.used+n > l.mem.budget {
+		if len(l.mem.free) > 0 {
+			l.unmapLastFreeLocked()
 			continue
 		}
-		victim := l.nextVictim(nil, evict, now)
+		victim := l.nextVictimLocked(nil, evict, now)
 		if victim == nil {
 			return nil
 		}
-		l.evictions.Add(1)
-		l.drop(victim)
-		if b := l.reuse(n); b != nil {
+		l.count.evictions.Add(1)
+		l.dropLocked(victim)
+		if b := l.reuseLocked(n); b != nil {
 			return b // the victim's slab is large enough
 		}
-		if l.used+n-int64(cap(l.free[len(l.free)-1].Data)) <= l.budget {
-			if b := l.regrow(n); b != nil {
+		if l.mem.used+n-int64(cap(l.mem.free[len(l.mem.free)-1].Data)) <= l.mem.budget {
+			if b := l.regrowLocked(n); b != nil {
 				return b
 			}
 		}
-		l.unmapLastFree()
+		l.unmapLastFreeLocked()
 	}
 	// Slabs as large as the largest buffer asked for so far can be
 	// recycled for any later buffer (buffers of a part differ by up to a
 	// block); but the double buffer must still fit.
-	l.largest = max(l.largest, n)
+	l.mem.largest = max(l.mem.largest, n)
 	c := n
-	if m := l.largest; l.used+2*m <= l.budget {
+	if m := l.mem.largest; l.mem.used+2*m <= l.mem.budget {
 		c = m
 	}
 	mem, err := slab.Map(c)
@@ -110,38 +125,38 @@ func (l *Loader) reserve(n int64, evict bool) *Buf {
 		l.log.Error("out of memory for a slab", "err", err)
 		return nil
 	}
-	l.used += int64(cap(mem))
-	l.mapped += int64(cap(mem))
-	l.peak = max(l.peak, l.used)
+	l.mem.used += int64(cap(mem))
+	l.mem.mapped += int64(cap(mem))
+	l.mem.peak = max(l.mem.peak, l.mem.used)
 	return l.ready(&Buf{Data: mem[:0]}, n)
 }
 
-// regrow makes the last free slab, the one just dropped, n bytes long and
+// regrowLocked makes the last free slab, the one just dropped, n bytes long and
 // returns it, or nil if the system refuses. The slab keeps its pages, so
 // only the added ones are faulted in and zeroed, where a new slab would
 // need all of them: a buffer is often a block larger than the one before.
 // l.mu must be held.
-func (l *Loader) regrow(n int64) *Buf {
-	f := l.free[len(l.free)-1]
+func (l *Loader) regrowLocked(n int64) *Buf {
+	f := l.mem.free[len(l.mem.free)-1]
 	mem, err := slab.Grow(f.Data, n)
 	if err != nil {
 		l.log.Debug("could not grow a slab", "from", cap(f.Data), "to", n, "err", err)
 		return nil
 	}
-	l.free = l.free[:len(l.free)-1]
-	l.used += int64(cap(mem)) - int64(cap(f.Data))
-	l.mapped += int64(cap(mem)) - int64(cap(f.Data))
-	l.peak = max(l.peak, l.used)
+	l.mem.free = l.mem.free[:len(l.mem.free)-1]
+	l.mem.used += int64(cap(mem)) - int64(cap(f.Data))
+	l.mem.mapped += int64(cap(mem)) - int64(cap(f.Data))
+	l.mem.peak = max(l.mem.peak, l.mem.used)
 	f.Data = mem[:0]
 	return l.ready(f, n)
 }
 
-// unmapLastFree gives the last free slab back to the system. l.mu must be
+// unmapLastFreeLocked gives the last free slab back to the system. l.mu must be
 // held.
-func (l *Loader) unmapLastFree() {
-	f := l.free[len(l.free)-1]
-	l.free = l.free[:len(l.free)-1]
-	l.used -= int64(cap(f.Data))
+func (l *Loader) unmapLastFreeLocked() {
+	f := l.mem.free[len(l.mem.free)-1]
+	l.mem.free = l.mem.free[:len(l.mem.free)-1]
+	l.mem.used -= int64(cap(f.Data))
 	slab.Unmap(f.Data)
 }
 
@@ -154,24 +169,24 @@ func isReady(b *Buf) bool {
 	}
 }
 
-// canFree reports whether reserve can free need bytes: the free slabs,
-// then the idle Bufs nextVictim yields. l.mu must be held.
-func (l *Loader) canFree(need int64, evict bool, now time.Duration) bool {
-	for _, f := range l.free {
+// canFreeLocked reports whether reserveLocked can free need bytes: the free slabs,
+// then the idle Bufs nextVictimLocked yields. l.mu must be held.
+func (l *Loader) canFreeLocked(need int64, evict bool, now time.Duration) bool {
+	for _, f := range l.mem.free {
 		need -= int64(cap(f.Data))
 	}
-	for v := l.nextVictim(nil, evict, now); need > 0 && v != nil; v = l.nextVictim(v, evict, now) {
+	for v := l.nextVictimLocked(nil, evict, now); need > 0 && v != nil; v = l.nextVictimLocked(v, evict, now) {
 		need -= int64(cap(v.Data))
 	}
 	return need <= 0
 }
 
-// nextVictim returns the idle Buf after from (from the front if from is
+// nextVictimLocked returns the idle Buf after from (from the front if from is
 // nil) that a load may evict, least recently used first: one that is
 // loaded and that no reader is in (see serveGrace). A prefetch (evict
 // unset) evicts nothing newer than a Buf prefetched for a reader. l.mu
 // must be held.
-func (l *Loader) nextVictim(from *Buf, evict bool, now time.Duration) *Buf {
+func (l *Loader) nextVictimLocked(from *Buf, evict bool, now time.Duration) *Buf {
 	v := l.idle.head
 	if from != nil {
 		v = from.next
@@ -180,27 +195,27 @@ func (l *Loader) nextVictim(from *Buf, evict bool, now time.Duration) *Buf {
 		if !evict && v.prefetched {
 			return nil
 		}
-		if isReady(v) && !l.protected(v, now) {
+		if isReady(v) && !l.protectedLocked(v, now) {
 			return v
 		}
 	}
 	return nil
 }
 
-// reuse returns a Buf on the smallest free slab of at least n bytes, the
+// reuseLocked returns a Buf on the smallest free slab of at least n bytes, the
 // one that wastes least, or nil. l.mu must be held.
-func (l *Loader) reuse(n int64) *Buf {
+func (l *Loader) reuseLocked(n int64) *Buf {
 	best := -1
-	for i, f := range l.free {
-		if int64(cap(f.Data)) >= n && (best < 0 || cap(f.Data) < cap(l.free[best].Data)) {
+	for i, f := range l.mem.free {
+		if int64(cap(f.Data)) >= n && (best < 0 || cap(f.Data) < cap(l.mem.free[best].Data)) {
 			best = i
 		}
 	}
 	if best < 0 {
 		return nil
 	}
-	b := l.free[best]
-	l.free = slices.Delete(l.free, best, best+1)
+	b := l.mem.free[best]
+	l.mem.free = slices.Delete(l.mem.free, best, best+1)
 	return l.ready(b, n)
 }
 

@@ -1,5 +1,8 @@
 package blockcache
 
+// What the loader loads: units of blocks or records, the extents they are
+// read in, and the Bufs that hold them.
+
 import (
 	"cmp"
 	"slices"
@@ -86,7 +89,7 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 // placeBlock returns where blk starts in its share of a slab, and the size
 // of that share.
 func (l *Loader) placeBlock(blk index.Block) (lead, span int64) {
-	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.direct)
+	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.fetch.direct)
 }
 
 // placeBlock returns where blk, followed by tail bytes, starts in its

@@ -1,5 +1,8 @@
 package blockcache
 
+// Fetching: the reads of a unit's extents from the source, several at
+// once, directly or through the page cache.
+
 import (
 	"errors"
 	"fmt"
@@ -14,15 +17,26 @@ import (
 	"github.com/corgifs/corgifs/source"
 )
 
+// fetcher is the loader's means of reading from the source.
+type fetcher struct {
+	sem      chan struct{} // a slot per read in flight (LoaderOptions.InFlight)
+	files    *filePool
+	direct   bool        // read blocks directly when not cached
+	noDirect atomic.Bool // the file system refused a direct read
+	// decoders holds *zaccess.Decoder for compressed files, kept from
+	// one extent to the next.
+	decoders sync.Pool
+}
+
 // load reads the extents of b, several at once, and finds their records.
 func (l *Loader) load(b *Buf) {
 	start := time.Now()
 	err := l.read(b)
 	if err != nil {
-		l.loadErrors.Add(1)
+		l.count.loadErrors.Add(1)
 		l.log.Error("load failed", "err", err)
 	} else {
-		l.buffersLoaded.Add(1)
+		l.count.buffersLoaded.Add(1)
 		l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
 	}
 	l.mu.Lock()
@@ -34,10 +48,10 @@ func (l *Loader) load(b *Buf) {
 	if err != nil && b.refs == 0 && !b.dropped {
 		// A failed prefetch that nobody holds: forget it, so that the
 		// next Get reads again instead of returning a stale error.
-		l.drop(b)
+		l.dropLocked(b)
 	}
 	// Get may be waiting for this Buf to become evictable.
-	l.signal()
+	l.signalLocked()
 }
 
 func (l *Loader) read(b *Buf) error {
@@ -45,7 +59,7 @@ func (l *Loader) read(b *Buf) error {
 	exts := b.exts
 	// Files are opened as the workers reach them, not all at once: a unit
 	// may span more files than the process may open.
-	files := l.newFileSet(b.unit.Records == nil && l.direct)
+	files := l.newFileSet(b.unit.Records == nil && l.fetch.direct)
 	defer files.close()
 	// Every extent's records have their place in Starts, from the index's
 	// counts, so that each can be split as soon as it is read. When a
@@ -69,8 +83,8 @@ func (l *Loader) read(b *Buf) error {
 	errs := make([]error, len(exts))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	workers := cap(l.sem)
-	if b.unit.Records == nil && !l.direct && index.IsLocal(l.src) {
+	workers := cap(l.fetch.sem)
+	if b.unit.Records == nil && !l.fetch.direct && index.IsLocal(l.src) {
 		// Whole blocks through the page cache are long sequential reads
 		// that the kernel's readahead keeps ahead of: a few workers do.
 		// Direct reads, single records and remote GETs wait for the
@@ -116,7 +130,7 @@ func (l *Loader) read(b *Buf) error {
 					own[i] = splitter{l: l, b: b, e: exts[i], own: true}
 					sp = &own[i]
 				}
-				l.sem <- struct{}{}
+				l.fetch.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
 				cached, err := l.readCachedExtent(b, exts[i], sp.filled)
@@ -132,7 +146,7 @@ func (l *Loader) read(b *Buf) error {
 						files.release(f)
 					}
 				}
-				<-l.sem
+				<-l.fetch.sem
 				if !cached {
 					l.fetched(b, exts[i], err)
 				}
@@ -202,7 +216,7 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 		return nil
 	}
 	got := 0
-	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.noDirect.Load() && pc.Uncached(e.off, e.n) {
+	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.fetch.noDirect.Load() && pc.Uncached(e.off, e.n) {
 		// Whole pages: the extent's first page sits at a page boundary of
 		// the slab, and its pages are its own.
 		from := index.AlignDown(e.off)
@@ -210,12 +224,12 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 		n, err := d.ReadDirect(win, from)
 		switch {
 		case errors.Is(err, source.ErrNoDirect):
-			l.noDirect.Store(true)
+			l.fetch.noDirect.Store(true)
 			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name(), "err", err)
 		case err != nil:
 			return fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
 		default:
-			l.directBytes.Add(int64(n))
+			l.count.directBytes.Add(int64(n))
 			got = int(min(e.n, max(0, from+int64(n)-e.off)))
 		}
 	}

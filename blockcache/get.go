@@ -1,5 +1,7 @@
 package blockcache
 
+// The read path: Get finds or loads the Buf of a unit and waits for it.
+
 import (
 	"context"
 	"fmt"
@@ -33,8 +35,8 @@ func (l *Loader) hash(u Unit) uint64 {
 	return h.Sum64()
 }
 
-// lookup finds the Buf for u. l.mu must be held.
-func (l *Loader) lookup(h uint64, u Unit) *Buf {
+// lookupLocked finds the Buf for u. l.mu must be held.
+func (l *Loader) lookupLocked(h uint64, u Unit) *Buf {
 	for _, b := range l.bufs[h] {
 		if b.unit.equal(u) {
 			return b
@@ -48,17 +50,17 @@ func (l *Loader) lookup(h uint64, u Unit) *Buf {
 func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 	h := l.hash(u)
 	n := l.size(u)
-	if n > l.budget {
-		return nil, fmt.Errorf("a buffer of %d bytes does not fit in the memory budget of %d bytes", n, l.budget)
+	if n > l.mem.budget {
+		return nil, fmt.Errorf("a buffer of %d bytes does not fit in the memory budget of %d bytes", n, l.mem.budget)
 	}
 	l.mu.Lock()
 	for {
-		if b := l.lookup(h, u); b != nil {
-			l.acquire(b, u.Epoch)
+		if b := l.lookupLocked(h, u); b != nil {
+			l.acquireLocked(b, u.Epoch)
 			l.mu.Unlock()
 			return l.wait(ctx, b)
 		}
-		if b := l.reserve(n, true); b != nil {
+		if b := l.reserveLocked(n, true); b != nil {
 			b.unit, b.hash, b.refs, b.used = u.clone(), h, 1, l.clock()
 			l.bufs[h] = append(l.bufs[h], b)
 			l.mu.Unlock()
@@ -67,9 +69,9 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 			l.stalled(b, time.Since(start), "not prefetched")
 			return l.wait(ctx, b)
 		}
-		l.memoryWaits.Add(1)
-		ch := l.changed
-		l.waiters++
+		l.count.memoryWaits.Add(1)
+		ch := l.mem.changed
+		l.mem.waiters++
 		l.mu.Unlock()
 		// Woken by a release, or once the Bufs other readers are serving
 		// may have outlived their grace.
@@ -80,26 +82,26 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 		case <-ctx.Done():
 			t.Stop()
 			l.mu.Lock()
-			l.waiters--
+			l.mem.waiters--
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		t.Stop()
 		l.mu.Lock()
-		l.waiters--
+		l.mem.waiters--
 	}
 }
 
-// acquire takes a reference to a Buf found in the table. l.mu must be held.
-func (l *Loader) acquire(b *Buf, epoch int) {
+// acquireLocked takes a reference to a Buf found in the table. l.mu must be held.
+func (l *Loader) acquireLocked(b *Buf, epoch int) {
 	l.idle.remove(b)
 	b.refs++
 	b.used = l.clock()
 	if b.prefetched {
 		b.prefetched = false
-		l.prefetchHits.Add(1)
+		l.count.prefetchHits.Add(1)
 	} else {
-		l.cacheHits.Add(1)
+		l.count.cacheHits.Add(1)
 		l.fromMemory(epoch, b.unit)
 	}
 }

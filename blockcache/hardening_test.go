@@ -35,10 +35,10 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 	blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
-	l.sem <- struct{}{}
+	l.fetch.sem <- struct{}{}
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		<-l.sem
+		<-l.fetch.sem
 	}()
 	l.Prefetch(context.Background(), blockUnit(id))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -59,50 +59,34 @@ type LoaderOptions struct {
 // Prefetch never waits: it is skipped when memory is short. Source files
 // are opened from a pool of bounded size (see filePool).
 type Loader struct {
-	ix     *index.Index
-	src    source.Source // ix.Source()
-	budget int64
-	log    *slog.Logger
-	seed   maphash.Seed
-
-	onDamage   func(string)
-	prefetch   int // buffers a stream loads ahead (PrefetchDepth)
-	damageOnce sync.Once
-	sem        chan struct{}
-	files      *filePool
-	tier       diskTier // the disk cache, and the bytes counted per epoch (loader_disk.go)
-
-	start time.Time // of Loader.clock
-
-	mu     sync.Mutex
-	used   int64
-	peak   int64
-	mapped int64
-	bufs   map[uint64][]*Buf
-	// Bufs with refs == 0, least recently used at the front.
-	idle    idleList[Buf]
-	largest int64  // the largest reservation so far
-	waiters int    // Gets waiting for memory
-	free    []*Buf // evicted Bufs whose slabs can be reused
-	changed chan struct{}
-
-	blocksRead, recordsRead                    atomic.Int64
-	bytesRead, buffersLoaded                   atomic.Int64
-	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
-	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
-	evictions, loadErrors, directBytes         atomic.Int64
-	// learned holds the record count of every block of a probed index,
-	// once loaded (0 before), with the blocks and records learned so far.
-	learned                       []atomic.Int32
-	learnedBlocks, learnedRecords atomic.Int64
-	direct                        bool        // read blocks directly when not cached
-	noDirect                      atomic.Bool // the file system refused a direct read
-	// decoders holds *zaccess.Decoder for compressed files, kept from
-	// one extent to the next.
-	decoders sync.Pool
+	ix       *index.Index
+	src      source.Source // ix.Source()
+	log      *slog.Logger
+	seed     maphash.Seed
+	start    time.Time // of Loader.clock
+	prefetch int       // buffers a stream loads ahead (PrefetchDepth)
+	damage   damage
+	fetch    fetcher  // the reads from the source (fetch.go)
+	tier     diskTier // the disk cache, and the bytes counted per epoch (loader_disk.go)
+	count    counters // stats.go
+	learn    learning // a probed index's record counts (split.go)
 	// proof proves the probed boundaries of formats whose probe an
 	// embedded record can fool before a block is served (probe_proof.go).
 	proof *prover
+
+	// mu guards mem, bufs, idle and the Bufs' reference counts; the
+	// methods named …Locked must be called with it held.
+	mu   sync.Mutex
+	mem  memory // the budget and the slabs (budget.go)
+	bufs map[uint64][]*Buf
+	// Bufs with refs == 0, least recently used at the front.
+	idle idleList[Buf]
+}
+
+// damage reports, once, a block that no longer matches the index.
+type damage struct {
+	report func(string) // LoaderOptions.OnDamage
+	once   sync.Once
 }
 
 // NewLoader returns a Loader for the blocks of ix.
@@ -121,14 +105,18 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
 	l := &Loader{
-		ix: ix, src: ix.Source(), budget: o.MaxMemory, log: o.Logger, seed: maphash.MakeSeed(), onDamage: o.OnDamage, learned: learned,
-		direct: readsDirect(ix, o),
-		sem:    make(chan struct{}, o.InFlight),
-		files:  newFilePool(o.MaxOpenFiles),
-		start:  time.Now(),
-		bufs:   make(map[uint64][]*Buf), changed: make(chan struct{}), prefetch: prefetchDepth(o.Prefetch),
-		idle: newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
-		tier: diskTier{disk: o.DiskCache},
+		ix: ix, src: ix.Source(), log: o.Logger, seed: maphash.MakeSeed(), start: time.Now(), prefetch: prefetchDepth(o.Prefetch),
+		damage: damage{report: o.OnDamage},
+		fetch: fetcher{
+			direct: readsDirect(ix, o),
+			sem:    make(chan struct{}, o.InFlight),
+			files:  newFilePool(o.MaxOpenFiles),
+		},
+		tier:  diskTier{disk: o.DiskCache},
+		learn: learning{counts: learned},
+		mem:   memory{budget: o.MaxMemory, changed: make(chan struct{})},
+		bufs:  make(map[uint64][]*Buf),
+		idle:  newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 	}
 	l.proof = newProver(ix, learned, o.Logger, o.Proofs, func(fi int32, reason string) {
 		if o.OnProbeWrong != nil {
@@ -142,7 +130,7 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 
 // damaged reports a block that no longer matches the index to OnDamage.
 func (l *Loader) damaged(err error) {
-	if l.onDamage != nil {
-		l.damageOnce.Do(func() { l.onDamage(err.Error()) })
+	if l.damage.report != nil {
+		l.damage.once.Do(func() { l.damage.report(err.Error()) })
 	}
 }

@@ -1,5 +1,7 @@
 package blockcache
 
+// Prefetch: units loaded ahead of the reader, never waiting for memory.
+
 import (
 	"context"
 )
@@ -73,23 +75,23 @@ func (l *Loader) startPrefetch(u Unit) (*Buf, <-chan struct{}) {
 	n := l.size(u)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.lookup(h, u); b != nil {
+	if b := l.lookupLocked(h, u); b != nil {
 		return nil, b.ready
 	}
 	var b *Buf
-	if l.waiters == 0 {
+	if l.mem.waiters == 0 {
 		// Readers waiting for memory come first: a prefetch would take
 		// what one of them waits for.
-		b = l.reserve(n, false)
+		b = l.reserveLocked(n, false)
 	}
 	if b == nil {
-		l.prefetchSkip.Add(1)
+		l.count.prefetchSkip.Add(1)
 		return nil, nil
 	}
 	b.unit, b.hash, b.prefetched = u.clone(), h, true
 	l.bufs[h] = append(l.bufs[h], b)
 	l.idle.push(b) // evictable, but only after older idle Bufs
-	l.prefetchIssued.Add(1)
+	l.count.prefetchIssued.Add(1)
 	return b, b.ready
 }
 
@@ -101,9 +103,9 @@ func (l *Loader) Forget(units ...Unit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, u := range units {
-		if b := l.lookup(l.hash(u), u); b != nil && b.refs == 0 && b.prefetched {
+		if b := l.lookupLocked(l.hash(u), u); b != nil && b.refs == 0 && b.prefetched {
 			b.prefetched = false
 		}
 	}
-	l.signal()
+	l.signalLocked()
 }

@@ -1,8 +1,8 @@
 package blockcache
 
-import (
-	"time"
-)
+// The references to Bufs: taken again, served to a reader, released.
+
+import "time"
 
 // Reacquire takes a new reference to a Buf that its user released earlier,
 // if it has not been evicted since. A user that holds a Buf only while it
@@ -33,9 +33,9 @@ const serveGrace = time.Second
 // clock returns the time since the loader was made.
 func (l *Loader) clock() time.Duration { return time.Since(l.start) }
 
-// protected reports whether b is kept from loads that need memory. l.mu
+// protectedLocked reports whether b is kept from loads that need memory. l.mu
 // must be held.
-func (l *Loader) protected(b *Buf, now time.Duration) bool {
+func (l *Loader) protectedLocked(b *Buf, now time.Duration) bool {
 	return b.servers > 0 && now-b.used < serveGrace
 }
 
@@ -58,7 +58,7 @@ func (l *Loader) Pass(b *Buf) {
 	if b.servers > 0 {
 		b.servers--
 		if b.servers == 0 {
-			l.signal()
+			l.signalLocked()
 		}
 	}
 }
@@ -73,18 +73,18 @@ func (l *Loader) Release(b *Buf) {
 		return
 	}
 	if b.err != nil {
-		l.drop(b)
+		l.dropLocked(b)
 	} else {
 		l.idle.push(b)
 	}
-	l.signal()
+	l.signalLocked()
 }
 
-// signal wakes the Gets waiting for memory. l.mu must be held.
-func (l *Loader) signal() {
-	if l.waiters == 0 {
+// signalLocked wakes the Gets waiting for memory. l.mu must be held.
+func (l *Loader) signalLocked() {
+	if l.mem.waiters == 0 {
 		return
 	}
-	close(l.changed)
-	l.changed = make(chan struct{})
+	close(l.mem.changed)
+	l.mem.changed = make(chan struct{})
 }

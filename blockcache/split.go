@@ -1,11 +1,23 @@
 package blockcache
 
+// Splitting: the records found in an extent's bytes as they arrive, each
+// checked, and the record counts of a probed index learned.
+
 import (
 	"fmt"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/corgifs/corgifs/formats"
 )
+
+// learning holds the record count of every block of a probed index,
+// once loaded (0 before), with the blocks and records learned so far; nil
+// counts for an index that knows them all.
+type learning struct {
+	counts          []atomic.Int32
+	blocks, records atomic.Int64
+}
 
 // splitter finds the records of extent e, loaded into b, and fills their
 // entries lo to hi of b.Starts and b.lens, checking every CRC on the way.
@@ -105,14 +117,14 @@ func (sp *splitter) learn(span int64) error {
 		l.damaged(err)
 		return err
 	}
-	if e.block >= 0 && l.learned != nil {
-		if old := l.learned[e.block].Load(); old != 0 && int(old) != n {
+	if e.block >= 0 && l.learn.counts != nil {
+		if old := l.learn.counts[e.block].Load(); old != 0 && int(old) != n {
 			err := fmt.Errorf("%s at offset %d: %d records, %d when it was loaded before; the source changed: %w", l.ix.Path(e.file), e.off, n, old, syscall.EIO)
 			l.damaged(err)
 			return err
-		} else if old == 0 && l.learned[e.block].CompareAndSwap(0, int32(n)) {
-			l.learnedBlocks.Add(1)
-			l.learnedRecords.Add(int64(n))
+		} else if old == 0 && l.learn.counts[e.block].CompareAndSwap(0, int32(n)) {
+			l.learn.blocks.Add(1)
+			l.learn.records.Add(int64(n))
 		}
 	}
 	sp.lens = make([]uint32, n)

@@ -1,10 +1,22 @@
 package blockcache
 
+// The loader's counters and their snapshot, Stats.
+
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/corgifs/corgifs/diskcache"
 )
+
+// counters are the loader's counts for Stats.
+type counters struct {
+	blocksRead, recordsRead                    atomic.Int64
+	bytesRead, buffersLoaded                   atomic.Int64
+	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
+	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
+	evictions, loadErrors, directBytes         atomic.Int64
+}
 
 // Stats are the loader's counters.
 type Stats struct {
@@ -56,27 +68,27 @@ type Stats struct {
 // that their record counts are known, and the records they hold. For an
 // index that knows every count, all of them.
 func (l *Loader) Learned() (blocks int, records int64) {
-	if l.learned == nil {
+	if l.learn.counts == nil {
 		return len(l.ix.Blocks), l.ix.Records
 	}
-	return int(l.learnedBlocks.Load()), l.learnedRecords.Load()
+	return int(l.learn.blocks.Load()), l.learn.records.Load()
 }
 
 // Stats returns a snapshot of the counters.
 func (l *Loader) Stats() Stats {
 	l.mu.Lock()
-	used, peak, mapped := l.used, l.peak, l.mapped
+	used, peak, mapped := l.mem.used, l.mem.peak, l.mem.mapped
 	l.mu.Unlock()
 	s := Stats{
-		BlocksRead: l.blocksRead.Load(), RecordsRead: l.recordsRead.Load(), BytesRead: l.bytesRead.Load(), DirectBytesRead: l.directBytes.Load(), BuffersLoaded: l.buffersLoaded.Load(),
-		PrefetchIssued: l.prefetchIssued.Load(), PrefetchHits: l.prefetchHits.Load(), PrefetchSkipped: l.prefetchSkip.Load(),
-		CacheHits: l.cacheHits.Load(), Stalls: l.stalls.Load(), StallSeconds: time.Duration(l.stallNanos.Load()).Seconds(),
-		MemoryWaits: l.memoryWaits.Load(), Evictions: l.evictions.Load(), LoadErrors: l.loadErrors.Load(),
-		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.budget, MemoryMapped: mapped,
+		BlocksRead: l.count.blocksRead.Load(), RecordsRead: l.count.recordsRead.Load(), BytesRead: l.count.bytesRead.Load(), DirectBytesRead: l.count.directBytes.Load(), BuffersLoaded: l.count.buffersLoaded.Load(),
+		PrefetchIssued: l.count.prefetchIssued.Load(), PrefetchHits: l.count.prefetchHits.Load(), PrefetchSkipped: l.count.prefetchSkip.Load(),
+		CacheHits: l.count.cacheHits.Load(), Stalls: l.count.stalls.Load(), StallSeconds: time.Duration(l.count.stallNanos.Load()).Seconds(),
+		MemoryWaits: l.count.memoryWaits.Load(), Evictions: l.count.evictions.Load(), LoadErrors: l.count.loadErrors.Load(),
+		MemoryInUse: used, MemoryPeak: peak, MemoryBudget: l.mem.budget, MemoryMapped: mapped,
 	}
 	l.diskStats(&s)
-	if l.learned != nil {
-		blocks, records := l.learnedBlocks.Load(), l.learnedRecords.Load()
+	if l.learn.counts != nil {
+		blocks, records := l.learn.blocks.Load(), l.learn.records.Load()
 		s.BlocksLearned, s.RecordsLearned = &blocks, &records
 	}
 	if l.proof != nil {
@@ -87,17 +99,17 @@ func (l *Loader) Stats() Stats {
 
 // stalled counts a reader's wait for b.
 func (l *Loader) stalled(b *Buf, d time.Duration, why string) {
-	l.stalls.Add(1)
-	l.stallNanos.Add(int64(d))
+	l.count.stalls.Add(1)
+	l.count.stallNanos.Add(int64(d))
 	l.log.Debug("a reader waited for a buffer", "why", why, "bytes", len(b.Data), "waited", d)
 }
 
 // counted counts a record or block of n bytes read from the source.
 func (l *Loader) counted(n int64, record bool) {
 	if record {
-		l.recordsRead.Add(1)
+		l.count.recordsRead.Add(1)
 	} else {
-		l.blocksRead.Add(1)
+		l.count.blocksRead.Add(1)
 	}
-	l.bytesRead.Add(n)
+	l.count.bytesRead.Add(n)
 }
