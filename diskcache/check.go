@@ -39,9 +39,9 @@ func (c *Cache) checkBlock(name diskName, ent *diskEntry, e Extent, crc uint32) 
 	if !ok || crc == want {
 		return true
 	}
-	c.misses.Add(1)
-	c.mismatched.Add(1)
-	if c.mismatchLogged.CompareAndSwap(false, true) {
+	c.count.misses.Add(1)
+	c.count.mismatched.Add(1)
+	if c.count.mismatchLogged.CompareAndSwap(false, true) {
 		c.log.Warn("disk cache entry holds other bytes than the index's block (the source was rewritten without changing the file's version, or the entry was filled from other data): dropped, and the block read from the source; later such entries are counted in stats.json disk_cache.mismatched, not logged",
 			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "crc32c", fmt.Sprintf("%08x", crc), "index_crc32c", fmt.Sprintf("%08x", want))
 	}

@@ -134,27 +134,39 @@ type Cache struct {
 
 	// evict serializes reservations of room (reserve), which rank the
 	// entries without holding mu.
-	evict   sync.Mutex
+	evict sync.Mutex
+	// mu guards the fields below and those of queue; the methods named
+	// …Locked must be called with it held.
 	mu      sync.Mutex
 	entries map[diskName]*diskEntry
-	// pending are the copies queued and not yet written: a block read
-	// again meanwhile (the next epoch's first buffers are prefetched
-	// while the last ones of this epoch are written) is copied from there.
-	pending map[diskName]*pendingCopy
 	tick    int64 // of diskEntry.used
 	held    int64
 	peak    int64
 	offWhy  string // writes stopped, and why
-	queued  int64
 	closed  bool
+	queue   writeQueue
+	count   counters
+}
+
+// writeQueue holds the copies of blocks waiting for the writers
+// (write.go). Guarded by Cache.mu, but for waited.
+type writeQueue struct {
+	// pending are the copies queued and not yet written: a block read
+	// again meanwhile (the next epoch's first buffers are prefetched
+	// while the last ones of this epoch are written) is copied from there.
+	pending map[diskName]*pendingCopy
+	queued  int64
 	jobs    []diskJob  // queued copies, oldest first
-	work    *sync.Cond // on mu: a job was queued, or the cache closed
+	work    *sync.Cond // on Cache.mu: a job was queued, or the cache closed
 	room    chan struct{}
-	done    chan struct{}
+	done    chan struct{} // closed when the writers have stopped
 	maxWait int64         // bytes queued at most
 	waitFor time.Duration // for room in the queue, at most
 	waited  atomic.Int64  // nanoseconds loads waited for room
+}
 
+// counters are the cache's counts for Stats.
+type counters struct {
 	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
 	// mismatchLogged: the first entry of other bytes is logged, the
 	// rest only counted; skipLogged likewise for skipped writes.
@@ -209,9 +221,10 @@ func Open(ix *index.Index, o Options) (*Cache, error) {
 		o.MaxWait = 0
 	}
 	c := &Cache{ix: ix, path: o.Dir, nu: o.NextUse, log: o.Logger, src: sourceIdentity(ix),
-		entries: map[diskName]*diskEntry{}, pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, waitFor: o.MaxWait,
-		room: make(chan struct{}), done: make(chan struct{})}
-	c.work = sync.NewCond(&c.mu)
+		entries: map[diskName]*diskEntry{},
+		queue: writeQueue{pending: map[diskName]*pendingCopy{}, maxWait: o.MaxQueued, waitFor: o.MaxWait,
+			room: make(chan struct{}), done: make(chan struct{})}}
+	c.queue.work = sync.NewCond(&c.mu)
 	root := ""
 	if index.IsLocal(ix.Source()) {
 		root = ix.Root
@@ -230,7 +243,7 @@ func Open(ix *index.Index, o Options) (*Cache, error) {
 		c.dir = nil
 		c.offWhy = err.Error()
 		c.log.Warn("disk cache disabled: its directory cannot be used; blocks are read from the source every time", "dir", o.Dir, "err", err)
-		close(c.done)
+		close(c.queue.done)
 		return c, nil
 	}
 	c.scan()
@@ -251,7 +264,7 @@ func Open(ix *index.Index, o Options) (*Cache, error) {
 	for range diskWriters {
 		wg.Go(c.writer)
 	}
-	go func() { wg.Wait(); close(c.done) }()
+	go func() { wg.Wait(); close(c.queue.done) }()
 	c.log.Info("disk cache", "dir", c.path, "entries", len(c.entries), "bytes_held", c.held, "max_bytes", c.max)
 	return c, nil
 }
@@ -278,11 +291,11 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
-	c.work.Broadcast()
-	close(c.room)
-	c.room = make(chan struct{})
+	c.queue.work.Broadcast()
+	close(c.queue.room)
+	c.queue.room = make(chan struct{})
 	c.mu.Unlock()
-	<-c.done
+	<-c.queue.done
 	return c.dir.Close()
 }
 
@@ -290,7 +303,7 @@ func (c *Cache) Close() error {
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Dir: c.path, Hits: c.hits.Load(), HitBytes: c.hitBytes.Load(), Misses: c.misses.Load(),
-		Written: c.written.Load(), WriteSkipped: c.skipped.Load(), WriteWaitSeconds: time.Duration(c.waited.Load()).Seconds(), NotAdmitted: c.notAdmitted.Load(), Evictions: c.evictions.Load(),
-		Damaged: c.damaged.Load(), Mismatched: c.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
+	return Stats{Dir: c.path, Hits: c.count.hits.Load(), HitBytes: c.count.hitBytes.Load(), Misses: c.count.misses.Load(),
+		Written: c.count.written.Load(), WriteSkipped: c.count.skipped.Load(), WriteWaitSeconds: time.Duration(c.queue.waited.Load()).Seconds(), NotAdmitted: c.count.notAdmitted.Load(), Evictions: c.count.evictions.Load(),
+		Damaged: c.count.damaged.Load(), Mismatched: c.count.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
 }

@@ -112,7 +112,7 @@ func (c *Cache) reserve(block int32, epoch int, size int64) bool {
 		}
 		delete(c.entries, v.name)
 		c.held -= v.ent.size
-		c.evictions.Add(1)
+		c.count.evictions.Add(1)
 		if err := c.dir.Remove(v.name.String()); err != nil {
 			c.log.Debug("disk cache: remove", "err", err)
 		}

@@ -51,13 +51,13 @@ func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testin
 	defer dc.Close()
 	// The writers held up: the queue never empties.
 	dc.mu.Lock()
-	dc.queued = 1 << 40
+	dc.queue.queued = 1 << 40
 	dc.mu.Unlock()
 	for id, b := range f.ix.Blocks[:2] {
 		dc.offer(Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}, 0, f.bytes(b))
 	}
 	dc.mu.Lock()
-	dc.queued = 0
+	dc.queue.queued = 0
 	dc.mu.Unlock()
 	s := dc.Stats()
 	if s.WriteSkipped != 2 || s.WriteWaitSeconds <= 0 {

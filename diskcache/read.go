@@ -113,7 +113,7 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if p := c.pending[name]; p != nil && len(p.data) == len(dst) {
+	if p := c.queue.pending[name]; p != nil && len(p.data) == len(dst) {
 		p.readers++
 		c.mu.Unlock()
 		copy(dst, p.data)
@@ -121,8 +121,8 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 		p.readers--
 		c.unmapDoneLocked(p)
 		c.mu.Unlock()
-		c.hits.Add(1)
-		c.hitBytes.Add(e.Len)
+		c.count.hits.Add(1)
+		c.count.hitBytes.Add(e.Len)
 		return true
 	}
 	ent := c.entries[name]
@@ -132,19 +132,19 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 	}
 	c.mu.Unlock()
 	if ent == nil {
-		c.misses.Add(1)
+		c.count.misses.Add(1)
 		return false
 	}
 	crc, why := c.readEntry(name, key, dst)
 	if why != "" {
-		c.misses.Add(1)
+		c.count.misses.Add(1)
 		if why == entryGone {
 			// Removed by someone else, such as another mount sharing
 			// the directory: not damage.
 			c.forget(name, ent)
 			return false
 		}
-		c.damaged.Add(1)
+		c.count.damaged.Add(1)
 		c.log.Warn("disk cache entry damaged: dropped, and the block read from the source again",
 			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "why", why)
 		c.drop(name, ent)
@@ -153,8 +153,8 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 	if !c.checkBlock(name, ent, e, crc) {
 		return false
 	}
-	c.hits.Add(1)
-	c.hitBytes.Add(e.Len)
+	c.count.hits.Add(1)
+	c.count.hitBytes.Add(e.Len)
 	return true
 }
 

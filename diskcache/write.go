@@ -18,7 +18,7 @@ import (
 // offer queues the bytes of extent e, read from the source and checked,
 // for writing, unless the cache holds them or writes stopped. It copies
 // them: the slab goes on being used. When the queue is full it waits for
-// room, at most c.waitFor, and then leaves the block uncached.
+// room, at most c.queue.waitFor, and then leaves the block uncached.
 func (c *Cache) offer(e Extent, epoch int, data []byte) {
 	if c == nil || c.dir == nil || e.Block < 0 {
 		return
@@ -29,24 +29,24 @@ func (c *Cache) offer(e Extent, epoch int, data []byte) {
 	c.mu.Lock()
 	var deadline time.Time
 	for {
-		if c.closed || c.offWhy != "" || c.entries[name] != nil || c.pending[name] != nil {
+		if c.closed || c.offWhy != "" || c.entries[name] != nil || c.queue.pending[name] != nil {
 			c.mu.Unlock()
 			return
 		}
-		if c.queued == 0 || c.queued+n <= c.maxWait {
+		if c.queue.queued == 0 || c.queue.queued+n <= c.queue.maxWait {
 			break
 		}
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(c.waitFor)
+			deadline = now.Add(c.queue.waitFor)
 		}
 		if !now.Before(deadline) {
 			c.mu.Unlock()
 			c.skip(e, fmt.Sprintf("the disk cache's writes stayed %.1f MiB behind the source for %s (its disk is slower than the source)",
-				float64(c.maxWait)/(1<<20), c.waitFor))
+				float64(c.queue.maxWait)/(1<<20), c.queue.waitFor))
 			return
 		}
-		room := c.room
+		room := c.queue.room
 		c.mu.Unlock()
 		t := time.NewTimer(deadline.Sub(now))
 		select {
@@ -54,39 +54,39 @@ func (c *Cache) offer(e Extent, epoch int, data []byte) {
 		case <-t.C:
 		}
 		t.Stop()
-		c.waited.Add(int64(time.Since(now)))
+		c.queue.waited.Add(int64(time.Since(now)))
 		c.mu.Lock()
 	}
-	c.queued += n
+	c.queue.queued += n
 	c.mu.Unlock()
 	buf, err := slab.Map(n)
 	if err != nil {
 		c.mu.Lock()
-		c.queued -= n
+		c.queue.queued -= n
 		c.mu.Unlock()
 		c.skip(e, "no memory for its copy: "+err.Error())
 		return
 	}
 	copy(buf, data)
 	c.mu.Lock()
-	if c.closed || c.pending[name] != nil {
+	if c.closed || c.queue.pending[name] != nil {
 		// Closing, or the same block queued meanwhile by another load.
-		c.queued -= n
+		c.queue.queued -= n
 		c.mu.Unlock()
 		slab.Unmap(buf)
 		return
 	}
 	p := &pendingCopy{data: buf[:n]}
-	c.jobs = append(c.jobs, diskJob{name: name, key: key, block: e.Block, epoch: epoch, data: buf[:n], copy: p})
-	c.pending[name] = p
-	c.work.Signal()
+	c.queue.jobs = append(c.queue.jobs, diskJob{name: name, key: key, block: e.Block, epoch: epoch, data: buf[:n], copy: p})
+	c.queue.pending[name] = p
+	c.queue.work.Signal()
 	c.mu.Unlock()
 }
 
 // skip counts a block not cached, and logs the first, with why.
 func (c *Cache) skip(e Extent, why string) {
-	c.skipped.Add(1)
-	if c.skipLogged.CompareAndSwap(false, true) {
+	c.count.skipped.Add(1)
+	if c.count.skipLogged.CompareAndSwap(false, true) {
 		c.log.Warn("disk cache: a block read from the source was not cached; it will be read from the source again (counted in write_skipped of stats.json; later ones not logged)",
 			"file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "why", why)
 	}
@@ -98,26 +98,26 @@ func (c *Cache) skip(e Extent, why string) {
 func (c *Cache) writer() {
 	for {
 		c.mu.Lock()
-		for len(c.jobs) == 0 && !c.closed {
-			c.work.Wait()
+		for len(c.queue.jobs) == 0 && !c.closed {
+			c.queue.work.Wait()
 		}
-		if len(c.jobs) == 0 {
+		if len(c.queue.jobs) == 0 {
 			c.mu.Unlock()
 			return
 		}
-		j := c.jobs[0]
-		c.jobs[0] = diskJob{}
-		c.jobs = c.jobs[1:]
+		j := c.queue.jobs[0]
+		c.queue.jobs[0] = diskJob{}
+		c.queue.jobs = c.queue.jobs[1:]
 		c.mu.Unlock()
 		c.store(j)
 		c.mu.Lock()
-		c.queued -= int64(len(j.data))
-		delete(c.pending, j.name)
+		c.queue.queued -= int64(len(j.data))
+		delete(c.queue.pending, j.name)
 		j.copy.written = true
 		c.unmapDoneLocked(j.copy)
 		// Wake the loads waiting for room.
-		close(c.room)
-		c.room = make(chan struct{})
+		close(c.queue.room)
+		c.queue.room = make(chan struct{})
 		c.mu.Unlock()
 	}
 }
@@ -142,7 +142,7 @@ func (c *Cache) store(j diskJob) {
 	}
 	c.mu.Unlock()
 	if size > c.max || !c.reserve(j.block, j.epoch, size) {
-		c.notAdmitted.Add(1)
+		c.count.notAdmitted.Add(1)
 		return
 	}
 	err := c.dir.WriteFile(j.name.String(), func(w io.Writer) error {
@@ -167,7 +167,7 @@ func (c *Cache) store(j diskJob) {
 	c.tick++
 	c.entries[j.name] = &diskEntry{block: j.block, size: size, used: c.tick}
 	c.peak = max(c.peak, c.held)
-	c.written.Add(1)
+	c.count.written.Add(1)
 }
 
 // stopLocked stops all further writes after a failed one, with one log
