@@ -121,7 +121,7 @@ type Stats struct {
 	Disabled string `json:"disabled,omitempty"`
 }
 
-// Cache is the disk tier between a Loader and its source. Its
+// Cache is the disk tier between a loader (blockcache.Loader) and its source. Its
 // methods are safe for concurrent use; Close stops its writer.
 type Cache struct {
 	ix   *index.Index

@@ -10,7 +10,7 @@ import (
 // of what a mount serves: corgifs knows every future order, so the disk
 // cache can evict by Belady's rule, the entry read again farthest in the
 // future first, where LRU would evict the one read longest ago. The upper
-// layer (shuffler.Planner.NextUse) implements it; blockcache never looks
+// layer (shuffler.Planner.NextUse) implements it; diskcache never looks
 // at plans itself.
 //
 // Times are UseTime(epoch, pos): epochs first, then a position within the
