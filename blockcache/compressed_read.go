@@ -65,7 +65,7 @@ type decoder struct{ dc *zaccess.Decoder }
 
 func (d *decoder) get(l *Loader) *zaccess.Decoder {
 	if d.dc == nil {
-		d.dc, _ = l.decoders.Get().(*zaccess.Decoder)
+		d.dc, _ = l.fetch.decoders.Get().(*zaccess.Decoder)
 		if d.dc == nil {
 			d.dc = new(zaccess.Decoder)
 		}
@@ -75,7 +75,7 @@ func (d *decoder) get(l *Loader) *zaccess.Decoder {
 
 func (d *decoder) put(l *Loader) {
 	if d.dc != nil {
-		l.decoders.Put(d.dc)
+		l.fetch.decoders.Put(d.dc)
 	}
 }
 

@@ -77,7 +77,7 @@ func (l *Loader) newFileSet(direct bool) *fileSet {
 // in the pool if it is full. off is where the caller reads first, for
 // errors. Every acquire is paired with a release.
 func (s *fileSet) acquire(i int32, off int64) (*poolFile, error) {
-	p := s.l.files
+	p := s.l.fetch.files
 	slots := 1
 	if s.direct {
 		slots = 2
@@ -122,7 +122,7 @@ func (s *fileSet) acquire(i int32, off int64) (*poolFile, error) {
 
 // release gives back a file taken by acquire.
 func (s *fileSet) release(f *poolFile) {
-	p := s.l.files
+	p := s.l.fetch.files
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f.refs--
@@ -140,7 +140,7 @@ func (s *fileSet) release(f *poolFile) {
 
 // close closes the set's files; none may be in use.
 func (s *fileSet) close() {
-	p := s.l.files
+	p := s.l.fetch.files
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range s.files {

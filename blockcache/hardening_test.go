@@ -35,10 +35,10 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 	blocktest.SetMtime(t, src.Path, f.ix.Files[1].Mtime)
 
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20, InFlight: 1})
-	l.sem <- struct{}{}
+	l.fetch.sem <- struct{}{}
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		<-l.sem
+		<-l.fetch.sem
 	}()
 	l.Prefetch(context.Background(), blockUnit(id))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,7 +46,7 @@ func TestLoaderGetCancelledWhileItsPrefetchFailsIsRaceFree(t *testing.T) {
 	if _, err := l.Get(ctx, blockUnit(id)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get with a cancelled context: %v, want context.Canceled", err)
 	}
-	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
+	blocktest.Eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
 	// The failed Buf, held by nobody, is not kept: the next Get reads again.
 	if _, err := l.Get(t.Context(), blockUnit(id)); err == nil || !strings.Contains(err.Error(), "CRC") {
 		t.Fatalf("Get after the failed prefetch: %v, want the CRC error again", err)
@@ -218,7 +218,7 @@ func TestLoaderGetWaitsForAServedBufferRatherThanEvictingIt(t *testing.T) {
 		}()
 	}
 	getAsync(ic)
-	eventually(t, "the Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
+	blocktest.Eventually(t, "the Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
 	select {
 	case <-got:
 		t.Fatal("the Get evicted a buffer another user serves")

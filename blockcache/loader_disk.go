@@ -5,6 +5,8 @@ package blockcache
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/corgifs/corgifs/diskcache"
 )
 
 // EpochStats are the bytes loaded for one epoch's units, by where they
@@ -17,34 +19,10 @@ type EpochStats struct {
 	MemoryBytes    int64 `json:"memory_bytes"`
 }
 
-// DiskTier is the disk cache as the loader sees it (DiskCache is one):
-// where it looks for the stored bytes of an extent before it reads them
-// from the source, and where it offers those it read and checked.
-type DiskTier interface {
-	// ReadExtent fills dst with the stored bytes of e and reports whether
-	// it did.
-	ReadExtent(e Extent, dst []byte) bool
-	// OfferExtent offers data, the stored bytes of e read from the source
-	// and checked for epoch, for keeping. It must not keep data, which
-	// the loader goes on using.
-	OfferExtent(e Extent, epoch int, data []byte)
-	// Stats returns a snapshot of its counters, for stats.json.
-	Stats() DiskCacheStats
-}
-
-// Extent is a byte range of a source file that the loader reads whole:
-// Len stored bytes at Off of file File (an index into Index.Files),
-// holding block Block (an index into Index.Blocks, -1 for a single
-// record).
-type Extent struct {
-	File, Block int32
-	Off, Len    int64
-}
-
 // diskTier is the loader's state for the disk cache and the counts per
 // epoch.
 type diskTier struct {
-	disk           DiskTier // nil: none
+	disk           diskcache.Tier // nil: none
 	sourceRequests atomic.Int64
 	epochMu        sync.Mutex
 	epochs         map[int]*EpochStats
@@ -53,7 +31,7 @@ type diskTier struct {
 // readCachedExtent serves extent e of b from the disk cache if it holds
 // it, and reports whether it did; err is then the check of its bytes.
 func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
-	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.ReadExtent(Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.Data[e.at:e.at+e.n]) {
+	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.ReadExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.Data[e.at:e.at+e.n]) {
 		return false, nil
 	}
 	if err := check(e.n); err != nil {
@@ -73,7 +51,7 @@ func (l *Loader) fetched(b *Buf, e extent, err error) {
 	}
 	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n})
 	if l.tier.disk != nil {
-		l.tier.disk.OfferExtent(Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
+		l.tier.disk.OfferExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
 	}
 }
 

@@ -106,16 +106,6 @@ func (f *loaderFixture) bySize() []int32 {
 	return ids
 }
 
-// eventually polls cond for up to 10 seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 func TestLoaderGetReturnsSourceBytesAndRecordStarts(t *testing.T) {
 	f := newLoaderFixture(t)
 	nb := int32(len(f.ix.Blocks))
@@ -300,7 +290,7 @@ func TestLoaderGetWaitsForMemoryUntilARelease(t *testing.T) {
 		}
 		done <- buf
 	}()
-	eventually(t, "Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
+	blocktest.Eventually(t, "Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
 	// Nothing else can wake it: every load has finished.
 	time.Sleep(20 * time.Millisecond)
 	select {
@@ -353,7 +343,7 @@ func TestLoaderGetWaitingForMemoryStopsWithItsContext(t *testing.T) {
 				}
 				done <- err
 			}()
-			eventually(t, "Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
+			blocktest.Eventually(t, "Get waits for memory", func() bool { return l.Stats().MemoryWaits > 0 })
 			stop()
 			select {
 			case err := <-done:
@@ -443,7 +433,7 @@ func TestLoaderPrefetchLoadsUnitsInTurnUntilItsContextEnds(t *testing.T) {
 	f := newLoaderFixture(t)
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 	l.Prefetch(t.Context(), blockUnit(1), blockUnit(2), blockUnit(3))
-	eventually(t, "three prefetched buffers are loaded", func() bool { return l.Stats().BuffersLoaded == 3 })
+	blocktest.Eventually(t, "three prefetched buffers are loaded", func() bool { return l.Stats().BuffersLoaded == 3 })
 	for _, id := range []int32{1, 2, 3} {
 		l.Release(f.get(t, l, id))
 	}
@@ -454,7 +444,7 @@ func TestLoaderPrefetchLoadsUnitsInTurnUntilItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	l.Prefetch(ctx, blockUnit(4), blockUnit(5))
-	eventually(t, "the first unit is loaded", func() bool { return l.Stats().BuffersLoaded == 4 })
+	blocktest.Eventually(t, "the first unit is loaded", func() bool { return l.Stats().BuffersLoaded == 4 })
 	time.Sleep(20 * time.Millisecond)
 	if s := l.Stats(); s.PrefetchIssued != 4 || s.BuffersLoaded != 4 {
 		t.Fatalf("stats %+v: the unit after the first was prefetched although the context had ended", s)
@@ -467,14 +457,14 @@ func TestLoaderForgottenPrefetchGivesWayToANewOne(t *testing.T) {
 	a, b := ids[len(ids)-1], ids[len(ids)-2]
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(a)})
 	l.Prefetch(t.Context(), blockUnit(a))
-	eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 1 })
+	blocktest.Eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 1 })
 	l.Prefetch(t.Context(), blockUnit(b))
 	if s := l.Stats(); s.PrefetchSkipped != 1 {
 		t.Fatalf("stats %+v: a prefetch took the memory of another prefetch nobody has used yet", s)
 	}
 	l.Forget(blockUnit(a))
 	l.Prefetch(t.Context(), blockUnit(b))
-	eventually(t, "the new prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
+	blocktest.Eventually(t, "the new prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
 	l.Release(f.get(t, l, b))
 	if s := l.Stats(); s.PrefetchIssued != 2 || s.PrefetchHits != 1 || s.Evictions != 1 {
 		t.Fatalf("stats %+v, want the forgotten prefetch evicted for the new one, which is hit", s)
@@ -499,7 +489,7 @@ func TestLoaderPrefetchIsSkippedWhenMemoryIsShort(t *testing.T) {
 			l := NewLoader(f.ix, LoaderOptions{MaxMemory: f.size(large, mid)})
 			l.Prefetch(context.Background(), blockUnit(large))
 			l.Prefetch(context.Background(), blockUnit(mid))
-			eventually(t, "prefetches load", func() bool { return l.Stats().BuffersLoaded == 2 })
+			blocktest.Eventually(t, "prefetches load", func() bool { return l.Stats().BuffersLoaded == 2 })
 			l.Prefetch(context.Background(), blockUnit(small))
 			a, b := f.get(t, l, large), f.get(t, l, mid)
 			if s := l.Stats(); s.PrefetchHits != 2 {
@@ -514,7 +504,7 @@ func TestLoaderPrefetchIsSkippedWhenMemoryIsShort(t *testing.T) {
 			a := f.get(t, l, small)
 			l.Release(a)
 			l.Prefetch(context.Background(), blockUnit(large))
-			eventually(t, "prefetch loads", func() bool { return l.Stats().BuffersLoaded == 2 })
+			blocktest.Eventually(t, "prefetch loads", func() bool { return l.Stats().BuffersLoaded == 2 })
 			l.Prefetch(context.Background(), blockUnit(mid))
 			return l, nil, []*Buf{a}
 		}},
@@ -682,7 +672,7 @@ func TestLoaderFailedPrefetchDoesNotOutliveTheFix(t *testing.T) {
 	l := NewLoader(f.ix, LoaderOptions{MaxMemory: 1 << 20})
 	blocktest.WriteBytes(t, src.Path, src.Data[:len(src.Data)/2])
 	l.Prefetch(context.Background(), blockUnit(id))
-	eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
+	blocktest.Eventually(t, "the prefetch fails", func() bool { return l.Stats().LoadErrors == 1 })
 	blocktest.WriteBytes(t, src.Path, src.Data)
 	blocktest.SetMtime(t, src.Path, f.ix.Files[2].Mtime)
 	l.Release(f.get(t, l, id))
@@ -753,12 +743,12 @@ func TestLoaderRecyclingWithBudgetToSpareSparesWhatReadersNeedNext(t *testing.T)
 			// The oldest idle buffer has the largest slab: the one to recycle.
 			l.Release(f.get(t, l, large))
 			l.Prefetch(context.Background(), blockUnit(a))
-			eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
+			blocktest.Eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 2 })
 			l.Release(f.get(t, l, b))
 			l.Release(f.get(t, l, c))
 			if tc.prefetch {
 				l.Prefetch(context.Background(), blockUnit(d))
-				eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 5 })
+				blocktest.Eventually(t, "the prefetch is loaded", func() bool { return l.Stats().BuffersLoaded == 5 })
 			} else {
 				l.Release(f.get(t, l, d))
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
@@ -54,7 +55,7 @@ type Dataset struct {
 	// proofs are the record-chain proofs of a probed index, kept
 	// across mounts in the cache directory.
 	proofs    *index.ProofLog
-	diskCache *blockcache.DiskCache
+	diskCache *diskcache.Cache
 }
 
 // Open checks cfg, opens its source, chooses the block size and the

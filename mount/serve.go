@@ -8,6 +8,7 @@ import (
 
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/index"
 	"github.com/dustin/go-humanize"
@@ -63,7 +64,7 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 		return nil, err
 	}
 	if d.diskCache != nil {
-		// Not a nil *DiskCache in the interface: the loader would
+		// Not a nil *diskcache.Cache in the interface: the loader would
 		// take it for a disk cache.
 		lo.DiskCache = d.diskCache
 	}
@@ -90,14 +91,14 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 // Config.DiskCache. The copies of blocks waiting to be written take at
 // most a quarter of the loader's budget, and at most 64 MiB, beyond
 // MaxMemory.
-func (d *Dataset) openDiskCache() (*blockcache.DiskCache, error) {
+func (d *Dataset) openDiskCache() (*diskcache.Cache, error) {
 	c := &d.Config
 	if c.DiskCache == "" {
 		return nil, nil
 	}
-	return blockcache.OpenDiskCache(d.Index, blockcache.DiskCacheOptions{
+	return diskcache.Open(d.Index, diskcache.Options{
 		Dir: c.DiskCache, MaxBytes: c.DiskCacheBytes, Percent: c.DiskCachePercent, NextUse: d.Planner.NextUse(), Logger: d.log,
-		MaxQueued: min(blockcache.DefaultDiskQueue, max(1, d.SlabBudget/4)),
+		MaxQueued: min(diskcache.DefaultQueue, max(1, d.SlabBudget/4)),
 	})
 }
 

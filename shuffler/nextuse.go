@@ -3,10 +3,10 @@ package shuffler
 import (
 	"sync"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/diskcache"
 )
 
-// uses is the Planner's blockcache.NextUse: when each block is read next
+// uses is the Planner's diskcache.NextUse: when each block is read next
 // by the parts this mount serves. A part is served once a reader opened
 // it (OpenStream); from then on its plans of every later epoch are known
 // uses, since a trainer reads epoch after epoch. Positions are scaled so
@@ -26,8 +26,8 @@ const useHorizon = 2
 const keptEpochs = useHorizon + 2
 
 // NextUse returns the planner's account of when each block is read next,
-// for the disk cache's eviction (blockcache.DiskCacheOptions.NextUse).
-func (pl *Planner) NextUse() blockcache.NextUse { return nextUse{pl} }
+// for the disk cache's eviction (diskcache.Options.NextUse).
+func (pl *Planner) NextUse() diskcache.NextUse { return nextUse{pl} }
 
 type nextUse struct{ pl *Planner }
 
@@ -46,13 +46,13 @@ func (u *uses) serve(part, parts int) {
 	u.epochs = nil // the new part's blocks are read too
 }
 
-// Next implements blockcache.NextUse.
+// Next implements diskcache.NextUse.
 func (n nextUse) Next(block int32, after int64) int64 {
 	u := &n.pl.uses
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(u.served) == 0 {
-		return blockcache.Never
+		return diskcache.Never
 	}
 	e0 := max(0, int(after>>32))
 	for e := e0; e <= e0+useHorizon; e++ {
@@ -60,11 +60,11 @@ func (n nextUse) Next(block int32, after int64) int64 {
 		if int(block) >= len(pos) || pos[block] == 0 {
 			continue
 		}
-		if t := blockcache.UseTime(e, pos[block]-1); t > after {
+		if t := diskcache.UseTime(e, pos[block]-1); t > after {
 			return t
 		}
 	}
-	return blockcache.Never
+	return diskcache.Never
 }
 
 // positionsLocked returns 1 + the scaled position of every block in the

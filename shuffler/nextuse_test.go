@@ -3,7 +3,7 @@ package shuffler
 import (
 	"testing"
 
-	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/diskcache"
 )
 
 // blockOrder returns the blocks of plan in the order they are read.
@@ -19,7 +19,7 @@ func TestNextUseIsEachBlocksPlaceInTheOpenedPartsPlansOfThisAndTheNextEpochs(t *
 	f := newStreamFixture(t)
 	pl := f.planner(t, "corgipile", 64<<10)
 	nu := pl.NextUse()
-	if got := nu.Next(0, -1); got != blockcache.Never {
+	if got := nu.Next(0, -1); got != diskcache.Never {
 		t.Fatalf("before any part is opened, Next = %d, want Never", got)
 	}
 	s, err := OpenStream(pl, f.loader(), 0, 1, 3)
@@ -47,7 +47,7 @@ func TestNextUseIsEachBlocksPlaceInTheOpenedPartsPlansOfThisAndTheNextEpochs(t *
 				t.Fatalf("block %d is read by part 1 of 3 in epoch 0, Next says epoch %d", id, first>>32)
 			}
 			// Past that read, the next is in epoch 1 or later.
-			if next := nu.Next(id, first); next != blockcache.Never && next>>32 < 1 {
+			if next := nu.Next(id, first); next != diskcache.Never && next>>32 < 1 {
 				t.Fatalf("block %d: the use after %d is %d, still in epoch 0", id, first, next)
 			}
 			if at1 >= 0 && nu.Next(id, first)>>32 != 1 {

@@ -1,4 +1,4 @@
-package blockcache
+package diskcache
 
 import (
 	"cmp"
@@ -10,7 +10,7 @@ import (
 // of what a mount serves: corgifs knows every future order, so the disk
 // cache can evict by Belady's rule, the entry read again farthest in the
 // future first, where LRU would evict the one read longest ago. The upper
-// layer (shuffler.Planner.NextUse) implements it; blockcache never looks
+// layer (shuffler.Planner.NextUse) implements it; diskcache never looks
 // at plans itself.
 //
 // Times are UseTime(epoch, pos): epochs first, then a position within the
@@ -54,7 +54,7 @@ type candidate struct {
 // NextUse is asked without c.mu held: planning an epoch may take a while
 // (or wait, for a feedback strategy), and disk-cache reads take c.mu.
 // c.evict keeps other reservations out meanwhile.
-func (c *DiskCache) reserve(block int32, epoch int, size int64) bool {
+func (c *Cache) reserve(block int32, epoch int, size int64) bool {
 	c.evict.Lock()
 	defer c.evict.Unlock()
 	c.mu.Lock()
@@ -112,7 +112,7 @@ func (c *DiskCache) reserve(block int32, epoch int, size int64) bool {
 		}
 		delete(c.entries, v.name)
 		c.held -= v.ent.size
-		c.evictions.Add(1)
+		c.count.evictions.Add(1)
 		if err := c.dir.Remove(v.name.String()); err != nil {
 			c.log.Debug("disk cache: remove", "err", err)
 		}
@@ -126,7 +126,7 @@ func (c *DiskCache) reserve(block int32, epoch int, size int64) bool {
 
 // now returns the time of the load of block for epoch: its position in
 // that epoch's plans, or the epoch's start if they do not read it.
-func (c *DiskCache) now(block int32, epoch int) int64 {
+func (c *Cache) now(block int32, epoch int) int64 {
 	start := UseTime(epoch, 0)
 	if c.nu == nil || block < 0 {
 		return start
@@ -139,7 +139,7 @@ func (c *DiskCache) now(block int32, epoch int) int64 {
 
 // next returns when block is read next after now; with no NextUse, 0 for
 // all, so that the least recently used goes first.
-func (c *DiskCache) next(block int32, now int64) int64 {
+func (c *Cache) next(block int32, now int64) int64 {
 	switch {
 	case c.nu == nil:
 		return 0

@@ -1,4 +1,4 @@
-package blockcache
+package diskcache
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package blockcache
+package diskcache
 
 import (
 	"errors"

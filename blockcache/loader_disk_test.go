@@ -11,35 +11,19 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
+	"github.com/corgifs/corgifs/source/local"
 )
-
-// lockedBuffer is a log sink safe for the cache's writer goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // diskLoader returns a loader of f's index over a disk cache in dir,
 // which the test closes at its end.
-func diskLoader(t *testing.T, f *loaderFixture, dir string, log *lockedBuffer) (*Loader, *DiskCache) {
+func diskLoader(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer) (*Loader, *diskcache.Cache) {
 	t.Helper()
 	lg := slog.New(slog.NewTextHandler(log, nil))
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: dir, MaxBytes: 1 << 30, Logger: lg})
+	dc, err := diskcache.Open(f.ix, diskcache.Options{Dir: dir, MaxBytes: 1 << 30, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +52,11 @@ func (f *loaderFixture) total() int64 {
 func TestDiskCacheServesALaterLoaderFromDiskWithoutReadingTheSource(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	dc.Close()
 
 	// A new loader and cache, as after a remount: nothing in memory.
@@ -99,11 +83,11 @@ func TestDiskCacheServesALaterLoaderFromDiskWithoutReadingTheSource(t *testing.T
 func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	dc.Close()
 	names, _ := filepath.Glob(filepath.Join(dir, "b*"))
 	slices.Sort(names)
@@ -125,7 +109,7 @@ func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 	if err := os.Truncate(names[1], 100); err != nil {
 		t.Fatal(err)
 	}
-	flip(names[2], func(int) int { return diskHeader + 2 })
+	flip(names[2], func(int) int { return 24 + 2 }) // past the 24-byte header: a byte of the key
 
 	l2, dc2 := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l2, 1) // checks every byte
@@ -140,18 +124,18 @@ func TestDiskCacheDropsADamagedEntryLogsItAndReadsTheSourceAgain(t *testing.T) {
 		t.Fatalf("%d log lines about damaged entries, want 3:\n%s", got, log.String())
 	}
 	// Fetched again, they are cached again.
-	eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == 3 })
+	blocktest.Eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == 3 })
 }
 
 // cacheThenRewrite fills a disk cache in dir with every block of f, then
 // rewrites f's first file with other records of the same lengths (so the
 // same blocks), gives it mtime and indexes the root again: the fixture
 // returned has the new bytes and their index, the cache the old entries.
-func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *lockedBuffer, mtime int64) *loaderFixture {
+func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *blocktest.LockedBuffer, mtime int64) *loaderFixture {
 	t.Helper()
 	l, dc := diskLoader(t, f, dir, log)
 	f.loadAll(t, l, 0)
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
 	dc.Close()
 	src := f.files[0]
 	f2 := &loaderFixture{root: f.root, files: slices.Clone(f.files)}
@@ -172,7 +156,7 @@ func cacheThenRewrite(t *testing.T, f *loaderFixture, dir string, log *lockedBuf
 func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	// The same file with other records of the same lengths, so the same
 	// blocks, and a new mtime: the entries of its blocks are stale, valid
 	// records that must not be served.
@@ -184,99 +168,14 @@ func TestDiskCacheEntryOfAChangedFileIsNeverServed(t *testing.T) {
 	}
 }
 
-// planUses is a NextUse from a plan written out by hand: epoch e reads
-// the blocks of plan[e] in order.
-type planUses [][]int32
-
-func (p planUses) Next(block int32, after int64) int64 {
-	for e, blocks := range p {
-		for pos, b := range blocks {
-			if t := UseTime(e, uint32(pos)); b == block && t > after {
-				return t
-			}
-		}
-	}
-	return Never
-}
-
-// simulate reads plan through a disk cache that holds capacity blocks of
-// the same size and returns the hits and the blocks held at the end.
-func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int, held []int32) {
-	t.Helper()
-	root := t.TempDir()
-	ix := &index.Index{Root: root, Files: []index.File{{Path: "f", Size: 100_000, Mtime: 1}}}
-	data := bytes.Repeat([]byte{7}, 100)
-	for i := range 10 {
-		// Every block holds data, as its CRC says.
-		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
-	}
-	c, err := OpenDiskCache(ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ext := func(id int32) extent {
-		b := ix.Blocks[id]
-		return extent{file: 0, block: id, off: b.Offset, n: b.Len}
-	}
-	c.max = int64(capacity) * int64(diskHeader+len(c.key(ext(0)))+100)
-	dst := make([]byte, 100)
-	for e, blocks := range plan {
-		for _, id := range blocks {
-			if c.read(ext(id), dst) {
-				hits++
-				continue
-			}
-			key := c.key(ext(id))
-			c.store(diskJob{name: nameOf(key), key: key, block: id, epoch: e, data: data})
-		}
-	}
-	for _, ent := range c.entries {
-		held = append(held, ent.block)
-	}
-	slices.Sort(held)
-	return hits, held
-}
-
-func TestDiskCacheEvictsTheBlockReadFarthestInTheFutureWhereLRUWouldMissEveryTime(t *testing.T) {
-	// Block 4 is read once, first; then every epoch reads 0 1 2 3 in
-	// order, through a cache of 3 blocks. LRU always evicts the block
-	// about to be read: after epoch 0 it never hits. Belady's rule
-	// evicts 4 first (never read again), then keeps 0 1 2 and leaves 3
-	// out, read later than all of them: 3 hits an epoch.
-	const A, B, C, D, E = 0, 1, 2, 3, 4
-	plan := [][]int32{{E, A, B, C, D}, {A, B, C, D}, {A, B, C, D}}
-	hits, held := simulate(t, plan[:2], planUses(plan), 3)
-	if hits != 3 || !slices.Equal(held, []int32{A, B, C}) {
-		t.Fatalf("next-use eviction, epochs 0 and 1: %d hits holding %v, want 3 hits holding [0 1 2]", hits, held)
-	}
-	if hits, _ = simulate(t, plan, planUses(plan), 3); hits != 6 {
-		t.Fatalf("next-use eviction, epochs 0 to 2: %d hits, want 6", hits)
-	}
-	hits, held = simulate(t, plan, nil, 3)
-	if hits != 0 || !slices.Equal(held, []int32{B, C, D}) {
-		t.Fatalf("LRU eviction (no NextUse): %d hits holding %v, want 0 hits holding [1 2 3]", hits, held)
-	}
-}
-
-func TestDiskCacheEvictsBlocksNoPlanReadsAgainBeforeAnyOther(t *testing.T) {
-	// Epoch 0 reads 0..4 through a cache of 3; epoch 1 reads only 3 and
-	// 4, and then 0. After epoch 0 the cache holds what is read soonest.
-	plan := [][]int32{{0, 1, 2, 3, 4}, {3, 4, 0}}
-	_, held := simulate(t, plan[:1], planUses(plan), 3)
-	if !slices.Equal(held, []int32{0, 3, 4}) {
-		t.Fatalf("after epoch 0 the cache holds %v, want [0 3 4] (1 and 2 are never read again)", held)
-	}
-}
-
 func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
 	// As when another mount sharing the directory evicts it.
 	f := newLoaderFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
 	f.loadAll(t, l, 0)
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == int64(len(f.ix.Blocks)) })
 	names, _ := filepath.Glob(filepath.Join(dir, "b*"))
 	for _, n := range names {
 		os.Remove(n)
@@ -290,10 +189,10 @@ func TestDiskCacheEntryRemovedBehindItsBackIsAMissNotDamage(t *testing.T) {
 
 func TestDiskCacheUnderConcurrentLoadsAndEvictionsServesTheSourceBytes(t *testing.T) {
 	f := newLoaderFixture(t)
-	var log lockedBuffer
+	var log blocktest.LockedBuffer
 	// Room for about a third of the blocks, and a few in memory: loads
 	// repeat, entries are written, read and evicted all at once.
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
+	dc, err := diskcache.Open(f.ix, diskcache.Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: f.total() / 3,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -324,5 +223,105 @@ func TestDiskCacheUnderConcurrentLoadsAndEvictionsServesTheSourceBytes(t *testin
 	s := dc.Stats()
 	if s.Damaged != 0 || s.PeakHeld > s.MaxBytes || s.Evictions == 0 && s.NotAdmitted == 0 {
 		t.Fatalf("stats %+v: want no damage, a peak within the bound, and evictions\n%s", s, log.String())
+	}
+}
+
+// TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes builds a
+// full index of every format, stored and compressed every way, TFRecord
+// included (whose records carry CRCs of their own, so that its index once
+// kept none per block): every block's CRC must be the CRC32C of its stored
+// bytes (decompressed), which the disk cache checks its entries against.
+func TestEveryBlockOfAFullIndexOfEveryFormatHoldsTheCRC32COfItsBytes(t *testing.T) {
+	plain := compressor{name: "stored", fn: func(_ testing.TB, b []byte) []byte { return b }}
+	for _, c := range blocktest.FormatCases(t) {
+		for _, z := range append([]compressor{plain}, compressors...) {
+			t.Run(c.Format.Name()+"/"+z.name, func(t *testing.T) {
+				root := t.TempDir()
+				data := map[string][]byte{}
+				for name, b := range c.Files {
+					blocktest.WriteBytes(t, filepath.Join(root, name+z.ext), z.fn(t, b))
+					data[name+z.ext] = b
+				}
+				o := index.Options{BlockSize: 150}
+				if _, ok := c.Format.(formats.Fixed); ok {
+					o.Format = c.Format
+				}
+				ix := build(t, root, o)
+				if len(ix.Blocks) == 0 {
+					t.Fatal("no blocks")
+				}
+				for id, b := range ix.Blocks {
+					stored := data[ix.Files[b.File].Path][b.Offset : b.Offset+b.Len]
+					if want := formats.UpdateChecksum(0, stored); b.CRC != want {
+						t.Fatalf("block %d (%s at %d, %d bytes): CRC %08x, its bytes have %08x", id, ix.Files[b.File].Path, b.Offset, b.Len, b.CRC, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// pinVersions gives the files of ix versions without a device, inode and
+// change time, as a system without them lists them: the disk cache's keys
+// then stay the same across a rewrite that puts sizes and mtimes back.
+func pinVersions(ix *index.Index) {
+	for i := range ix.Files {
+		ix.Files[i].Version = local.Version(ix.Files[i].Size, ix.Files[i].Mtime)
+	}
+}
+
+// TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce fills
+// a disk cache, then rewrites a file with other records of the same
+// lengths and puts its mtime back, indexes again and keys the files so
+// that the entries' keys do not change: every entry of that file is intact
+// and holds valid TFRecord frames of the old data. Each must be a miss, read
+// from the source, counted as mismatched (not damaged), logged once for
+// all of them, and cached again with the new bytes.
+func TestDiskCacheEntryOfOtherBytesThanTheIndexsBlockIsAMissLoggedOnce(t *testing.T) {
+	f := newLoaderFixture(t)
+	pinVersions(f.ix)
+	dir := filepath.Join(t.TempDir(), "dc")
+	var log blocktest.LockedBuffer
+	f2 := cacheThenRewrite(t, f, dir, &log, f.ix.Files[0].Mtime)
+	pinVersions(f2.ix)
+	var changed int64
+	for id, b := range f2.ix.Blocks {
+		old := f.ix.Blocks[id]
+		if b.File != old.File || b.Offset != old.Offset || b.Len != old.Len {
+			t.Fatalf("block %d moved: the rewrite must keep every length", id)
+		}
+		if b.File == 0 {
+			changed++
+		}
+	}
+	if f2.ix.Files[0].Version != f.ix.Files[0].Version {
+		t.Fatalf("version %q, was %q: the test needs the same keys", f2.ix.Files[0].Version, f.ix.Files[0].Version)
+	}
+
+	var log2 blocktest.LockedBuffer
+	l2, dc2 := diskLoader(t, f2, dir, &log2)
+	f2.loadAll(t, l2, 1) // checks every byte against the new content
+	s := l2.Stats()
+	if s.SourceRequests != changed || s.DiskCache.Mismatched != changed || s.DiskCache.Damaged != 0 {
+		t.Fatalf("%d source requests, %d mismatched and %d damaged entries; want %d, %d and 0 (the rewritten file's blocks)",
+			s.SourceRequests, s.DiskCache.Mismatched, s.DiskCache.Damaged, changed, changed)
+	}
+	if s.DiskCache.Hits != int64(len(f2.ix.Blocks))-changed {
+		t.Fatalf("%d hits, want %d (the blocks of the files left alone)", s.DiskCache.Hits, int64(len(f2.ix.Blocks))-changed)
+	}
+	if n := strings.Count(log2.String(), "disk cache entry holds other bytes"); n != 1 {
+		t.Fatalf("%d log lines about entries of other bytes, want 1:\n%s", n, log2.String())
+	}
+	if rel := f.files[0].Rel; !strings.Contains(log2.String(), rel) {
+		t.Fatalf("the log line does not name the file %s:\n%s", rel, log2.String())
+	}
+	blocktest.Eventually(t, "the refetched blocks are written", func() bool { return dc2.Stats().Written == changed })
+	dc2.Close()
+
+	// The next loader is served every block from the cache, the new bytes.
+	l3, _ := diskLoader(t, f2, dir, &log2)
+	f2.loadAll(t, l3, 2)
+	if s := l3.Stats(); s.SourceRequests != 0 || s.DiskCache.Mismatched != 0 {
+		t.Fatalf("after the refetch: %d source requests and %d mismatched entries, want none", s.SourceRequests, s.DiskCache.Mismatched)
 	}
 }

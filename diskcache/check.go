@@ -1,4 +1,4 @@
-package blockcache
+package diskcache
 
 import (
 	"fmt"
@@ -18,13 +18,13 @@ import (
 // extent e, or false when it has none: a probed index reads only a little
 // of each file, so its blocks have no checksum, and its entries are kept
 // apart by their keys alone.
-func (c *DiskCache) blockCRC(e extent) (uint32, bool) {
+func (c *Cache) blockCRC(e Extent) (uint32, bool) {
 	ix := c.ix
-	if ix.Probed || e.block < 0 || int(e.block) >= len(ix.Blocks) {
+	if ix.Probed || e.Block < 0 || int(e.Block) >= len(ix.Blocks) {
 		return 0, false
 	}
-	blk := ix.Blocks[e.block]
-	if blk.File != e.file || blk.Offset != e.off || blk.Len != e.n {
+	blk := ix.Blocks[e.Block]
+	if blk.File != e.File || blk.Offset != e.Off || blk.Len != e.Len {
 		return 0, false
 	}
 	return blk.CRC, true
@@ -34,16 +34,16 @@ func (c *DiskCache) blockCRC(e extent) (uint32, bool) {
 // (ent in the table) read for extent e, is the index's for that block.
 // If not, the entry is counted, dropped so that the source's bytes take its
 // place, and the first such entry of the mount is logged.
-func (c *DiskCache) checkBlock(name diskName, ent *diskEntry, e extent, crc uint32) bool {
+func (c *Cache) checkBlock(name diskName, ent *diskEntry, e Extent, crc uint32) bool {
 	want, ok := c.blockCRC(e)
 	if !ok || crc == want {
 		return true
 	}
-	c.misses.Add(1)
-	c.mismatched.Add(1)
-	if c.mismatchLogged.CompareAndSwap(false, true) {
+	c.count.misses.Add(1)
+	c.count.mismatched.Add(1)
+	if c.count.mismatchLogged.CompareAndSwap(false, true) {
 		c.log.Warn("disk cache entry holds other bytes than the index's block (the source was rewritten without changing the file's version, or the entry was filled from other data): dropped, and the block read from the source; later such entries are counted in stats.json disk_cache.mismatched, not logged",
-			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.file), "offset", e.off, "bytes", e.n, "crc32c", fmt.Sprintf("%08x", crc), "index_crc32c", fmt.Sprintf("%08x", want))
+			"entry", filepath.Join(c.path, name.String()), "file", c.ix.Path(e.File), "offset", e.Off, "bytes", e.Len, "crc32c", fmt.Sprintf("%08x", crc), "index_crc32c", fmt.Sprintf("%08x", want))
 	}
 	c.drop(name, ent)
 	return false

@@ -1,4 +1,4 @@
-package blockcache
+package diskcache
 
 import (
 	"log/slog"
@@ -7,15 +7,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // Blocks offered all at once, many more bytes than the write queue holds,
 // are all written: an offer waits for room rather than leaving its block
 // uncached (issue 25: a burst of GETs finishing together lost blocks).
 func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) {
-	f := newLoaderFixture(t)
-	var log lockedBuffer
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
+	f := newDiskFixture(t)
+	var log blocktest.LockedBuffer
+	dc, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -24,13 +26,13 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 	var wg sync.WaitGroup
 	for id, b := range f.ix.Blocks {
 		wg.Go(func() {
-			e := extent{file: b.File, off: b.Offset, n: b.Len, block: int32(id)}
-			dc.offer(e, 0, blockBytes(f.files, b))
+			e := Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}
+			dc.offer(e, 0, f.bytes(b))
 		})
 	}
 	wg.Wait()
 	n := int64(len(f.ix.Blocks))
-	eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
+	blocktest.Eventually(t, "every block is written", func() bool { return dc.Stats().Written == n })
 	if s := dc.Stats(); s.WriteSkipped != 0 || s.Entries != int(n) {
 		t.Fatalf("%d blocks offered at once: %+v; want all written, none skipped", n, s)
 	}
@@ -39,9 +41,9 @@ func TestDiskCacheWritesEveryBlockOfABurstLargerThanItsWriteQueue(t *testing.T) 
 // A queue that stays full past MaxWait (a disk slower than the source)
 // leaves the block uncached, counts it and logs why, once.
 func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testing.T) {
-	f := newLoaderFixture(t)
-	var log lockedBuffer
-	dc, err := OpenDiskCache(f.ix, DiskCacheOptions{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
+	f := newDiskFixture(t)
+	var log blocktest.LockedBuffer
+	dc, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, MaxQueued: 1,
 		MaxWait: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -49,13 +51,13 @@ func TestDiskCacheSkipsABlockWhoseWaitForTheQueueRunsOutAndLogsWhyOnce(t *testin
 	defer dc.Close()
 	// The writers held up: the queue never empties.
 	dc.mu.Lock()
-	dc.queued = 1 << 40
+	dc.queue.queued = 1 << 40
 	dc.mu.Unlock()
 	for id, b := range f.ix.Blocks[:2] {
-		dc.offer(extent{file: b.File, off: b.Offset, n: b.Len, block: int32(id)}, 0, blockBytes(f.files, b))
+		dc.offer(Extent{File: b.File, Block: int32(id), Off: b.Offset, Len: b.Len}, 0, f.bytes(b))
 	}
 	dc.mu.Lock()
-	dc.queued = 0
+	dc.queue.queued = 0
 	dc.mu.Unlock()
 	s := dc.Stats()
 	if s.WriteSkipped != 2 || s.WriteWaitSeconds <= 0 {

@@ -1,0 +1,254 @@
+package blockcache
+
+// Fetching: the reads of a unit's extents from the source, several at
+// once, directly or through the page cache.
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/source"
+)
+
+// fetcher is the loader's means of reading from the source.
+type fetcher struct {
+	sem      chan struct{} // a slot per read in flight (LoaderOptions.InFlight)
+	files    *filePool
+	direct   bool        // read blocks directly when not cached
+	noDirect atomic.Bool // the file system refused a direct read
+	// decoders holds *zaccess.Decoder for compressed files, kept from
+	// one extent to the next.
+	decoders sync.Pool
+}
+
+// load reads the extents of b, several at once, and finds their records.
+func (l *Loader) load(b *Buf) {
+	start := time.Now()
+	err := l.read(b)
+	if err != nil {
+		l.count.loadErrors.Add(1)
+		l.log.Error("load failed", "err", err)
+	} else {
+		l.count.buffersLoaded.Add(1)
+		l.log.Debug("buffer loaded", "bytes", len(b.Data), "extents", len(b.exts), "took", time.Since(start))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Under l.mu: a Get cancelled while it waited releases b, and Release
+	// reads the error, while this load may be finishing.
+	b.err = err
+	close(b.ready)
+	if err != nil && b.refs == 0 && !b.dropped {
+		// A failed prefetch that nobody holds: forget it, so that the
+		// next Get reads again instead of returning a stale error.
+		l.dropLocked(b)
+	}
+	// Get may be waiting for this Buf to become evictable.
+	l.signalLocked()
+}
+
+func (l *Loader) read(b *Buf) error {
+	b.exts, _ = l.extents(b.unit, b.exts[:0])
+	exts := b.exts
+	// Files are opened as the workers reach them, not all at once: a unit
+	// may span more files than the process may open.
+	files := l.newFileSet(b.unit.Records == nil && l.fetch.direct)
+	defer files.close()
+	// Every extent's records have their place in Starts, from the index's
+	// counts, so that each can be split as soon as it is read. When a
+	// count is not known (a probed index), each extent is split into
+	// tables of its own, put together once all are read.
+	pos := make([]int, len(exts)+1)
+	var own []splitter
+	for i, e := range exts {
+		pos[i+1] = pos[i] + int(e.records)
+		if e.records == 0 && own == nil {
+			own = make([]splitter, len(exts))
+		}
+	}
+	if own == nil {
+		b.Starts = slices.Grow(b.Starts[:0], pos[len(exts)])[:pos[len(exts)]]
+		b.lens = slices.Grow(b.lens[:0], pos[len(exts)])[:pos[len(exts)]]
+	}
+	// A few workers, each issuing one pread at a time under the loader-wide
+	// limit, keep the disk busy without a goroutine per record. A worker
+	// checks what it read outside the limit, while the others read on.
+	errs := make([]error, len(exts))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	workers := cap(l.fetch.sem)
+	if b.unit.Records == nil && !l.fetch.direct && index.IsLocal(l.src) {
+		// Whole blocks through the page cache are long sequential reads
+		// that the kernel's readahead keeps ahead of: a few workers do.
+		// Direct reads, single records and remote GETs wait for the
+		// device or the network, and gain from every read in flight.
+		workers = min(workers, 4)
+	}
+	var order []int // the extents in the order they are read, if not theirs
+	if l.compressed(exts) {
+		// Decompressing keeps a core busy: more workers than cores would
+		// only hold more decoders.
+		workers = min(workers, max(2, runtime.GOMAXPROCS(0)))
+		if b.unit.Records != nil {
+			order = decodeOrder(exts)
+		}
+	}
+	// The probed boundaries of the blocks are proven alongside their reads
+	// (their record chains are walked from a proven boundary): no block is
+	// served before they are (probe_proof.go).
+	var proofs []error
+	var pwg sync.WaitGroup
+	if l.proof != nil {
+		for i, e := range exts {
+			if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
+				if proofs == nil {
+					proofs = make([]error, len(exts))
+				}
+				pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
+			}
+		}
+	}
+	var failed atomic.Bool
+	for range min(workers, len(exts)) {
+		wg.Go(func() {
+			var dc decoder // kept from extent to extent: it may decode on
+			defer dc.put(l)
+			for k := int(next.Add(1) - 1); k < len(exts) && !failed.Load(); k = int(next.Add(1) - 1) {
+				i := k
+				if order != nil {
+					i = order[k]
+				}
+				sp := &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
+				if own != nil {
+					own[i] = splitter{l: l, b: b, e: exts[i], own: true}
+					sp = &own[i]
+				}
+				l.fetch.sem <- struct{}{}
+				// The file under the read slot: a worker waiting for room
+				// in the pool waits for workers that are reading.
+				cached, err := l.readCachedExtent(b, exts[i], sp.filled)
+				if cached {
+					// served from the disk cache, and checked
+				} else if l.ix.Files[exts[i].file].Access != nil {
+					err = l.readCompressedExtent(files, dc.get(l), exts[i], b.Data, b.unit.Records != nil, sp.filled)
+				} else {
+					var f *poolFile
+					f, err = files.acquire(exts[i].file, exts[i].off)
+					if err == nil {
+						err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+						files.release(f)
+					}
+				}
+				<-l.fetch.sem
+				if !cached {
+					l.fetched(b, exts[i], err)
+				}
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	pwg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, err := range proofs {
+		if err != nil {
+			return err
+		}
+	}
+	if own != nil {
+		n := 0
+		for i := range own {
+			n += len(own[i].starts)
+		}
+		b.Starts, b.lens = slices.Grow(b.Starts[:0], n), slices.Grow(b.lens[:0], n)
+		for i := range own {
+			b.Starts = append(b.Starts, own[i].starts...)
+			b.lens = append(b.lens, own[i].lens...)
+		}
+	}
+	return nil
+}
+
+// checkChunk is how much of an extent is read through the page cache
+// before its records are checked: small enough that the bytes are still in
+// the CPU's cache when their CRCs are computed, large enough that the
+// preads cost little.
+const checkChunk = 512 << 10
+
+// readExtent reads extent e into its place in slab, and calls check with
+// the bytes read so far, last with all of them. A file in the page cache
+// (source.PageCached: a local one) is read a chunk at a time, each checked
+// while in the CPU's cache, and directly from the disk where most of the
+// extent is not cached and the file allows it (source.DirectReader); any
+// other (a remote object) with one ReadAt, one request.
+func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) error {
+	dst := slab[e.at : e.at+e.n]
+	pc, paged := f.File.(source.PageCached)
+	if !paged {
+		if _, err := f.ReadAt(dst, e.off); err != nil {
+			// A file no longer at its indexed version (source.ErrChanged:
+			// a replaced object) does not mark the index stale: the next
+			// Open sees the new version and, for a probed index, indexes
+			// that file alone.
+			if !errors.Is(err, syscall.EIO) {
+				err = fmt.Errorf("%w: %w", err, syscall.EIO)
+			}
+			return err
+		}
+		if err := check(e.n); err != nil {
+			return err
+		}
+		l.counted(e.n, record)
+		return nil
+	}
+	got := 0
+	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.fetch.noDirect.Load() && pc.Uncached(e.off, e.n) {
+		// Whole pages: the extent's first page sits at a page boundary of
+		// the slab, and its pages are its own.
+		from := index.AlignDown(e.off)
+		win := slab[e.at-(e.off-from) : e.at-(e.off-from)+index.AlignUp(e.off+e.n)-from]
+		n, err := d.ReadDirect(win, from)
+		switch {
+		case errors.Is(err, source.ErrNoDirect):
+			l.fetch.noDirect.Store(true)
+			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name(), "err", err)
+		case err != nil:
+			return fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
+		default:
+			l.count.directBytes.Add(int64(n))
+			got = int(min(e.n, max(0, from+int64(n)-e.off)))
+		}
+	}
+	for got < len(dst) {
+		want := min(len(dst), got+checkChunk)
+		n, err := f.ReadAt(dst[got:want], e.off+int64(got))
+		got += n
+		if got < want {
+			return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, got, len(dst), errors.Join(err, syscall.EIO))
+		}
+		if got < len(dst) {
+			if err := check(int64(got)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := check(e.n); err != nil {
+		return err
+	}
+	l.counted(e.n, record)
+	return nil
+}

@@ -1,0 +1,129 @@
+package blockcache
+
+// The read path: Get finds or loads the Buf of a unit and waits for it.
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"time"
+)
+
+// size returns the slab size u needs.
+func (l *Loader) size(u Unit) int64 {
+	var n int64
+	if u.Records != nil {
+		for _, r := range u.Records {
+			n += int64(l.ix.Frames[r])
+		}
+		return n
+	}
+	for _, id := range u.Blocks {
+		_, span := l.placeBlock(l.ix.Blocks[id])
+		n += span
+	}
+	return n
+}
+
+func (l *Loader) hash(u Unit) uint64 {
+	var h maphash.Hash
+	h.SetSeed(l.seed)
+	maphash.WriteComparable(&h, u.Records != nil)
+	for _, id := range u.ids() {
+		maphash.WriteComparable(&h, id)
+	}
+	return h.Sum64()
+}
+
+// lookupLocked finds the Buf for u. l.mu must be held.
+func (l *Loader) lookupLocked(h uint64, u Unit) *Buf {
+	for _, b := range l.bufs[h] {
+		if b.unit.equal(u) {
+			return b
+		}
+	}
+	return nil
+}
+
+// Get returns the Buf holding u, reading it unless it is loaded or being
+// loaded already. It waits for memory when the budget is spent.
+func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
+	h := l.hash(u)
+	n := l.size(u)
+	if n > l.mem.budget {
+		return nil, fmt.Errorf("a buffer of %d bytes does not fit in the memory budget of %d bytes", n, l.mem.budget)
+	}
+	l.mu.Lock()
+	for {
+		if b := l.lookupLocked(h, u); b != nil {
+			l.acquireLocked(b, u.Epoch)
+			l.mu.Unlock()
+			return l.wait(ctx, b)
+		}
+		if b := l.reserveLocked(n, true); b != nil {
+			b.unit, b.hash, b.refs, b.used = u.clone(), h, 1, l.clock()
+			l.bufs[h] = append(l.bufs[h], b)
+			l.mu.Unlock()
+			start := time.Now()
+			l.load(b)
+			l.stalled(b, time.Since(start), "not prefetched")
+			return l.wait(ctx, b)
+		}
+		l.count.memoryWaits.Add(1)
+		ch := l.mem.changed
+		l.mem.waiters++
+		l.mu.Unlock()
+		// Woken by a release, or once the Bufs other readers are serving
+		// may have outlived their grace.
+		t := time.NewTimer(serveGrace / 4)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			l.mu.Lock()
+			l.mem.waiters--
+			l.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+		l.mu.Lock()
+		l.mem.waiters--
+	}
+}
+
+// acquireLocked takes a reference to a Buf found in the table. l.mu must be held.
+func (l *Loader) acquireLocked(b *Buf, epoch int) {
+	l.idle.remove(b)
+	b.refs++
+	b.used = l.clock()
+	if b.prefetched {
+		b.prefetched = false
+		l.count.prefetchHits.Add(1)
+	} else {
+		l.count.cacheHits.Add(1)
+		l.fromMemory(epoch, b.unit)
+	}
+}
+
+// wait waits for b to be loaded; on failure it drops the reference.
+func (l *Loader) wait(ctx context.Context, b *Buf) (*Buf, error) {
+	select {
+	case <-b.ready:
+	default:
+		start := time.Now()
+		select {
+		case <-b.ready:
+		case <-ctx.Done():
+			l.Release(b)
+			return nil, ctx.Err()
+		}
+		l.stalled(b, time.Since(start), "still loading")
+	}
+	if b.err != nil {
+		err := b.err
+		l.Release(b)
+		return nil, err
+	}
+	return b, nil
+}
