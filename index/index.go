@@ -12,7 +12,6 @@ import (
 	"iter"
 	"log/slog"
 	"math"
-	"os"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
-	"github.com/corgifs/corgifs/source/local"
 	"github.com/corgifs/corgifs/zaccess"
 )
 
@@ -79,7 +77,7 @@ type Damage struct {
 // Index lists the source files of a dataset and the blocks they are cut into.
 // It never changes once built.
 type Index struct {
-	Root      string // absolute path of the source directory
+	Root      string // the source's String: its directory's absolute path, or its URL
 	BlockSize int64
 	// FollowSymlinks is set when the files were listed following symbolic
 	// links: the loader then opens them by path, else only beneath Root.
@@ -107,8 +105,8 @@ type Index struct {
 	Head          formats.Head
 	format        formats.Format
 
-	// src is where the files are read from: Options.Source, or the
-	// local directory Root (source/local).
+	// src is where the files are read from, as Build or Open was given
+	// it; nil in an Index made by hand.
 	src source.Source
 
 	recOnce  sync.Once
@@ -192,13 +190,11 @@ type Options struct {
 	Format        formats.Format
 	FormatOptions formats.Options
 	SkipCorrupt   bool // leave damaged records out instead of failing
-	// FollowSymlinks follows symbolic links to files and directories when
-	// listing the source, which may then lead outside it.
+	// FollowSymlinks says that the source follows symbolic links to files
+	// and directories when listing, which may then lead outside it (the
+	// caller opened it so: local.New's follow); it keys the sidecar.
 	FollowSymlinks bool
 	CacheDir       string // where sidecars go; empty disables the cache
-	// Source, if set, is where the files are (an S3 bucket): the root
-	// passed to Build and Open is then ignored.
-	Source source.Source
 	// Buffered reads the files through the page cache. By default they
 	// are read with O_DIRECT where the file system allows it.
 	Buffered bool
@@ -267,56 +263,22 @@ func listSource(ctx context.Context, src source.Source, include []string) ([]Fil
 	return files, nil
 }
 
-// rootOf returns the Root of an index of root built with o: the remote
-// source's name, or the local directory resolved.
-func rootOf(root string, o Options) (string, error) {
-	if o.Source != nil {
-		return o.Source.String(), nil
-	}
-	return local.Resolve(root)
-}
-
-// sourceOf returns where the files of an index of root built with o are
-// read from: o.Source, or the local directory root.
-func sourceOf(root string, o Options) source.Source {
-	if o.Source != nil {
-		return o.Source
-	}
-	// Without the logger, which only listing uses (selectFiles gives
-	// it): an index holds no logger.
-	return local.New(root, o.FollowSymlinks, nil)
-}
-
-// IsLocal reports whether src is a local directory (nil: an Index made by
-// hand, of Root).
+// IsLocal reports whether src is a local directory (source.Local; nil:
+// an Index made by hand, of Root).
 func IsLocal(src source.Source) bool {
-	_, ok := src.(*local.Source)
+	_, ok := src.(source.Local)
 	return src == nil || ok
 }
 
-// Source returns where the files are read from.
-func (ix *Index) Source() source.Source {
-	if ix.src != nil {
-		return ix.src
-	}
-	return local.New(ix.Root, ix.FollowSymlinks, nil)
-}
+// Source returns where the files are read from: the source Build or Open
+// was given, nil for an Index made by hand.
+func (ix *Index) Source() source.Source { return ix.src }
 
-// Build scans every source file under root and cuts it into blocks.
-func Build(ctx context.Context, root string, o Options) (*Index, error) {
+// Build scans every file of src and cuts it into blocks. The caller opens
+// src (for a local directory, local.OpenDir with o.FollowSymlinks).
+func Build(ctx context.Context, src source.Source, o Options) (*Index, error) {
 	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil {
-		return nil, err
-	}
-	if o.Source == nil {
-		if fi, err := os.Stat(root); err != nil {
-			return nil, fmt.Errorf("source: %w", err)
-		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("source %s is not a directory", root)
-		}
-	}
-	src := sourceOf(root, o)
+	root := src.String()
 	files, f, err := selectFiles(ctx, src, o)
 	if err != nil {
 		return nil, err
@@ -500,7 +462,7 @@ func (ix *Index) assemble(f formats.Format, scans []fileScan, errs []error, tota
 	return ix, nil
 }
 
-// selectFiles lists the files of the dataset under root and the format
+// selectFiles lists the files of the dataset in src and the format
 // they are read in: o.Format, or the one their names say (formats.Detect,
 // over the names of every format's files when o.Include is empty). Build
 // and the check of a cached index select files the same way.
@@ -514,7 +476,7 @@ func selectFiles(ctx context.Context, src source.Source, o Options) ([]File, for
 	default:
 		include = compressedInclude(formats.AllIncludes(), o)
 	}
-	if ls, ok := src.(*local.Source); ok {
+	if ls, ok := src.(source.Logged); ok {
 		src = ls.WithLogger(o.Logger)
 	}
 	files, err := listSource(ctx, src, include)

@@ -3,23 +3,21 @@ package index
 import (
 	"context"
 	"log/slog"
+
+	"github.com/corgifs/corgifs/source"
 )
 
-// SourceBytes returns the bytes of the files an index of root built with o
+// SourceBytes returns the bytes of the files an index of src built with o
 // would cover, from a listing alone (no file is read): what the default
 // block size and buffer are chosen from before indexing (package sizing).
 // A compressed file counts its stored bytes, a lower bound of the
 // decompressed stream its blocks are cut from.
-func SourceBytes(ctx context.Context, root string, o Options) (int64, error) {
+func SourceBytes(ctx context.Context, src source.Source, o Options) (int64, error) {
 	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil {
-		return 0, err
-	}
 	// The listing of Build logs what it skips; this one stays quiet, so
 	// that each is said once.
 	o.Logger = slog.New(slog.DiscardHandler)
-	files, _, err := selectFiles(ctx, sourceOf(root, o), o)
+	files, _, err := selectFiles(ctx, src, o)
 	if err != nil {
 		return 0, err
 	}
