@@ -1,5 +1,8 @@
 package index
 
+// The listing of a dataset: the files of a source that an index covers,
+// and the format they are read in.
+
 import (
 	"context"
 	"errors"
