@@ -182,7 +182,7 @@ func probeDataset(ctx context.Context, o options, gw, dir string, ds *dataset) (
 		}
 		cs := &countingSource{Source: src}
 		start := time.Now()
-		ix, err := index.Build(ctx, "", index.Options{Source: cs, BlockSize: probeBlock, Format: formats.TFRecord{}, Probe: probe})
+		ix, err := index.Build(ctx, cs, index.Options{BlockSize: probeBlock, Format: formats.TFRecord{}, Probe: probe})
 		if err != nil {
 			return probeRun{}, nil, err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
+	"github.com/corgifs/corgifs/source/local"
 )
 
 const trafficHeading = "## Traffic of 8 nodes through their disk caches, measured and simulated (issue 15)"
@@ -138,7 +139,11 @@ func runTraffic(ctx context.Context, o trafficOptions, out string, stdout, stder
 	if err != nil {
 		return err
 	}
-	ix, err := index.Build(ctx, ds.dir, index.Options{BlockSize: o.block})
+	src, err := local.OpenDir(ds.dir, false, nil)
+	if err != nil {
+		return err
+	}
+	ix, err := index.Build(ctx, src, index.Options{BlockSize: o.block})
 	if err != nil {
 		return fmt.Errorf("index of %s: %w", ds.dir, err)
 	}

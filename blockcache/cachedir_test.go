@@ -34,7 +34,7 @@ func TestBlockWhoseRecordsDoNotTileItGivesEIOAndMarksSidecarStale(t *testing.T) 
 			var reasons []string
 			l := NewLoader(ix, LoaderOptions{MaxMemory: 1 << 20, OnDamage: func(reason string) {
 				reasons = append(reasons, reason)
-				if err := index.MarkStale(root, o, reason); err != nil {
+				if err := index.MarkStale(blocktest.Dir(t, root, false), o, reason); err != nil {
 					t.Error(err)
 				}
 			}})

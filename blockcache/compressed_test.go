@@ -238,7 +238,7 @@ func TestTruncatedOrTrailingGarbageGzipIsAnIndexErrorNamingFileAndOffset(t *test
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.gz")
 			blocktest.WriteBytes(t, path, tc.data)
-			_, err := index.Build(t.Context(), root, index.Options{})
+			_, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{})
 			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "byte ") {
 				t.Fatalf("err %v, want one naming %s, saying %q and the offset", err, path, tc.want)
 			}
@@ -300,7 +300,10 @@ func TestOneMemberGzipIsIndexedInOneDecompression(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &memSource{files: map[string][]byte{"a.tfrecord.gz": tc.comp}}
-			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
+			ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 256 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got := float64(src.read.Load()) / float64(len(tc.comp)); got < tc.min || got > tc.max {
 				t.Fatalf("indexing read %.2f times the file's bytes, want %.1f to %.1f", got, tc.min, tc.max)
 			}
@@ -345,7 +348,7 @@ func TestZstdFrameSizesFromHeadersAreCheckedByTheScan(t *testing.T) {
 			root := t.TempDir()
 			path := filepath.Join(root, "a.tfrecord.zst")
 			blocktest.WriteBytes(t, path, bad)
-			if _, err := index.Build(t.Context(), root, index.Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
+			if _, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{BlockSize: 16 << 10}); err == nil || !strings.Contains(err.Error(), path) {
 				t.Fatalf("err %v, want an error naming %s", err, path)
 			}
 		})
@@ -362,7 +365,10 @@ func TestRemoteCompressedBlocksAreReadFromTheirAccessPointToTheNext(t *testing.T
 		t.Run(z.name, func(t *testing.T) {
 			comp := z.fn(t, plain)
 			src := &memSource{files: map[string][]byte{"a.tfrecord" + z.ext: comp}}
-			ix := build(t, "", index.Options{BlockSize: 256 << 10, Source: src})
+			ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 256 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
 			src.read.Store(0)
 			ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
 			for id, blk := range ix.Blocks {

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/corgifs/corgifs/source"
-	"github.com/corgifs/corgifs/source/local"
 )
 
 // Source files are opened (source.Source.Open) by the loader's workers as
@@ -189,7 +188,7 @@ func (l *Loader) open(i int32, off int64) (source.File, error) {
 	f, err := l.src.Open(fl.Path, fl.Version)
 	if err != nil {
 		path := l.ix.Path(i)
-		if errors.Is(err, local.ErrNotRegular) {
+		if errors.Is(err, source.ErrNotRegular) {
 			l.log.Error("source file is not a regular file; its records give EIO", "file", path, "err", err)
 		}
 		return nil, fmt.Errorf("read %s at offset %d: %w", path, off, err)

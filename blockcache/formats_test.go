@@ -178,7 +178,7 @@ func TestBrokenSourcesOfEveryFormatAreIndexErrorsNamingFileAndOffset(t *testing.
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := blocktest.FormatCase{Files: c.files}.Write(t)
-			_, err := index.Build(t.Context(), root, index.Options{})
+			_, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{})
 			if err == nil {
 				t.Fatal("Build succeeded")
 			}

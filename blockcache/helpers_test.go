@@ -18,7 +18,7 @@ func blockBytes(files []*blocktest.SrcFile, b index.Block) []byte {
 // build is Build that fails the test on error.
 func build(t testing.TB, root string, o index.Options) *index.Index {
 	t.Helper()
-	ix, err := index.Build(t.Context(), root, o)
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, root, o.FollowSymlinks), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func openLogged(t *testing.T, root string, o index.Options) (*index.Index, bool,
 	t.Helper()
 	var log bytes.Buffer
 	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
-	ix, fromCache, err := index.Open(t.Context(), root, o)
+	ix, fromCache, err := index.Open(t.Context(), blocktest.Dir(t, root, o.FollowSymlinks), o)
 	if err != nil {
 		t.Fatalf("Open: %v\nlog:\n%s", err, log.String())
 	}

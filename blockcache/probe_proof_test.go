@@ -276,12 +276,12 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	blocktest.WriteRecords(t, root, "b.tfrecord", blocktest.RandomPayloads(r, 200, 300))
 	var logs bytes.Buffer
 	o := index.Options{BlockSize: 333, Probe: true, CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-	ix, _, err := index.Open(t.Context(), root, o)
+	ix, _, err := index.Open(t.Context(), blocktest.Dir(t, root, false), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := NewLoader(ix, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) {
-		if err := index.MarkProbeWrong(root, o, f, reason); err != nil {
+		if err := index.MarkProbeWrong(blocktest.Dir(t, root, false), o, f, reason); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -296,7 +296,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("no block failed: the probe was not fooled")
 	}
-	ix2, fromCache, err := index.Open(t.Context(), root, o)
+	ix2, fromCache, err := index.Open(t.Context(), blocktest.Dir(t, root, false), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestFileWhoseProbeWasProvedWrongIsScannedWholeByTheNextOpen(t *testing.T) {
 		t.Fatalf("the rebuilt index serves %d distinct records, the full index %d", len(got), len(want))
 	}
 	// A third Open keeps the rebuilt sidecar.
-	if _, fromCache, err := index.Open(t.Context(), root, o); err != nil || !fromCache {
+	if _, fromCache, err := index.Open(t.Context(), blocktest.Dir(t, root, false), o); err != nil || !fromCache {
 		t.Fatalf("third Open: from cache %v, %v", fromCache, err)
 	}
 }
@@ -342,7 +342,7 @@ func TestProvenFilesAreNotWalkedAgainByALaterLoader(t *testing.T) {
 	blocktest.WriteRecords(t, root, "a.tfrecord", blocktest.RandomPayloads(r, 300, 300))
 	o := index.Options{BlockSize: 1000, Probe: true, CacheDir: t.TempDir()}
 	load := func(ix *index.Index) Stats {
-		pl, err := index.OpenProofLog(root, o)
+		pl, err := index.OpenProofLog(blocktest.Dir(t, root, false), o)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func TestBlockDamagedInPlaceMarksSidecarStale(t *testing.T) {
 	var reasons []string
 	l := NewLoader(ix, LoaderOptions{MaxMemory: ix.Bytes, OnDamage: func(reason string) {
 		reasons = append(reasons, reason)
-		if err := index.MarkStale(root, o, reason); err != nil {
+		if err := index.MarkStale(blocktest.Dir(t, root, false), o, reason); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -60,7 +60,7 @@ func openLoggedErr(t *testing.T, root string, o index.Options) (*index.Index, bo
 	t.Helper()
 	var log strings.Builder
 	o.Logger = newTextLogger(&log)
-	ix, fromCache, _ := index.Open(t.Context(), root, o)
+	ix, fromCache, _ := index.Open(t.Context(), blocktest.Dir(t, root, false), o)
 	return ix, fromCache, log.String()
 }
 
@@ -78,7 +78,7 @@ func TestFollowSymlinksListsLinkedFilesAndEndsLoops(t *testing.T) {
 	os.Symlink(".", filepath.Join(root, "loop"))
 	os.Symlink("nowhere", filepath.Join(root, "x.tfrecord"))
 	paths := func(follow bool) []string {
-		ix, err := index.Build(t.Context(), root, index.Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
+		ix, err := index.Build(t.Context(), blocktest.Dir(t, root, follow), index.Options{FollowSymlinks: follow, Logger: newTextLogger(&strings.Builder{})})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ type diskFixture struct {
 func newDiskFixture(t *testing.T) *diskFixture {
 	t.Helper()
 	root, files := blocktest.Dataset(t, 21, 3, 150, 3000)
-	ix, err := index.Build(t.Context(), root, index.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

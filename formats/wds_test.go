@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"iter"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // member is a tar member to write: a regular file unless typ says.

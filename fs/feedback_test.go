@@ -17,6 +17,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 	"github.com/corgifs/corgifs/shuffler"
 )
@@ -39,7 +40,7 @@ func TestFeedbackIsKeptForTheRecordsInTheOrderTheyWereServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ix, err := index.Build(ctx, src, index.Options{BlockSize: 1 << 10, Buffered: true})
+	ix, err := index.Build(ctx, blocktest.Dir(t, src, false), index.Options{BlockSize: 1 << 10, Buffered: true})
 	if err != nil {
 		t.Fatal(err)
 	}

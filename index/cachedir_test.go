@@ -150,7 +150,7 @@ func TestMarkStaleDoesNotFollowASymlink(t *testing.T) {
 	if err := os.Symlink(victim, stale); err != nil {
 		t.Fatal(err)
 	}
-	if err := MarkStale(root, o, "block 3 failed its CRC"); err != nil {
+	if err := MarkStale(blocktest.Dir(t, root, false), o, "block 3 failed its CRC"); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious" {
@@ -215,14 +215,14 @@ func TestCacheDirOwnedByAnotherUserOrWritableByOthersIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.make(t, cache)
-			_, _, err := Open(t.Context(), root, Options{CacheDir: cache})
+			_, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: cache})
 			if !errors.Is(err, ErrUnsafeCacheDir) || !strings.Contains(err.Error(), cache+" "+tc.want) || !strings.Contains(err.Error(), "--cache-dir") {
 				t.Fatalf("Open: %v; want a refusal naming %s and saying %q and what to do", err, cache, tc.want)
 			}
 			if len(sidecars(t, cache)) != 0 {
 				t.Fatal("a sidecar was written into the refused directory")
 			}
-			if err := MarkStale(root, Options{CacheDir: cache}, "x"); !errors.Is(err, ErrUnsafeCacheDir) {
+			if err := MarkStale(blocktest.Dir(t, root, false), Options{CacheDir: cache}, "x"); !errors.Is(err, ErrUnsafeCacheDir) {
 				t.Fatalf("MarkStale: %v, want a refusal", err)
 			}
 		})
@@ -302,11 +302,11 @@ func TestCacheDirReachingIntoSourceThroughASymlinkIsRefused(t *testing.T) {
 			outside := t.TempDir()
 			cache := tc.cache(t, root, outside)
 			before := tree(t, root)
-			_, _, err := Open(t.Context(), root, Options{CacheDir: cache})
+			_, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: cache})
 			if err == nil || !strings.Contains(err.Error(), "inside the source") {
 				t.Fatalf("Open with CacheDir %s: %v, want a refusal", cache, err)
 			}
-			if err := MarkStale(root, Options{CacheDir: cache}, "x"); err == nil || !strings.Contains(err.Error(), "inside the source") {
+			if err := MarkStale(blocktest.Dir(t, root, false), Options{CacheDir: cache}, "x"); err == nil || !strings.Contains(err.Error(), "inside the source") {
 				t.Fatalf("MarkStale with CacheDir %s: %v, want a refusal", cache, err)
 			}
 			if after := tree(t, root); !slices.Equal(before, after) {
@@ -353,7 +353,7 @@ func TestCacheDirInSourceThroughABindMountIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Unmount(bind, 0) })
 	before := tree(t, root)
-	_, _, err := Open(t.Context(), root, Options{CacheDir: filepath.Join(bind, "cache")})
+	_, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: filepath.Join(bind, "cache")})
 	if err == nil || !strings.Contains(err.Error(), "inside the source") {
 		t.Fatalf("Open with the cache dir in a bind mount of the source: %v, want a refusal", err)
 	}

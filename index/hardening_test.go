@@ -18,7 +18,7 @@ func TestIndexingRefusesANamedPipeInPlaceOfAListedFile(t *testing.T) {
 	if err := syscall.Mkfifo(root+"/p.tfrecord", 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ix := &Index{Root: root, BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100, Version: local.Version(100, 0)}}}
+	ix := &Index{Root: root, src: local.New(root, false, nil), BlockSize: 16 << 10, Files: []File{{Path: "p.tfrecord", Size: 100, Version: local.Version(100, 0)}}}
 	done := make(chan error, 1)
 	go func() {
 		var rd aheadReader

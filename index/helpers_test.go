@@ -14,7 +14,7 @@ func blockBytes(files []*blocktest.SrcFile, b Block) []byte {
 // build is Build that fails the test on error.
 func build(t testing.TB, root string, o Options) *Index {
 	t.Helper()
-	ix, err := Build(t.Context(), root, o)
+	ix, err := Build(t.Context(), blocktest.Dir(t, root, o.FollowSymlinks), o)
 	if err != nil {
 		t.Fatal(err)
 	}

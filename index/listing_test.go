@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/corgifs/corgifs/internal/blocktest"
+	"github.com/corgifs/corgifs/source/local"
 )
 
 // TestSourceBytesIsTheSizeOfTheFilesAnIndexWouldCover lists a directory
@@ -17,11 +20,12 @@ func TestSourceBytesIsTheSizeOfTheFilesAnIndexWouldCover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := SourceBytes(context.Background(), dir, Options{})
+	n, err := SourceBytes(context.Background(), blocktest.Dir(t, dir, false), Options{})
 	if err != nil || n != 1234 {
 		t.Fatalf("SourceBytes = %d, %v; want 1234 (the two .tfrecord files)", n, err)
 	}
-	if _, err := SourceBytes(context.Background(), filepath.Join(dir, "missing"), Options{}); err == nil {
+	// A directory gone since it was opened cannot be listed.
+	if _, err := SourceBytes(context.Background(), local.New(filepath.Join(dir, "missing"), false, nil), Options{}); err == nil {
 		t.Fatal("no error for a missing source")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/internal/cachedir"
+	"github.com/corgifs/corgifs/source"
 )
 
 // The files whose probe was proved wrong, so that every later probed index
@@ -24,23 +25,23 @@ type wholeEntry struct {
 }
 
 // wholeListName is the list's name in the cache directory.
-func wholeListName(root string, o Options) string {
-	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
+func wholeListName(src source.Source) string {
+	sum := sha256.Sum256([]byte(src.ID()))
 	return hex.EncodeToString(sum[:12]) + ".probe-whole"
 }
 
 // maxWholeList bounds the list read back (it holds a few files at most).
 const maxWholeList = 4 << 20
 
-// MarkProbeWrong records that the probe of file (an index file of root)
-// was proved wrong, so that the next probed index of root scans it whole,
+// MarkProbeWrong records that the probe of file (an index file of src)
+// was proved wrong, so that the next probed index of src scans it whole,
 // and marks the sidecar stale with reason so that the next Open rebuilds.
-func MarkProbeWrong(root string, o Options, file File, reason string) error {
-	dir, root, o, err := openRootCacheDir(root, o)
+func MarkProbeWrong(src source.Source, o Options, file File, reason string) error {
+	dir, o, err := openRootCacheDir(src, o)
 	if dir == nil || err != nil {
 		return err
 	}
-	name := wholeListName(root, o)
+	name := wholeListName(src)
 	list := readWholeList(dir, name)
 	e := wholeEntry{file.Path, file.Size, file.Mtime, file.Version}
 	if !slices.Contains(list, e) {
@@ -51,7 +52,7 @@ func MarkProbeWrong(root string, o Options, file File, reason string) error {
 	if err != nil {
 		return err
 	}
-	return MarkStale(root, o, reason)
+	return MarkStale(src, o, reason)
 }
 
 func readWholeList(dir *cachedir.Dir, name string) []wholeEntry {
@@ -72,7 +73,7 @@ func (ix *Index) scanWhole(o Options) []bool {
 	if o.CacheDir == "" {
 		return nil
 	}
-	path, err := cacheDirFor(o.CacheDir, ix.Root, o)
+	path, err := cacheDirFor(o.CacheDir, ix.src)
 	if err != nil {
 		return nil
 	}
@@ -81,7 +82,7 @@ func (ix *Index) scanWhole(o Options) []bool {
 		return nil
 	}
 	defer dir.Close()
-	list := readWholeList(dir, wholeListName(ix.Root, o))
+	list := readWholeList(dir, wholeListName(ix.src))
 	if list == nil {
 		return nil
 	}
@@ -109,7 +110,7 @@ type ProofEntry struct {
 // and the index its cuts. New entries are written at most every
 // proofFlushEvery and at Close.
 type ProofLog struct {
-	root    string
+	src     source.Source
 	o       Options
 	mu      sync.Mutex
 	set     map[ProofEntry]bool
@@ -125,24 +126,20 @@ const proofFlushEvery = 10 * time.Second
 const maxProofLog = 64 << 20
 
 // proofLogName is the log's name in the cache directory.
-func proofLogName(root string, o Options) string {
-	sum := sha256.Sum256([]byte(sidecarRoot(root, o)))
+func proofLogName(src source.Source) string {
+	sum := sha256.Sum256([]byte(src.ID()))
 	return hex.EncodeToString(sum[:12]) + ".probe-proven"
 }
 
-// OpenProofLog reads the proofs kept for root: an empty log when there
+// OpenProofLog reads the proofs kept for src: an empty log when there
 // are none or no cache directory.
-func OpenProofLog(root string, o Options) (*ProofLog, error) {
+func OpenProofLog(src source.Source, o Options) (*ProofLog, error) {
 	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil {
-		return nil, err
-	}
-	pl := &ProofLog{root: root, o: o, set: map[ProofEntry]bool{}, flushed: time.Now()}
+	pl := &ProofLog{src: src, o: o, set: map[ProofEntry]bool{}, flushed: time.Now()}
 	if o.CacheDir == "" {
 		return pl, nil
 	}
-	path, err := cacheDirFor(o.CacheDir, root, o)
+	path, err := cacheDirFor(o.CacheDir, src)
 	if err != nil {
 		return pl, err
 	}
@@ -151,7 +148,7 @@ func OpenProofLog(root string, o Options) (*ProofLog, error) {
 		return pl, err
 	}
 	defer dir.Close()
-	name := proofLogName(root, o)
+	name := proofLogName(src)
 	if !dir.Exists(name) {
 		return pl, nil
 	}
@@ -194,7 +191,7 @@ func (pl *ProofLog) flush() error {
 	if !pl.dirty || pl.o.CacheDir == "" {
 		return nil
 	}
-	path, err := cacheDirFor(pl.o.CacheDir, pl.root, pl.o)
+	path, err := cacheDirFor(pl.o.CacheDir, pl.src)
 	if err != nil {
 		return err
 	}
@@ -207,7 +204,7 @@ func (pl *ProofLog) flush() error {
 	for e := range pl.set {
 		list = append(list, e)
 	}
-	if err := dir.WriteFile(proofLogName(pl.root, pl.o), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
+	if err := dir.WriteFile(proofLogName(pl.src), func(w io.Writer) error { return json.NewEncoder(w).Encode(list) }); err != nil {
 		return err
 	}
 	pl.dirty = false

@@ -53,16 +53,16 @@ func TestJoinTablesKeepsFileOrder(t *testing.T) {
 // refused by a later Open with a lower limit rather than used.
 func TestIndexTablesPastMaxTablesAreRefused(t *testing.T) {
 	root, _ := blocktest.Dataset(t, 3, 3, 20, 64) // 60 records, 4 bytes of tables each
-	_, err := Build(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 50})
+	_, err := Build(t.Context(), blocktest.Dir(t, root, false), Options{BlockSize: 1 << 10, MaxTables: 4 * 50})
 	// Files are scanned a few at once: any of them may hold the 51st.
 	if err == nil || !strings.Contains(err.Error(), ".tfrecord: more than 50 records by offset") {
 		t.Fatalf("60 records over 3 files with room for 50: %v", err)
 	}
 	cache := t.TempDir()
-	if _, _, err := Open(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 60, CacheDir: cache}); err != nil {
+	if _, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{BlockSize: 1 << 10, MaxTables: 4 * 60, CacheDir: cache}); err != nil {
 		t.Fatalf("60 records with room for 60: %v", err)
 	}
-	_, cached, err := Open(t.Context(), root, Options{BlockSize: 1 << 10, MaxTables: 4 * 50, CacheDir: cache})
+	_, cached, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{BlockSize: 1 << 10, MaxTables: 4 * 50, CacheDir: cache})
 	if err == nil || cached || !strings.Contains(err.Error(), "60 records") {
 		t.Fatalf("the cached index of 60 records opened with room for 50: cached %v, %v", cached, err)
 	}

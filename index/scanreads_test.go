@@ -56,7 +56,7 @@ func TestFullIndexOfTextFilesReadsEachFileInAFewLargeReads(t *testing.T) {
 		}
 	}
 	src := &countingSource{Source: local.New(root, false, nil)}
-	ix, err := Build(context.Background(), root, Options{Source: src, Format: formats.JSONL{}})
+	ix, err := Build(context.Background(), src, Options{Format: formats.JSONL{}})
 	if err != nil {
 		t.Fatal(err)
 	}

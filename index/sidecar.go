@@ -16,6 +16,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/internal/cachedir"
+	"github.com/corgifs/corgifs/source"
 )
 
 // sidecarVersion changes whenever the saved Index layout or the way blocks
@@ -96,23 +97,20 @@ func (h sidecarHeader) name() string {
 	return hex.EncodeToString(sum[:12]) + ".index"
 }
 
-// Open returns the index of root: the cached sidecar when every source file
+// Open returns the index of src: the cached sidecar when every source file
 // is unchanged (same names, sizes and modification times) and its blocks
 // tile the files, else a new index, which it saves. Why a sidecar is not
 // used is logged. A cache directory inside the source, or one that another
 // user owns or others may write, is an error.
-func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache bool, err error) {
+func Open(ctx context.Context, src source.Source, o Options) (ix *Index, fromCache bool, err error) {
 	o.fill()
-	root, err = rootOf(root, o)
-	if err != nil {
-		return nil, false, err
-	}
-	h := header(sidecarRoot(root, o), o)
+	root := src.String()
+	h := header(src.ID(), o)
 	name := h.name()
 	var dir *cachedir.Dir
 	var noDir error // why there is no cache directory to save in
 	if o.CacheDir != "" {
-		path, err := cacheDirFor(o.CacheDir, root, o)
+		path, err := cacheDirFor(o.CacheDir, src)
 		if err != nil {
 			return nil, false, err
 		}
@@ -137,7 +135,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 				return nil, false, err
 			}
 			if ix != nil {
-				ix.src, ix.Root = sourceOf(root, o), root
+				ix.src, ix.Root = src, root
 				why = ix.changed(ctx, o)
 				if why == "" {
 					return ix, true, nil
@@ -161,7 +159,7 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 			o.Logger.Info("rebuilding index", "source", root, "reason", why)
 		}
 	}
-	ix, err = Build(ctx, root, o)
+	ix, err = Build(ctx, src, o)
 	if err != nil {
 		return nil, false, err
 	}
@@ -178,26 +176,17 @@ func Open(ctx context.Context, root string, o Options) (ix *Index, fromCache boo
 	return ix, false, nil
 }
 
-// sidecarRoot is the source a sidecar is keyed by: the local directory,
-// or a remote source's ID, which names its endpoint as well.
-func sidecarRoot(root string, o Options) string {
-	if o.Source != nil {
-		return o.Source.ID()
-	}
-	return root
-}
-
 // ErrUnsafeCacheDir marks a cache directory that corgifs refuses to use
 // (see cachedir.ErrUnsafe).
 var ErrUnsafeCacheDir = cachedir.ErrUnsafe
 
-// cacheDirFor resolves the cache directory of an index of root; only a
+// cacheDirFor resolves the cache directory of an index of src; only a
 // local source can hold it.
-func cacheDirFor(dir, root string, o Options) (string, error) {
-	if o.Source != nil {
+func cacheDirFor(dir string, src source.Source) (string, error) {
+	if !IsLocal(src) {
 		return cachedir.Resolve(dir, "")
 	}
-	return cachedir.Resolve(dir, root)
+	return cachedir.Resolve(dir, src.String())
 }
 
 // staleSuffix names the file, beside a sidecar, that marks it stale: the
@@ -207,35 +196,34 @@ func cacheDirFor(dir, root string, o Options) (string, error) {
 // cannot see. The file holds the reason; the next Open rebuilds.
 const staleSuffix = ".stale"
 
-// openRootCacheDir opens the cache directory of the index of root under
-// o.CacheDir, with root and o as an index of it sees them. It returns a
-// nil directory and no error when o has no cache directory.
-func openRootCacheDir(root string, o Options) (*cachedir.Dir, string, Options, error) {
+// openRootCacheDir opens the cache directory of the index of src under
+// o.CacheDir, with o as an index of it sees them. It returns a nil
+// directory and no error when o has no cache directory.
+func openRootCacheDir(src source.Source, o Options) (*cachedir.Dir, Options, error) {
 	o.fill()
-	root, err := rootOf(root, o)
-	if err != nil || o.CacheDir == "" {
-		return nil, root, o, err
+	if o.CacheDir == "" {
+		return nil, o, nil
 	}
-	path, err := cacheDirFor(o.CacheDir, root, o)
+	path, err := cacheDirFor(o.CacheDir, src)
 	if err != nil {
-		return nil, root, o, err
+		return nil, o, err
 	}
 	dir, err := cachedir.OpenPath(path)
-	return dir, root, o, err
+	return dir, o, err
 }
 
-// MarkStale makes the next Open of root with o rebuild the index, giving
+// MarkStale makes the next Open of src with o rebuild the index, giving
 // reason. The loader's OnDamage calls it when a block no longer matches the
 // index although its file kept its version (size and modification time, or
 // ETag). A file whose version changed is not marked: Open sees the change
 // and, for a probed index, indexes that file alone.
-func MarkStale(root string, o Options, reason string) error {
-	dir, root, o, err := openRootCacheDir(root, o)
+func MarkStale(src source.Source, o Options, reason string) error {
+	dir, o, err := openRootCacheDir(src, o)
 	if dir == nil || err != nil {
 		return cachedir.ForFlag(err, "--cache-dir", "its index")
 	}
 	defer dir.Close()
-	h := header(sidecarRoot(root, o), o)
+	h := header(src.ID(), o)
 	return dir.WriteFile(h.name()+staleSuffix, func(w io.Writer) error {
 		_, err := io.WriteString(w, reason)
 		return err

@@ -23,7 +23,7 @@ func openLogged(t *testing.T, root string, o Options) (*Index, bool, string) {
 	t.Helper()
 	var log bytes.Buffer
 	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
-	ix, fromCache, err := Open(t.Context(), root, o)
+	ix, fromCache, err := Open(t.Context(), blocktest.Dir(t, root, o.FollowSymlinks), o)
 	if err != nil {
 		t.Fatalf("Open: %v\nlog:\n%s", err, log.String())
 	}
@@ -300,7 +300,7 @@ func TestOpenRefusesCacheDirInsideSource(t *testing.T) {
 				t.Chdir(root)
 			}
 			cache := tc.cache(root)
-			_, _, err := Open(t.Context(), root, Options{CacheDir: cache})
+			_, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: cache})
 			if err == nil || !strings.Contains(err.Error(), "inside the source") {
 				t.Fatalf("Open with CacheDir %s: err %v, want a refusal", cache, err)
 			}
@@ -326,7 +326,7 @@ func TestOpenAcceptsCacheDirNextToOrAboveSource(t *testing.T) {
 			blocktest.WriteRecords(t, root, "a.tfrecord", [][]byte{{1}})
 			cache := tc.cache(t, root)
 			before := tree(t, root)
-			if _, _, err := Open(t.Context(), root, Options{CacheDir: cache}); err != nil {
+			if _, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: cache}); err != nil {
 				t.Fatal(err)
 			}
 			if len(sidecars(t, cache)) != 1 {

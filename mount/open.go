@@ -19,6 +19,8 @@ import (
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
+	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/source/local"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 )
@@ -148,9 +150,13 @@ func (d *Dataset) index(ctx context.Context) error {
 	}
 	d.Sizes = c.ChooseSizes(ctx, d.Source, shuffler.ReadsRecords(c.Strategy), log)
 	c.BlockSize, c.Buffer = d.Sizes.BlockSize, d.Sizes.Buffer
-	o := c.IndexOptions(d.Source, log)
+	src, err := c.DataSource(d.Source)
+	if err != nil {
+		return err
+	}
+	o := c.IndexOptions(log)
 	o.Progress = c.Progress
-	ix, cached, err := index.Open(ctx, c.Source, o)
+	ix, cached, err := index.Open(ctx, src, o)
 	if err != nil {
 		return err
 	}
@@ -170,9 +176,18 @@ func OpenSource(ctx context.Context, cfg Config, log *slog.Logger) (*s3.Source, 
 	return s3.New(ctx, cfg.Source, sc)
 }
 
-// IndexOptions are the options the index of c is built with, from src
-// (nil: the local directory c.Source).
-func (c *Config) IndexOptions(src *s3.Source, log *slog.Logger) index.Options {
+// DataSource is where the files of c are, for the index and the loader:
+// src, the S3 source of an s3:// c.Source (OpenSource), or else the local
+// directory c.Source, resolved and checked to be a directory.
+func (c *Config) DataSource(src *s3.Source) (source.Source, error) {
+	if src != nil {
+		return src, nil
+	}
+	return local.OpenDir(c.Source, c.FollowSymlinks, nil)
+}
+
+// IndexOptions are the options the index of c is built with.
+func (c *Config) IndexOptions(log *slog.Logger) index.Options {
 	o := index.Options{
 		BlockSize: c.BlockSize, Include: c.Include, SkipCorrupt: c.SkipCorrupt, FollowSymlinks: c.FollowSymlinks,
 		CacheDir: c.CacheDir, Logger: log, Buffered: !c.DirectIO,
@@ -181,9 +196,6 @@ func (c *Config) IndexOptions(src *s3.Source, log *slog.Logger) index.Options {
 		MaxTables:   index.TableBudget(c.MaxMemory),
 		MaxRecord:   index.RecordBudget(c.MaxMemory),
 		Format:      c.Format, FormatOptions: c.FormatOptions,
-	}
-	if src != nil {
-		o.Source = src
 	}
 	return o
 }
@@ -207,7 +219,11 @@ func (c *Config) LoaderOptions(src *s3.Source, slabs int64, log *slog.Logger) bl
 // warning, when memory cannot hold enough blocks a buffer, is logged as
 // one. c is not changed.
 func (c *Config) ChooseSizes(ctx context.Context, src *s3.Source, recordStrategy bool, log *slog.Logger) sizing.Choice {
-	bytes, err := index.SourceBytes(ctx, c.Source, c.IndexOptions(src, log))
+	var bytes int64
+	ds, err := c.DataSource(src)
+	if err == nil {
+		bytes, err = index.SourceBytes(ctx, ds, c.IndexOptions(log))
+	}
 	if err != nil {
 		// Indexing says what is wrong with the source, as it always did.
 		log.Debug("could not list the source to choose the block size", "err", err)

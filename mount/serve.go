@@ -40,14 +40,14 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	debug.SetMemoryLimit(d.HeapLimit)
 	lo := c.LoaderOptions(d.Source, d.SlabBudget, log)
 	lo.OnDamage = func(reason string) {
-		if err := index.MarkStale(ix.Root, c.IndexOptions(d.Source, log), reason); err != nil {
+		if err := index.MarkStale(ix.Source(), c.IndexOptions(log), reason); err != nil {
 			log.Warn("could not mark the index sidecar stale", "err", err)
 			return
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index")
 	}
 	lo.OnProbeWrong = func(file index.File, reason string) {
-		if err := index.MarkProbeWrong(ix.Root, c.IndexOptions(d.Source, log), file, reason); err != nil {
+		if err := index.MarkProbeWrong(ix.Source(), c.IndexOptions(log), file, reason); err != nil {
 			log.Warn("could not record the file whose probe was wrong; the next mount probes it again", "file", file.Path, "err", err)
 			return
 		}
@@ -55,7 +55,7 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	}
 	if ix.Probed {
 		// Files proven by an earlier mount are not walked again.
-		if d.proofs, err = index.OpenProofLog(ix.Root, c.IndexOptions(d.Source, log)); err != nil {
+		if d.proofs, err = index.OpenProofLog(ix.Source(), c.IndexOptions(log)); err != nil {
 			log.Warn("could not read the record-chain proofs of earlier mounts; every probed file is walked again", "err", err)
 		}
 		lo.Proofs = d.proofs

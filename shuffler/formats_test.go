@@ -14,6 +14,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // formatSources writes small datasets of formats whose parts have a
@@ -86,7 +87,7 @@ func readRecords(t *testing.T, f formats.Format, data []byte) (prologue []byte, 
 func TestPartsOfEveryFormatAreWholeFilesOfTheFormatWithExactSizes(t *testing.T) {
 	for name, dir := range formatSources(t) {
 		t.Run(name, func(t *testing.T) {
-			ix, err := index.Build(t.Context(), dir, index.Options{BlockSize: 300})
+			ix, err := index.Build(t.Context(), blocktest.Dir(t, dir, false), index.Options{BlockSize: 300})
 			if err != nil {
 				t.Fatal(err)
 			}

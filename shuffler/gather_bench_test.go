@@ -9,6 +9,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // BenchmarkStreamReadAt measures what the shuffle costs on the read path: a
@@ -36,7 +37,7 @@ func BenchmarkStreamReadAt(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	ix, err := index.Build(b.Context(), root, index.Options{})
+	ix, err := index.Build(b.Context(), blocktest.Dir(b, root, false), index.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkGrabEpochRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	ix, err := index.Build(b.Context(), root, index.Options{BlockSize: 1 << 20})
+	ix, err := index.Build(b.Context(), blocktest.Dir(b, root, false), index.Options{BlockSize: 1 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}

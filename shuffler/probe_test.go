@@ -7,6 +7,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 // A probed index and a full index of the same files serve byte-identical
@@ -17,11 +18,11 @@ func TestProbedAndFullIndexesServeTheSameBytes(t *testing.T) {
 	dirs := formatSources(t)
 	dirs["tfrecord"] = strings.TrimSuffix(newStreamFixture(t).paths[0], "/part-0.tfrecord")
 	for name, dir := range dirs {
-		full, err := index.Build(t.Context(), dir, index.Options{BlockSize: 2048})
+		full, err := index.Build(t.Context(), blocktest.Dir(t, dir, false), index.Options{BlockSize: 2048})
 		if err != nil {
 			t.Fatal(err)
 		}
-		probed, err := index.Build(t.Context(), dir, index.Options{BlockSize: 2048, Probe: true})
+		probed, err := index.Build(t.Context(), blocktest.Dir(t, dir, false), index.Options{BlockSize: 2048, Probe: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +76,7 @@ func TestProbedAndFullIndexesServeTheSameBytes(t *testing.T) {
 func TestProbedIndexRefusesRecordStrategiesAndEqualParts(t *testing.T) {
 	f := newStreamFixture(t)
 	dir := strings.TrimSuffix(f.paths[0], "/part-0.tfrecord")
-	probed, err := index.Build(t.Context(), dir, index.Options{BlockSize: streamBlockSize, Probe: true})
+	probed, err := index.Build(t.Context(), blocktest.Dir(t, dir, false), index.Options{BlockSize: streamBlockSize, Probe: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
 const (
@@ -71,7 +72,7 @@ func newStreamFixture(t testing.TB) *streamFixture {
 		f.paths = append(f.paths, path)
 		f.files = append(f.files, buf.Bytes())
 	}
-	ix, err := index.Build(t.Context(), root, index.Options{BlockSize: streamBlockSize})
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{BlockSize: streamBlockSize})
 	if err != nil {
 		t.Fatal(err)
 	}

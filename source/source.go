@@ -5,16 +5,20 @@
 // one indexed.
 //
 // source/local reads a directory, source/s3 a bucket. What only some
-// sources can do is an optional interface of their File, found by type
-// assertion in the style of go-fuse's fs/api.go: a local file can be read
-// around the page cache (DirectReader) and asked what of it is cached
-// (PageCached); a reader uses these when present and ReadAt when not.
+// sources can do is an optional interface, found by type assertion in the
+// style of go-fuse's fs/api.go: a local directory is a Local source and
+// its listing can log (Logged); a local file can be read around the page
+// cache (DirectReader) and asked what of it is cached (PageCached). A
+// reader uses these when present and the plain methods when not, so the
+// index and the loader name no concrete source: the caller opens one and
+// hands it in.
 package source
 
 import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 )
 
 // Object is one file of a dataset as listed.
@@ -55,6 +59,29 @@ type File interface {
 
 // ErrChanged says that a file is no longer the version that was indexed.
 var ErrChanged = errors.New("changed since indexing")
+
+// ErrNotRegular marks a source path that is not a regular file (a named
+// pipe or a device put in place of a listed file): it is refused at once,
+// never waited on.
+var ErrNotRegular = errors.New("not a regular file")
+
+// Local is a Source of the files of a directory of this machine (or of a
+// shared file system mounted as one). Its files are named by their paths;
+// no cache may be written inside it; and its reads are served by the page
+// cache and the device, where a few readers keep up, not one network round
+// trip each.
+type Local interface {
+	Source
+	// Path returns the absolute path of the file at rel.
+	Path(rel string) string
+}
+
+// Logged is a Source whose listing logs the names it leaves out (a path
+// too long, a loop of links).
+type Logged interface {
+	// WithLogger returns a copy of the source that logs to log.
+	WithLogger(log *slog.Logger) Source
+}
 
 // DirectAlign is the alignment ReadDirect needs: of the file offset, the
 // length and the memory. A page suits every logical block size in use.

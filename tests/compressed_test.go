@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
 
@@ -184,7 +185,7 @@ func TestSingleFrameZstdIsServedAsOneBlockWithAWarningNamingIt(t *testing.T) {
 		t.Fatalf("epoch 0 serves %d records, not each of the decompressed copy's once", len(got))
 	}
 
-	ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, src, false), index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestACorruptCompressedByteIsEIOInThePartsOfItsBlocksOnly(t *testing.T) {
 	// The parts that may fail: those holding records of the blocks that
 	// decode from the access point before the damaged byte, or of the
 	// block before them (whose end decodes past that point).
-	ix, err := index.Build(t.Context(), src, index.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, src, false), index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/tfexample"
 	"golang.org/x/sys/unix"
 )
@@ -39,7 +40,7 @@ func writeSet(t *testing.T, s synth, block int64) *index.Index {
 	f.Sync()
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	f.Close()
-	ix, err := index.Build(context.Background(), dir, index.Options{BlockSize: block})
+	ix, err := index.Build(context.Background(), blocktest.Dir(t, dir, false), index.Options{BlockSize: block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestDataReadsCompressedFilesDecompressed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.tfrecord.gz"), gz.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ix, err := index.Build(context.Background(), dir, index.Options{BlockSize: 16 << 10})
+	ix, err := index.Build(context.Background(), blocktest.Dir(t, dir, false), index.Options{BlockSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,9 +74,21 @@ func (d *datasetFlags) config(src string) mount.Config {
 // that index without mounting), with a progress bar on a terminal.
 func (d *datasetFlags) indexOptions(src string, log *slog.Logger, progress io.Writer) index.Options {
 	c := d.config(src)
-	o := c.IndexOptions(d.source, log)
+	o := c.IndexOptions(log)
 	o.Progress = progressFunc(progress, "indexing")
 	return o
+}
+
+// openIndex opens (builds, or loads from its sidecar) the index of src
+// for the commands that index without mounting, with indexOptions.
+func (d *datasetFlags) openIndex(ctx context.Context, src string, log *slog.Logger, progress io.Writer) (*index.Index, error) {
+	c := d.config(src)
+	ds, err := c.DataSource(d.source)
+	if err != nil {
+		return nil, err
+	}
+	ix, _, err := index.Open(ctx, ds, d.indexOptions(src, log, progress))
+	return ix, err
 }
 
 // loaderOptions are the options of an in-process loader of the dataset

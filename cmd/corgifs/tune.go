@@ -200,7 +200,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		d.blockSize = sizeFlag(block)
-		ix, _, err := index.Open(ctx, src, d.indexOptions(src, log, stderr))
+		ix, err := d.openIndex(ctx, src, log, stderr)
 		if err != nil {
 			return err
 		}

@@ -264,7 +264,7 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 	// listing, and find this index in the cache.
 	d.parts = v.workers
 	d.chooseSizes(ctx, v.data, false, log)
-	ix, _, err := index.Open(ctx, v.data, d.indexOptions(v.data, log, os.Stderr))
+	ix, err := d.openIndex(ctx, v.data, log, os.Stderr)
 	if err != nil {
 		return report, err
 	}

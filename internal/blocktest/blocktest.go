@@ -1,6 +1,7 @@
 // Package blocktest writes the TFRecord datasets that the tests of the
 // index, the loader and the disk cache share, and keeps what each test
-// knows about them (bytes, frame offsets, payloads). It depends on formats
+// knows about them (bytes, frame offsets, payloads), and opens them as a
+// caller of the index does (Dir). It depends on formats and source/local
 // alone, so that tests of every package of the block path can use it.
 package blocktest
 
@@ -14,7 +15,21 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/source/local"
 )
+
+// Dir is the local source of the directory root, opened as the callers of
+// index.Build and index.Open open it (local.OpenDir), listing through
+// symbolic links when follow is set (index.Options.FollowSymlinks).
+func Dir(t testing.TB, root string, follow bool) source.Source {
+	t.Helper()
+	src, err := local.OpenDir(root, follow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
 
 // SrcFile is a TFRecord file written by a test, with what the test knows
 // about it: its bytes and where each frame starts.

@@ -35,6 +35,12 @@ type Source struct {
 	log    *slog.Logger
 }
 
+// The optional interfaces a local directory has.
+var (
+	_ source.Local  = (*Source)(nil)
+	_ source.Logged = (*Source)(nil)
+)
+
 // New returns the source of the directory root, which must be absolute
 // with its symbolic links resolved (see Resolve). With follow, listing
 // follows symbolic links, which may lead out of root, and files are opened
@@ -47,8 +53,8 @@ func New(root string, follow bool, log *slog.Logger) *Source {
 	return &Source{root: root, follow: follow, log: log}
 }
 
-// WithLogger returns a copy of s that logs to log.
-func (s *Source) WithLogger(log *slog.Logger) *Source {
+// WithLogger returns a copy of s that logs to log (source.Logged).
+func (s *Source) WithLogger(log *slog.Logger) source.Source {
 	c := *s
 	if log != nil {
 		c.log = log
@@ -70,13 +76,29 @@ func Resolve(root string) (string, error) {
 	return real, nil
 }
 
+// OpenDir returns the source of the directory root as a user names it:
+// its symbolic links resolved (Resolve), and checked to be a directory.
+// follow and log are New's.
+func OpenDir(root string, follow bool, log *slog.Logger) (*Source, error) {
+	root, err := Resolve(root)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("source %s is not a directory", root)
+	}
+	return New(root, follow, log), nil
+}
+
 // String returns the directory.
 func (s *Source) String() string { return s.root }
 
 // ID returns the directory: its files' versions say the rest.
 func (s *Source) ID() string { return s.root }
 
-// Path returns the absolute path of the file at rel.
+// Path returns the absolute path of the file at rel (source.Local).
 func (s *Source) Path(rel string) string { return filepath.Join(s.root, filepath.FromSlash(rel)) }
 
 // Version returns the version of a local file of size bytes last modified
@@ -198,8 +220,9 @@ func openRegular(root, name string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// ErrNotRegular marks a source path that is not a regular file.
-var ErrNotRegular = errors.New("not a regular file")
+// ErrNotRegular marks a source path that is not a regular file; it is
+// source.ErrNotRegular, named here too for the callers of this package.
+var ErrNotRegular = source.ErrNotRegular
 
 // fileKind names the type of a file mode for a message.
 func fileKind(m fs.FileMode) string {

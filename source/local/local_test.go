@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,4 +116,19 @@ func TestOpenWithoutFollowNeverLeavesTheRoot(t *testing.T) {
 		t.Fatalf("Open with follow: %v", err)
 	}
 	f.Close()
+}
+
+// TestOpenDirMustBeADirectory opens a file and a missing path as a
+// dataset's directory: both are refused with an error naming the path.
+func TestOpenDirMustBeADirectory(t *testing.T) {
+	root := t.TempDir()
+	f := filepath.Join(root, "a.tfrecord")
+	if err := os.WriteFile(f, []byte{1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{f, filepath.Join(root, "missing")} {
+		if _, err := OpenDir(src, false, nil); err == nil || !strings.Contains(err.Error(), src) {
+			t.Fatalf("OpenDir(%s): err %v, want one naming the source", src, err)
+		}
+	}
 }
