@@ -346,7 +346,7 @@ func Options() []Option {
 			variants: []variant{{cmds: CmdValidate, def: "0",
 				help: "set by validate itself, not a validate flag: its mounts get the dimension of the\nvectors it writes (see --sketch-dim); giving it is an error"}}},
 			func(c *Config) *int { return &c.FeedbackDim }),
-		option(Option{Name: "balance-rule", Commands: cmdOrdering, ConfigKey: "balance_rule",
+		option(Option{Name: "balance-rule", Default: def.BalanceRule.String(), Commands: cmdOrdering, ConfigKey: "balance_rule",
 			Help: "sign `rule` of --strategy grab, cdgrab and corgipile-balance: deterministic (+1 when\n<r, c> <= 0, as the papers' code) or randomized (the paper's RandomizedBalance, seeded)"},
 			func(c *Config, v string) error {
 				c.BalanceRuleGiven = true

@@ -76,20 +76,3 @@ func (f *formatFlags) resolve() error {
 	}
 	return nil
 }
-
-// includeVar is the --include flag: unset, the files are those of the
-// format; datasetFlags.include keeps its old default, TFRecord's patterns,
-// for the code that reads it.
-type includeVar struct{ d *datasetFlags }
-
-func (v includeVar) String() string {
-	if v.d == nil || !v.d.includeSet {
-		return ""
-	}
-	return v.d.include.String()
-}
-
-func (v includeVar) Set(s string) error {
-	v.d.includeSet = true
-	return v.d.include.Set(s)
-}
