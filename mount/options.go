@@ -382,10 +382,10 @@ func Options() []Option {
 			func(c *Config) *int { return &c.Parts }),
 
 		// How the mount serves.
-		option(Option{Name: "prefetch", Commands: CmdMount | CmdValidate, ConfigKey: "prefetch",
-			Help: fmt.Sprintf("`buffers` each part loads ahead of the one being read, across the end of an epoch\n"+
-				"(0: none, a buffer is loaded when the reader reaches it; prefetches only use memory\n"+
-				"that is free within --max-memory) (default %d)", blockcache.DefaultPrefetch)},
+		option(Option{Name: "prefetch", Default: strconv.Itoa(blockcache.DefaultPrefetch), Commands: CmdMount | CmdValidate, ConfigKey: "prefetch",
+			Help: "`buffers` each part loads ahead of the one being read, across the end of an epoch\n" +
+				"(0: none, a buffer is loaded when the reader reaches it; prefetches only use memory\n" +
+				"that is free within --max-memory)"},
 			func(c *Config, v string) error {
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 || n > 1000 {
