@@ -179,7 +179,7 @@ func (c *Config) IndexOptions(src *s3.Source, log *slog.Logger) index.Options {
 		Probe:       c.ProbeMode() == index.IndexProbe,
 		MaxTables:   index.TableBudget(c.MaxMemory),
 		MaxRecord:   index.RecordBudget(c.MaxMemory),
-		Format:      c.Format, FormatOptions: c.FormatOptions,
+		Format:      c.format(), FormatOptions: c.FormatOptions,
 	}
 	if src != nil {
 		o.Source = src

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/grab"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
@@ -26,12 +27,11 @@ import (
 // Not in the table, and registered by hand in cmd/corgifs, are the flags
 // that do not land in a Config: --debug, mount's --nonempty,
 // --cpuprofile, --background and --log-file (how the process runs, not
-// what it serves); the flags of the records' format (--format, --header,
-// --check, --record-size, --header-bytes), which are looked up together
-// once all are parsed; and the flags of one command that are no mount
+// what it serves); and the flags of one command that are no mount
 // option: order's --epoch, --part and --output, validate's --strategies,
-// --epochs, --workers and its training flags, tune's probe and analysis
-// flags, demo's and gen's.
+// --epochs, --workers, its training flags and its own --format and
+// decoding flags, tune's probe and analysis flags (and its --seed, of the
+// probe), demo's and gen's.
 
 // Command is a set of the corgifs commands that take an option.
 type Command uint8
@@ -47,6 +47,9 @@ const (
 	// those that order it too.
 	cmdIndexing = CmdMount | CmdOrder | CmdIndex | CmdValidate | CmdTune
 	cmdOrdering = CmdMount | CmdOrder | CmdValidate
+	// cmdFormat take the records' format (validate has flags of its own
+	// that say how it decodes them).
+	cmdFormat = CmdMount | CmdOrder | CmdIndex
 )
 
 // Kind is the type of an option's value, as --help names it when its
@@ -274,6 +277,38 @@ func Options() []Option {
 		boolOption(Option{Name: "direct-io", Default: "true", Commands: cmdIndexing,
 			Help: "read source data that is not in the page cache with O_DIRECT: at the disk's speed,\nfor little CPU, without filling the page cache (falls back to the page cache\nwhere the file system refuses; blocks under 1 MiB are always read through it)"},
 			func(c *Config) *bool { return &c.DirectIO }),
+
+		// The records' format: looked up with its options by CheckFormat,
+		// once all are parsed.
+		option(Option{Name: "format", Commands: cmdFormat, ConfigKey: "format",
+			Help: "`format` of the records: " + strings.Join(formats.Names(), ", ") +
+				"\n(default: chosen from the file extensions; files of two formats are an error)"},
+			func(c *Config, v string) error { c.FormatName = v; return nil },
+			func(c *Config) string { return c.FormatName }),
+		option(Option{Name: "header", Kind: KindBool, Commands: cmdFormat, ConfigKey: "header",
+			Help: "csv: the first row of every file is the header, served once at the start of\nevery part (default true; --header=false: none)"},
+			func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				c.FormatOptions.NoHeader = !b
+				return err
+			},
+			func(c *Config) string { return strconv.FormatBool(!c.FormatOptions.NoHeader) }),
+		option(Option{Name: "check", Kind: KindBool, Commands: cmdFormat,
+			Help: "jsonl: check that every line is one JSON value when indexing"},
+			func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				c.FormatOptions.CheckJSON = b
+				return err
+			},
+			func(c *Config) string { return strconv.FormatBool(c.FormatOptions.CheckJSON) }),
+		option(Option{Name: "record-size", Commands: cmdFormat, ConfigKey: "record_size",
+			Help: "fixed: `bytes` of every record"},
+			func(c *Config, v string) error { _, err := fmt.Sscan(v, &c.FormatOptions.RecordSize); return err },
+			func(c *Config) string { return strconv.FormatInt(c.FormatOptions.RecordSize, 10) }),
+		option(Option{Name: "header-bytes", Commands: cmdFormat, ConfigKey: "source_header_bytes",
+			Help: "fixed: `bytes` of header at the start of every source file, never served\n(default 0)"},
+			func(c *Config, v string) error { _, err := fmt.Sscan(v, &c.FormatOptions.HeaderBytes); return err },
+			func(c *Config) string { return strconv.FormatInt(c.FormatOptions.HeaderBytes, 10) }),
 
 		// Which order.
 		stringOption(Option{Name: "strategy", Default: def.Strategy, Commands: cmdOrdering, ConfigKey: "strategy",

@@ -21,31 +21,35 @@ var sampleValues = map[string]string{
 	"equal-parts": "true", "parts": "4", "prefetch": "0", "coordinate": "/shared/run",
 	"coordinate-rank": "2", "epochs": "3", "allow-other": "true", "feedback-group": "train",
 	"disk-cache": "/var/cache/corgi-blocks", "disk-cache-size": "20GiB",
+	"format": "csv", "header": "false", "check": "true", "record-size": "16", "header-bytes": "128",
 }
 
 // notOptions are the fields of Config that no option sets: the source
-// (an argument), what a command sets for itself, the records' format
-// (whose flags are resolved together by the CLI), the S3 client's retry
+// (an argument), what a command sets for itself, the records' format as
+// a value (the options give its name), the S3 client's retry
 // and split settings (for tests and benchmarks, their zero is the
 // default) and the hooks.
 var notOptions = map[string]bool{
-	"Source": true, "ListsRecords": true, "Format": true, "FormatOptions": true,
+	"Source": true, "ListsRecords": true, "Format": true,
 	"OrdersOnly": true, "S3.Logger": true, "S3.Attempts": true, "S3.SplitSize": true,
 	"Progress": true, "PanicOnLookup": true,
 }
 
+// nested are the fields of Config whose own fields are set by options.
+var nested = map[string]bool{"S3": true, "FormatOptions": true}
+
 // changedFields are the names of the fields of a and b that differ,
-// S3's by S3.Name.
+// those of the nested ones as S3.Name.
 func changedFields(a, b Config) []string {
 	var out []string
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	for i := range va.NumField() {
 		f := va.Type().Field(i)
-		if f.Name == "S3" {
+		if nested[f.Name] {
 			sa, sb := va.Field(i), vb.Field(i)
 			for j := range sa.NumField() {
 				if !reflect.DeepEqual(sa.Field(j).Interface(), sb.Field(j).Interface()) {
-					out = append(out, "S3."+sa.Type().Field(j).Name)
+					out = append(out, f.Name+"."+sa.Type().Field(j).Name)
 				}
 			}
 			continue
@@ -60,15 +64,16 @@ func changedFields(a, b Config) []string {
 	return out
 }
 
-// configFields are the names of Config's fields, S3's by S3.Name.
+// configFields are the names of Config's fields, those of the nested
+// ones as S3.Name.
 func configFields() []string {
 	var out []string
 	t := reflect.TypeFor[Config]()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if f.Name == "S3" {
+		if nested[f.Name] {
 			for j := range f.Type.NumField() {
-				out = append(out, "S3."+f.Type.Field(j).Name)
+				out = append(out, f.Name+"."+f.Type.Field(j).Name)
 			}
 			continue
 		}
@@ -213,13 +218,13 @@ func jsonKeys(t reflect.Type, prefix string, out map[string]bool) {
 // notInConfigJSON are the options config.json does not record: how the
 // source is found, reached and read, and how the mount is shared, change
 // where the bytes come from and who reads them, not which records an epoch
-// serves in which order.
+// serves in which order (jsonl's --check only checks the records).
 var notInConfigJSON = map[string]bool{
 	"include": true, "follow-symlinks": true, "cache-dir": true, "s3-endpoint": true, "s3-region": true,
 	"s3-path-style": true, "s3-concurrency": true, "s3-timeout": true, "skip-corrupt": true,
 	"compression": true, "direct-io": true, "feedback-dim": true, "coordinate": true,
 	"coordinate-rank": true, "allow-other": true, "feedback-group": true, "disk-cache": true,
-	"disk-cache-size": true,
+	"disk-cache-size": true, "check": true,
 }
 
 func TestEveryOptionOfTheOrderIsAKeyOfConfigJSON(t *testing.T) {

@@ -15,13 +15,13 @@ import (
 )
 
 // mountConfig checks the flags that are the CLI's to check (the cache
-// directory's default, the format's options) and returns them as the
+// directory's default) and returns them as the
 // mount.Config of src, checked by its Check.
 func (d *datasetFlags) mountConfig(src string) (mount.Config, error) {
 	if err := d.checkCacheDir(); err != nil {
 		return mount.Config{}, err
 	}
-	if err := d.resolveFormat(); err != nil {
+	if err := d.checkFormat(); err != nil {
 		return mount.Config{}, err
 	}
 	c := d.config(src)
@@ -32,15 +32,12 @@ func (d *datasetFlags) mountConfig(src string) (mount.Config, error) {
 }
 
 // config is the options as the mount.Config of src, unchecked: with the
-// format of the format flags, and the sizes chooseSizes chose where none
+// sizes chooseSizes chose where none
 // were given.
 func (d *datasetFlags) config(src string) mount.Config {
 	c := d.c
 	c.Source = src
 	c.Parts = max(1, c.Parts)
-	if d.format != nil {
-		c.Format, c.FormatOptions = d.format.format, d.format.options
-	}
 	if d.sizes != nil {
 		if c.BlockSize == 0 {
 			c.BlockSize = d.sizes.BlockSize

@@ -64,8 +64,7 @@ type datasetFlags struct {
 	// refused is an option's value that c refuses (optionValue), said by
 	// parse.
 	refused     error
-	cacheDirErr error        // why there is no default --cache-dir
-	format      *formatFlags // nil: chosen from the file names
+	cacheDirErr error // why there is no default --cache-dir
 	debug       bool
 	// source is SRC when it is s3://bucket/prefix, opened by openSource
 	// for the commands that index without mounting (index, tune,
@@ -111,22 +110,9 @@ func (d *datasetFlags) include() []string {
 	return formats.TFRecord{}.Include()
 }
 
-// resolveFormat checks --compression and the format flags, if registered.
-func (d *datasetFlags) resolveFormat() error {
-	if err := index.CheckCompression(d.c.Compression); err != nil {
-		return err
-	}
-	if d.format == nil {
-		return nil
-	}
-	return d.format.resolve()
-}
-
-// registerFormat adds the flags of the records' format (--format and its
-// options) to fs.
-func (d *datasetFlags) registerFormat(fs *flag.FlagSet) {
-	d.format = &formatFlags{}
-	d.format.register(fs)
+// checkFormat checks --compression, --format and the format's options.
+func (d *datasetFlags) checkFormat() error {
+	return flagError(d.c.CheckFormat())
 }
 
 // parseSeed returns the seed, choosing one when none was given.

@@ -42,7 +42,6 @@ the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
 parts of an epoch hold every record once (mrs: once in the epoch it scans it or
 the next).`, stderr)
 	m.d.register(fset, mount.CmdMount)
-	m.d.registerFormat(fset)
 	m.nonempty = fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	m.cpuprofile = fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
 	m.sys.register(fset)
@@ -214,7 +213,6 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("index", "SRC", "Builds (or, if a source file changed, rebuilds) the index of SRC in --cache-dir and prints a summary.", stderr)
 	var d datasetFlags
 	d.register(fset, mount.CmdIndex)
-	d.registerFormat(fset)
 	pos, err := d.parse(fset, args, 1)
 	if err != nil {
 		return err
@@ -222,7 +220,7 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 	if err := d.checkCacheDir(); err != nil {
 		return err
 	}
-	if err := d.resolveFormat(); err != nil {
+	if err := d.checkFormat(); err != nil {
 		return err
 	}
 	log := newLogger(stderr, d.debug)

@@ -95,6 +95,9 @@ func printDefaults(fset *flag.FlagSet) {
 			one.String(f.Name, "", f.Usage)
 		case v.o.Kind == mount.KindBool:
 			one.Bool(f.Name, false, f.Usage)
+			if f.DefValue == "" { // its help says the default
+				f = &flag.Flag{Name: f.Name, Usage: f.Usage, DefValue: "false"}
+			}
 		case v.o.Kind == mount.KindInt:
 			one.Int(f.Name, 0, f.Usage)
 		case v.o.Kind == mount.KindDuration:

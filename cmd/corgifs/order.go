@@ -29,7 +29,6 @@ frame's size.`, stderr)
 	d.register(fset, mount.CmdOrder)
 	d.c.ListsRecords = true
 	d.c.OrdersOnly = true // feedback strategies: the orders a mount saved
-	d.registerFormat(fset)
 	epoch := fset.Int("epoch", 0, "epoch")
 	part := fset.Int("part", 0, "part index i, 0 <= i < K")
 	output := fset.String("output", "file", "what to print: file ('file offset length' in the source) or dali\n('offset size' in the served part, DALI's TFRecord index); --format file and\n--format dali say the same, as before --output existed")
@@ -43,8 +42,8 @@ frame's size.`, stderr)
 	}
 	// --format named the output before the records' format had a flag:
 	// the two sets of values do not overlap.
-	if f := d.format.name; f == "file" || f == "dali" {
-		*output, d.format.name = f, ""
+	if f := d.c.FormatName; f == "file" || f == "dali" {
+		*output, d.c.FormatName = f, ""
 	}
 	if *output != "file" && *output != "dali" {
 		return fmt.Errorf("--output %q: want file or dali", *output)

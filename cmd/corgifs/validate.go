@@ -626,7 +626,7 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	}
 	// The index of --via direct and of the orders reads the records as
 	// the flags say (fixed is never detected; --header=false).
-	d.format = &formatFlags{format: f, options: formats.OptionsOf(f)}
+	d.c.Format, d.c.FormatOptions = f, formats.OptionsOf(f)
 	files, err := formatFiles(d.local(v.data), d.include())
 	return f, files, err
 }
