@@ -17,8 +17,9 @@ import (
 
 // Config is everything a mount is opened and served with: plain values,
 // checked by Check before any I/O. A zero BlockSize or Buffer is chosen
-// by package sizing from the dataset's size; the fields' option names (in
-// OptionError) are the CLI's flag names without their dashes.
+// by package sizing from the dataset's size. Options (options.go) are the
+// options that set its fields, by the names of the CLI's flags without
+// their dashes, which OptionError uses too.
 type Config struct {
 	// Source is a directory or s3://bucket/prefix.
 	Source string

@@ -26,7 +26,7 @@ import (
 type sizeFlag int64
 
 func (s *sizeFlag) String() string {
-	if *s == 0 { // not given: chosen (package sizing); help shows no default
+	if *s == 0 { // the zero value flag.PrintDefaults makes: no default
 		return ""
 	}
 	return humanize.IBytes(uint64(*s))
