@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,6 +143,26 @@ func TestREADMEsOptionTablesListEveryMountOptionAndNoOther(t *testing.T) {
 			if fset.Lookup(m[1]) == nil {
 				t.Errorf("README's table of mount options lists --%s, which corgifs mount does not take", m[1])
 			}
+		}
+	}
+}
+
+func TestMountHelperTakesEveryMountOptionAndKnowsItsBooleansFromTheTable(t *testing.T) {
+	for _, o := range mount.Options() {
+		if !o.For(mount.CmdMount) {
+			continue
+		}
+		opt := strings.ReplaceAll(o.Name, "-", "_")
+		got, _, err := helperArgs([]string{"/src", "/mnt", "-o", opt + "=1"})
+		if err != nil || !slices.Contains(got, "--"+o.Name+"=1") {
+			t.Errorf("-o %s=1: %q, %v; want --%s=1", opt, got, err, o.Name)
+		}
+		_, _, err = helperArgs([]string{"/src", "/mnt", "-o", opt})
+		if o.Kind == mount.KindBool && err != nil {
+			t.Errorf("-o %s, a boolean: %v", opt, err)
+		}
+		if o.Kind != mount.KindBool && (err == nil || !strings.Contains(err.Error(), "needs a value")) {
+			t.Errorf("-o %s without a value: %v; want it to say it needs one", opt, err)
 		}
 	}
 }
