@@ -17,8 +17,9 @@ import (
 
 // Config is everything a mount is opened and served with: plain values,
 // checked by Check before any I/O. A zero BlockSize or Buffer is chosen
-// by package sizing from the dataset's size; the fields' option names (in
-// OptionError) are the CLI's flag names without their dashes.
+// by package sizing from the dataset's size. Options (options.go) are the
+// options that set its fields, by the names of the CLI's flags without
+// their dashes, which OptionError uses too.
 type Config struct {
 	// Source is a directory or s3://bucket/prefix.
 	Source string
@@ -37,8 +38,11 @@ type Config struct {
 	// trains with every strategy (validate): the default index is full.
 	ListsRecords bool
 	DirectIO     bool
-	// Format is nil to choose it from the file names.
+	// Format is the records' format: Format, else the one named
+	// FormatName, made with FormatOptions (CheckFormat); neither, to
+	// choose it from the file names.
 	Format        formats.Format
+	FormatName    string
 	FormatOptions formats.Options
 
 	Strategy string
@@ -169,7 +173,7 @@ func (c *Config) Check() error {
 	if c.CacheDir == "" {
 		return optionErrorf("cache-dir", "{cache-dir} is empty; pass a directory that only you can write")
 	}
-	if err := index.CheckCompression(c.Compression); err != nil {
+	if err := c.CheckFormat(); err != nil {
 		return err
 	}
 	if !shuffler.IsStrategy(c.Strategy) {
@@ -203,6 +207,54 @@ func (c *Config) Check() error {
 		return err
 	}
 	return nil
+}
+
+// formatOptionOf are the options of FormatOptions and the format each
+// belongs to.
+var formatOptionOf = []struct {
+	option, format string
+	changed        func(formats.Options) bool
+}{
+	{"header", "csv", func(o formats.Options) bool { return o.NoHeader }},
+	{"check", "jsonl", func(o formats.Options) bool { return o.CheckJSON }},
+	{"record-size", "fixed", func(o formats.Options) bool { return o.RecordSize != 0 }},
+	{"header-bytes", "fixed", func(o formats.Options) bool { return o.HeaderBytes != 0 }},
+}
+
+// CheckFormat checks Compression, FormatName and FormatOptions, of a
+// caller that only indexes too: an option of another format is an error
+// unless it has its default value (a script may pass --header=true
+// whatever the format); fixed's need FormatName fixed, which is never
+// chosen from the file names.
+func (c *Config) CheckFormat() error {
+	if err := index.CheckCompression(c.Compression); err != nil {
+		return err
+	}
+	if c.Format != nil {
+		return nil
+	}
+	for _, o := range formatOptionOf {
+		if o.changed(c.FormatOptions) && c.FormatName != o.format && (c.FormatName != "" || o.format == "fixed") {
+			return optionErrorf(o.option, "{%s} is an option of {format} %s", o.option, o.format)
+		}
+	}
+	if c.FormatName == "" {
+		return nil
+	}
+	if _, err := formats.Lookup(c.FormatName, c.FormatOptions); err != nil {
+		return &OptionError{Option: "format", Reason: "{format}: " + err.Error(), Err: err}
+	}
+	return nil
+}
+
+// format is the records' format, nil to choose it from the file names
+// (checked by CheckFormat).
+func (c *Config) format() formats.Format {
+	if c.Format != nil || c.FormatName == "" {
+		return c.Format
+	}
+	f, _ := formats.Lookup(c.FormatName, c.FormatOptions)
+	return f
 }
 
 // CheckIndex checks the index mode alone, of a caller that only

@@ -195,7 +195,7 @@ func (c *Config) IndexOptions(log *slog.Logger) index.Options {
 		Probe:       c.ProbeMode() == index.IndexProbe,
 		MaxTables:   index.TableBudget(c.MaxMemory),
 		MaxRecord:   index.RecordBudget(c.MaxMemory),
-		Format:      c.Format, FormatOptions: c.FormatOptions,
+		Format:      c.format(), FormatOptions: c.FormatOptions,
 	}
 	return o
 }

@@ -13,10 +13,10 @@ import (
 // are then empty, and --equal-parts fills every part to the largest one.
 // (A dataset of no records is said by the index.)
 func (d *datasetFlags) warnParts(ix *index.Index, pl *shuffler.Planner, parts int, log *slog.Logger) {
-	if shuffler.ReadsRecords(d.strategy) || parts <= len(ix.Blocks) || len(ix.Blocks) == 0 {
+	if shuffler.ReadsRecords(d.c.Strategy) || parts <= len(ix.Blocks) || len(ix.Blocks) == 0 {
 		return
 	}
-	if !d.equalParts {
+	if !d.c.EqualParts {
 		log.Warn("--parts is larger than the number of blocks: some parts of every epoch are empty; use fewer --parts or a smaller --block-size",
 			"parts", parts, "blocks", len(ix.Blocks), "block_size", humanize.IBytes(uint64(ix.BlockSize)))
 		return

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/corgifs/corgifs/datagen"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/validator"
 	"github.com/dustin/go-humanize"
 )
@@ -60,9 +61,8 @@ writes the plot of the first seed and cleans up.`, stderr)
 	}
 	defer os.RemoveAll(work)
 
-	var d datasetFlags
-	d.register(newFlagSet("", "", "", io.Discard), true)
-	d.cacheDir = filepath.Join(work, "cache")
+	d := datasetFlags{c: mount.Defaults()}
+	d.c.CacheDir = filepath.Join(work, "cache")
 	v := validateFlags{model: validator.Softmax, strategies: listFlag{"none", "window", "corgipile", "full"},
 		epochs: *epochs, batch: 64, lr: 0.05, decay: validator.DefaultDecay, label: "label", via: "mount", plot: *plot, plotZoom: true, progress: stdout}
 	v.data, v.test = filepath.Join(work, "train"), filepath.Join(work, "test")
@@ -94,7 +94,7 @@ writes the plot of the first seed and cleans up.`, stderr)
 	var reports []validator.Report
 	for i := range *seeds {
 		s := *seed + uint64(i)
-		d.seed = fmt.Sprint(s)
+		d.c.Seed, d.c.SeedGiven = s, true
 		vs := v
 		if i > 0 {
 			vs.plot = ""

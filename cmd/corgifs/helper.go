@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/corgifs/corgifs/mount"
 )
 
 // helperName is the program mount(8) runs for `mount -t fuse.corgifs` and
@@ -99,11 +101,21 @@ func helperArgs(args []string) (out []string, fake bool, err error) {
 	return append(out, pos...), fake, nil
 }
 
-// checkHelperOption refuses an -o option that is no flag of corgifs
-// mount, or a bare name of a flag that needs a value, in one line that
-// lists the valid options: mount's own error would be followed by its
-// whole usage, 150 lines of --flags where -o options were given.
+// checkHelperOption refuses an -o option that is neither an option of a
+// mount (mount.Options) nor a flag of corgifs mount, or a bare name of one
+// that needs a value, in one line that lists the valid options: mount's
+// own error would be followed by its whole usage, 150 lines of --flags
+// where -o options were given.
 func checkHelperOption(name string, hasValue bool) error {
+	if o, ok := mount.LookupOption(name); ok && o.For(mount.CmdMount) {
+		if !hasValue && o.Kind != mount.KindBool {
+			_, def := o.Usage(mount.CmdMount)
+			return fmt.Errorf("option %q needs a value: %s=VALUE (default %s)", name, name, def)
+		}
+		return nil
+	}
+	// The flags of mount that are no option of a Config (--debug,
+	// --nonempty, --log-file, the format's) are options too.
 	fset, _ := newMountFlagSet(io.Discard)
 	f := fset.Lookup(name)
 	switch {

@@ -20,15 +20,13 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
-// mountFlags are the flags of corgifs mount.
+// mountFlags are the flags of corgifs mount: its options (mount.Options)
+// in d, and how the process runs.
 type mountFlags struct {
-	d                    datasetFlags
-	epochs, parts        *int
-	allowOther, nonempty *bool
-	cpuprofile           *string
-	feedbackGroup        *string
-	dc                   diskCacheFlags
-	sys                  sysFlags
+	d          datasetFlags
+	nonempty   *bool
+	cpuprofile *string
+	sys        sysFlags
 }
 
 // newMountFlagSet returns the flag set of corgifs mount, which the mount
@@ -43,43 +41,28 @@ MNT/epoch-NNNN/part-IIIII-of-KKKKK.EXT holds part I of K of epoch N, a file of
 the source's format with its extension (.tfrecord, .csv, .tar, .npy, ...): the K
 parts of an epoch hold every record once (mrs: once in the epoch it scans it or
 the next).`, stderr)
-	m.d.register(fset, true)
-	m.d.registerFormat(fset)
-	m.d.registerPrefetch(fset)
-	m.d.coordinate.register(fset)
-	m.epochs = fset.Int("epochs", 100, "epoch directories listed in MNT (any epoch-NNNN resolves)")
-	m.parts = fset.Int("parts", 1, "parts listed in each epoch directory (part-i-of-K with another K also resolves)")
-	m.allowOther = fset.Bool("allow-other", false, "let other users read the mount (FUSE allow_other; needs user_allow_other in /etc/fuse.conf\nwhen not root; any local user can then read the dataset)")
-	m.feedbackGroup = fset.String("feedback-group", "", "let the members of `group` (a name or a GID) write feedback files too (feedback strategies,\n"+
-		"with --allow-other); by default only the mount's owner and root may, and other users get EACCES")
+	m.d.register(fset, mount.CmdMount)
 	m.nonempty = fset.Bool("nonempty", false, "allow mounting over a non-empty directory (its files are hidden while mounted)")
 	m.cpuprofile = fset.String("cpuprofile", "", "write a CPU profile to `file` until unmount")
-	m.dc.register(fset)
 	m.sys.register(fset)
 	return fset, m
 }
 
 func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	fset, m := newMountFlagSet(stderr)
-	d, dc, sys := &m.d, &m.dc, &m.sys
-	pos, err := parse(fset, args, 2)
+	d, sys := &m.d, &m.sys
+	pos, err := d.parse(fset, args, 2)
 	if err != nil {
 		return err
 	}
 	src, mnt := pos[0], pos[1]
 	// Every option is checked before anything is read, and before a
 	// --background daemon starts.
-	d.parts = *m.parts
+	// Test hook: the end-to-end tests make a lookup panic on purpose.
+	d.c.PanicOnLookup = os.Getenv("CORGIFS_TEST_PANIC_LOOKUP")
 	c, err := d.mountConfig(src)
 	if err != nil {
 		return err
-	}
-	c.Epochs, c.AllowOther, c.FeedbackGroup = *m.epochs, *m.allowOther, *m.feedbackGroup
-	c.DiskCache, c.DiskCacheBytes, c.DiskCachePercent = dc.dir, dc.size.bytes, dc.size.percent
-	// Test hook: the end-to-end tests make a lookup panic on purpose.
-	c.PanicOnLookup = os.Getenv("CORGIFS_TEST_PANIC_LOOKUP")
-	if err := c.Check(); err != nil {
-		return flagError(err)
 	}
 	if err := checkMountpoint(src, mnt, *m.nonempty); err != nil {
 		return err
@@ -87,7 +70,7 @@ func serveMount(args []string, stdout, stderr io.Writer, rd *readiness) error {
 	if err := c.CheckDiskCache(mnt); err != nil {
 		return flagError(err)
 	}
-	if bg, err := sys.start(rd, args, d.cacheDir, mnt, stdout, &stderr); bg || err != nil {
+	if bg, err := sys.start(rd, args, c.CacheDir, mnt, stdout, &stderr); bg || err != nil {
 		return err
 	}
 	// A reader of stderr that goes away (`corgifs mount … 2>&1 | head`, a
@@ -229,17 +212,15 @@ killed. Any other mount at MNT is refused unless --force.`, stderr)
 func runIndex(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("index", "SRC", "Builds (or, if a source file changed, rebuilds) the index of SRC in --cache-dir and prints a summary.", stderr)
 	var d datasetFlags
-	d.register(fset, false)
-	d.registerFormat(fset)
-	fset.Var(&d.maxMemory, "max-memory", "memory `budget` of indexing: the index's per-record tables (4 bytes a record, 8 for\nformats without checksums) may take a quarter of it; a source of more records is refused")
-	pos, err := parse(fset, args, 1)
+	d.register(fset, mount.CmdIndex)
+	pos, err := d.parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
 	if err := d.checkCacheDir(); err != nil {
 		return err
 	}
-	if err := d.resolveFormat(); err != nil {
+	if err := d.checkFormat(); err != nil {
 		return err
 	}
 	log := newLogger(stderr, d.debug)

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 )
 
@@ -25,47 +26,44 @@ readers.tfrecord (index_path) instead, TFRecord only: one 'offset size' line
 per record, the offset of its frame within the served part file and the
 frame's size.`, stderr)
 	var d datasetFlags
-	d.listsRecords = true
-	d.register(fset, true)
-	d.balance.printOnly = true // feedback strategies: the orders a mount saved (balance.go)
-	d.registerFormat(fset)
-	fset.Lookup("seed").Usage = "`seed` of the order (required: the same seed as the mount's gives its order)"
+	d.register(fset, mount.CmdOrder)
+	d.c.ListsRecords = true
+	d.c.OrdersOnly = true // feedback strategies: the orders a mount saved
 	epoch := fset.Int("epoch", 0, "epoch")
 	part := fset.Int("part", 0, "part index i, 0 <= i < K")
-	parts := fset.Int("parts", 1, "number of parts K")
 	output := fset.String("output", "file", "what to print: file ('file offset length' in the source) or dali\n('offset size' in the served part, DALI's TFRecord index); --format file and\n--format dali say the same, as before --output existed")
-	pos, err := parse(fset, args, 1)
+	pos, err := d.parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
-	if err := checkParts(*parts); err != nil {
+	parts := d.c.Parts
+	if err := checkParts(parts); err != nil {
 		return err
 	}
 	// --format named the output before the records' format had a flag:
 	// the two sets of values do not overlap.
-	if f := d.format.name; f == "file" || f == "dali" {
-		*output, d.format.name = f, ""
+	if f := d.c.FormatName; f == "file" || f == "dali" {
+		*output, d.c.FormatName = f, ""
 	}
 	if *output != "file" && *output != "dali" {
 		return fmt.Errorf("--output %q: want file or dali", *output)
 	}
-	if d.seed == "" {
+	if !d.c.SeedGiven {
 		return fmt.Errorf("--seed is required: an order is only meaningful for a given seed")
 	}
 	log := newLogger(stderr, d.debug)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d.parts = *parts
 	ds, err := d.open(ctx, pos[0], log, stderr)
 	if err != nil {
 		return err
 	}
 	ix, pl := ds.Index, ds.Planner
-	d.warnParts(ix, pl, *parts, log)
+	d.warnParts(ix, pl, parts, log)
 	if *output == "dali" && ix.Format != "tfrecord" {
 		return fmt.Errorf("--output dali: the DALI index is for TFRecord; %s is %s (use --output file)", ix.Root, ix.Format)
 	}
-	plan, err := pl.Plan(*epoch, *part, *parts)
+	plan, err := pl.Plan(*epoch, *part, parts)
 	if err != nil {
 		return err
 	}

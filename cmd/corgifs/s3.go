@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"time"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/mount"
@@ -18,47 +15,11 @@ import (
 	"github.com/corgifs/corgifs/source/s3"
 )
 
-// s3Flags say how to reach an S3 source (SRC = s3://bucket/prefix).
-type s3Flags struct {
-	endpoint    string
-	region      string
-	pathStyle   bool
-	concurrency int
-	timeout     time.Duration
-
-	// copied is the local copy of an s3:// --data that validate reads
-	// whole (copyForValidate), "" if none.
-	copied string
-}
-
-func (f *s3Flags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.endpoint, "s3-endpoint", "", "`URL` of the S3 server for an s3://bucket/prefix SRC (default: AWS_ENDPOINT_URL_S3,\nAWS_ENDPOINT_URL, the profile's endpoint_url, else AWS S3). Credentials come from\nthe AWS chain, in its order: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN;\nthe profile AWS_PROFILE (else default) of ~/.aws/credentials and ~/.aws/config (or\nAWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE) with credential_process, SSO or role_arn +\nsource_profile; web identity (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN); container\ncredentials (AWS_CONTAINER_CREDENTIALS_FULL_URI); the instance metadata service\n(AWS_EC2_METADATA_SERVICE_ENDPOINT). The mount logs which one it used")
-	fs.StringVar(&f.region, "s3-region", "", "S3 `region` (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region in the shared\nconfig file, else asked of the server)")
-	fs.BoolVar(&f.pathStyle, "s3-path-style", false, "address buckets as ENDPOINT/BUCKET (MinIO and most S3 servers) rather than\nBUCKET.ENDPOINT (default: path style for IP addresses and non-AWS hosts)")
-	fs.IntVar(&f.concurrency, "s3-concurrency", 24, "S3 GET requests in flight at most. The default fills a 10 Gb/s link with 8 MiB blocks:\n1.25 GB/s is ~150 GETs/s of 8 MiB; one S3 connection moves ~85 MB/s, so a GET takes\n~0.1 s plus ~30 ms to its first byte, and 150/s × 0.13 s ≈ 19 in flight; 24 leaves room\nfor connections at ~65 MB/s. corgifs tune s3://… measures the right figure for a store")
-	fs.DurationVar(&f.timeout, "s3-timeout", 30*time.Second, "deadline of one S3 request, body included; a failed request is tried 5 times\nwith exponential backoff and jitter, then its records give EIO")
-}
-
-// args returns the --s3-* flags as a child process is given them.
-func (f *s3Flags) args() []string {
-	a := []string{"--s3-concurrency", strconv.Itoa(f.concurrency), "--s3-timeout", f.timeout.String()}
-	if f.endpoint != "" {
-		a = append(a, "--s3-endpoint", f.endpoint)
-	}
-	if f.region != "" {
-		a = append(a, "--s3-region", f.region)
-	}
-	if f.pathStyle {
-		a = append(a, "--s3-path-style")
-	}
-	return a
-}
-
 // local returns the directory validate reads the files of --data from
 // whole: the local copy of an s3:// one, else dir itself.
-func (f *s3Flags) local(dir string) string {
-	if f.copied != "" {
-		return f.copied
+func (d *datasetFlags) local(dir string) string {
+	if d.copied != "" {
+		return d.copied
 	}
 	return dir
 }
@@ -77,8 +38,8 @@ func (d *datasetFlags) copyForValidate(ctx context.Context, v *validateFlags, lo
 		}
 	}
 	include := formats.AllIncludes()
-	if d.includeSet {
-		include = d.include
+	if d.c.Include != nil {
+		include = d.c.Include
 	}
 	for _, p := range []*string{&v.data, &v.test} {
 		if !s3.IsURL(*p) {
@@ -87,7 +48,7 @@ func (d *datasetFlags) copyForValidate(ctx context.Context, v *validateFlags, lo
 		src := d.source
 		if p == &v.test || src == nil {
 			var err error
-			if src, err = s3.New(ctx, *p, d.s3.config(log)); err != nil {
+			if src, err = s3.New(ctx, *p, d.s3Config(log)); err != nil {
 				cleanup()
 				return nil, err
 			}
@@ -107,7 +68,7 @@ func (d *datasetFlags) copyForValidate(ctx context.Context, v *validateFlags, lo
 		}
 		log.Info("copied the data objects for the whole-file reads (the epochs read the bucket)", "source", *p, "to", dir)
 		if p == &v.data {
-			d.s3.copied = dir
+			d.copied = dir
 		} else {
 			*p = dir
 		}
@@ -165,9 +126,10 @@ func copyObject(src source.Source, o source.Object, to string, buf []byte) error
 	return w.Close()
 }
 
-func (f *s3Flags) config(log *slog.Logger) s3.Config {
-	return s3.Config{Endpoint: f.endpoint, Region: f.region, PathStyle: f.pathStyle,
-		Concurrency: f.concurrency, Timeout: f.timeout, Logger: log}
+func (d *datasetFlags) s3Config(log *slog.Logger) s3.Config {
+	c := d.c.S3
+	c.Logger = log
+	return c
 }
 
 // openSource makes the S3 source of src when it is an s3:// URL, checking

@@ -20,6 +20,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -80,10 +81,7 @@ memory). Last, it prints a 'corgifs mount' line with the block size, and with
 func runTune(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("tune", "SRC", tuneAbout, stderr)
 	var d datasetFlags
-	d.register(fset, false)
-	bs := fset.Lookup("block-size")
-	bs.Usage = "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or the one a mount chooses with --probe=false)"
-	bs.DefValue = "0 B" // printed as no default: the usage says it
+	d.register(fset, mount.CmdTune)
 	label := fset.String("label", "", "int64 `feature` holding the class of a record; without it, only the storage is measured")
 	features := fset.String("features", "", "`feature` holding the input vector (a float_list, or a bytes_list of one uint8 string\nsuch as image pixels, scaled to [0, 1]); without it h_D is the label's alone")
 	probe := fset.Bool("probe", true, "measure the storage (false: skip it)")
@@ -98,13 +96,13 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	dataBytes := sizeFlag(1 << 30)
 	fset.Var(&dataBytes, "data-bytes", "`bytes` of records read for the data analysis at most; a larger dataset is\nanalysed on a random sample of its blocks")
 	seed := fset.Uint64("seed", 1, "`seed` of the probe's offsets, the block sample and the random-order baseline")
-	parts := fset.Int("parts", 1, "parts `K` of an epoch the mount will serve: --buffer is a share of a part")
 	mixTV := fset.Float64("mix-tv", 0.1, "the label mix rule: the mount line's buffer is the smallest (of at least 16 blocks)\nwhose expected label TV distance to all records is at most this; 0: the buffer\nof the paper's bound (1-alpha)*h_D <= 1 instead")
 	asJSON := fset.Bool("json", false, "print one JSON object instead of the tables")
-	pos, err := parse(fset, args, 1)
+	pos, err := d.parse(fset, args, 1)
 	if err != nil {
 		return err
 	}
+	parts := d.c.Parts
 	blockGiven := false
 	fset.Visit(func(f *flag.Flag) { blockGiven = blockGiven || f.Name == "block-size" })
 	if *features != "" && *label == "" {
@@ -116,8 +114,8 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if minBlock > maxBlock {
 		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
 	}
-	if *parts < 1 {
-		return fmt.Errorf("--parts %d: want at least 1", *parts)
+	if parts < 1 {
+		return fmt.Errorf("--parts %d: want at least 1", parts)
 	}
 	if *mixTV < 0 || *mixTV >= 1 {
 		return fmt.Errorf("--mix-tv %g: want at least 0 (0: use the bound) and under 1 (a TV distance is at most 1)", *mixTV)
@@ -141,7 +139,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	case *probe && d.source != nil:
 		given := map[string]bool{}
 		fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		o := tune.ProbeOptions{Bytes: int64(probeBytes), Time: *probeTime, InFlight: d.s3.concurrency, Rounds: *rounds, Seed: *seed,
+		o := tune.ProbeOptions{Bytes: int64(probeBytes), Time: *probeTime, InFlight: d.c.S3.Concurrency, Rounds: *rounds, Seed: *seed,
 			Progress: progressFunc(stderr, "probing")}
 		if given["in-flight"] {
 			o.InFlight = *inFlight
@@ -151,13 +149,13 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 				o.Sizes = append(o.Sizes, n)
 			}
 		}
-		rep, err := probeRemote(ctx, d.source, d.include, o)
+		rep, err := probeRemote(ctx, d.source, d.include(), o)
 		if err != nil {
 			return err
 		}
 		out.Storage = &rep
 	case *probe:
-		files, err := probeFiles(src, d.include, d.follow)
+		files, err := probeFiles(src, d.include(), d.c.FollowSymlinks)
 		if err != nil {
 			return err
 		}
@@ -165,7 +163,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		// whose cold reads cost CPU and fall behind the device, so the
 		// block it is told to use is one it reads directly.
 		var floor int64
-		if d.directIO {
+		if d.c.DirectIO {
 			floor = index.MinDirectBlock
 		}
 		var sizes []int64
@@ -181,11 +179,10 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 		out.Storage = &rep
 	}
-	block := int64(d.blockSize)
+	block := d.c.BlockSize
 	if !blockGiven {
 		// Without a recommendation from the storage, the block the mount
 		// would choose (package sizing).
-		d.parts = *parts
 		block = d.chooseSizes(ctx, src, false, log).BlockSize
 	}
 	switch {
@@ -199,7 +196,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if err := d.checkCacheDir(); err != nil {
 			return err
 		}
-		d.blockSize = sizeFlag(block)
+		d.c.BlockSize = block
 		ix, err := d.openIndex(ctx, src, log, stderr)
 		if err != nil {
 			return err
@@ -214,21 +211,21 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 		out.Data = &rep
 		out.Label, out.Features = *label, *features
-		if out.Buffer, err = bufferAdvice(rep, ix, *parts, *mixTV); err != nil {
+		if out.Buffer, err = bufferAdvice(rep, ix, parts, *mixTV); err != nil {
 			return err
 		}
-		out.Defaults = defaultsAdvice(&d, rep, ix, block, *parts, *mixTV, out.Buffer)
+		out.Defaults = defaultsAdvice(&d, rep, ix, block, parts, *mixTV, out.Buffer)
 	}
 	buf := out.Buffer
 	if out.Defaults != nil && out.Defaults.Enough {
 		buf = nil // the mount's own buffer mixes enough: no --buffer
 	}
-	out.Mount = mountLine(src, block, *parts, buf)
+	out.Mount = mountLine(src, block, parts, buf)
 	if out.Storage != nil && out.Storage.Remote {
 		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
 	}
-	if d.source != nil && d.s3.endpoint != "" {
-		out.Mount += " --s3-endpoint " + shellQuote(d.s3.endpoint)
+	if d.source != nil && d.c.S3.Endpoint != "" {
+		out.Mount += " --s3-endpoint " + shellQuote(d.c.S3.Endpoint)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -271,7 +268,7 @@ type defaultsMix struct {
 // blocks of block bytes.
 func defaultsAdvice(d *datasetFlags, rep tune.DataReport, ix *index.Index, block int64, parts int, maxTV float64, advice *bufferChoice) *defaultsMix {
 	c := sizing.Choose(sizing.Input{DatasetBytes: ix.Bytes, Parts: parts, ObjectStore: d.source != nil,
-		MaxMemory: int64(d.maxMemory), BlockSize: block})
+		MaxMemory: d.c.MaxMemory, BlockSize: block})
 	blocks := len(ix.Blocks) / max(1, parts)
 	if !c.WholePart && len(ix.Blocks) > 0 {
 		blocks = int(c.BufferBytes / max(1, ix.Bytes/int64(len(ix.Blocks))))

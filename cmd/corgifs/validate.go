@@ -109,18 +109,11 @@ corgipile-balance each epoch's per-example gradients (see --sketch-dim) are
 written to the mount's feedback files before the next epoch is read, which the
 mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr)
 	var d datasetFlags
-	d.listsRecords = true // it trains with every strategy, full and once too
-	d.register(fset, true)
-	d.registerPrefetch(fset)
+	d.register(fset, mount.CmdValidate)
+	d.c.ListsRecords = true // it trains with every strategy, full and once too
 	var v validateFlags
 	v.register(fset)
-	if f := fset.Lookup("feedback-dim"); f != nil {
-		// mount's flag, among the dataset flags: validate sets it for its
-		// mounts, so its help says so and shows no default.
-		f.Usage = "set by validate itself, not a validate flag: its mounts get the dimension of the\nvectors it writes (see --sketch-dim); giving it is an error"
-		f.DefValue = "0"
-	}
-	if _, err := parse(fset, args, 0); err != nil {
+	if _, err := d.parse(fset, args, 0); err != nil {
 		return err
 	}
 	var strategyGiven bool
@@ -131,7 +124,7 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	if strategyGiven {
 		// The dataset flags include mount's --strategy; validate trains
 		// on each of --strategies, so a --strategy would be ignored.
-		return fmt.Errorf("validate has no --strategy: it trains on each order of --strategies (for example --strategies %s)", d.strategy)
+		return fmt.Errorf("validate has no --strategy: it trains on each order of --strategies (for example --strategies %s)", d.c.Strategy)
 	}
 	if v.data == "" || v.test == "" {
 		return fmt.Errorf("--data and --test are required")
@@ -251,18 +244,15 @@ func validate(ctx context.Context, d *datasetFlags, v *validateFlags, log *slog.
 		return validateFiles(ctx, v, dec, test, classes, dataFiles, log)
 	}
 	// Index once, so every strategy (and every child mount) uses the sidecar.
-	seed, chosen, err := d.parseSeed()
-	if err != nil {
-		return report, err
-	}
+	seed, chosen := d.parseSeed()
 	if chosen {
 		log.Info("no --seed given; chose one (pass it to reproduce these orders)", "seed", seed)
-		d.seed = fmt.Sprint(seed)
+		d.c.Seed, d.c.SeedGiven = seed, true
 	}
 	// The block size and buffers a mount of --workers parts chooses
 	// (package sizing): the child mounts choose them again, from the same
 	// listing, and find this index in the cache.
-	d.parts = v.workers
+	d.c.Parts = v.workers
 	d.chooseSizes(ctx, v.data, false, log)
 	ix, err := d.openIndex(ctx, v.data, log, os.Stderr)
 	if err != nil {
@@ -363,13 +353,15 @@ func (v *validateFlags) runs(d *datasetFlags) ([]strategyRun, error) {
 		case hasQ && name != "pls":
 			return nil, fmt.Errorf("%q in --strategies: only pls takes an exchange fraction (pls:Q)", s)
 		case hasQ:
-			var f fractionFlag
-			if err := f.Set(q); err != nil {
+			// Q as --exchange takes it.
+			o, _ := mount.LookupOption("exchange")
+			c := mount.Defaults()
+			if err := o.Set(&c, q); err != nil {
 				return nil, fmt.Errorf("%q in --strategies: %w", s, err)
 			}
-			r.exchange = float64(f)
+			r.exchange = c.Exchange
 		case name == "pls":
-			r.exchange = float64(d.exchange)
+			r.exchange = d.c.Exchange
 			plainPLS = true
 		}
 		if name == "pls" {
@@ -379,10 +371,10 @@ func (v *validateFlags) runs(d *datasetFlags) ([]strategyRun, error) {
 		partitioned = partitioned || shuffler.Partitioned(name)
 		runs = append(runs, r)
 	}
-	if d.partitionGiven && !partitioned {
+	if d.c.Partition != "" && !partitioned {
 		return nil, fmt.Errorf("--partition applies to the strategies local, pls, grab and cdgrab (the set each part keeps); --strategies %s has none of them", v.strategies.String())
 	}
-	if d.exchangeGiven && !plainPLS {
+	if d.c.ExchangeGiven && !plainPLS {
 		return nil, fmt.Errorf("--exchange is the Q of pls in --strategies (local is pls with Q 0); --strategies %s has no pls without its own pls:Q", v.strategies.String())
 	}
 	return runs, nil
@@ -423,9 +415,9 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 	k := v.workers
 	partition := ""
 	if shuffler.Partitioned(r.strategy) {
-		partition = string(d.partition)
+		partition = optionText(&d.c, "partition")
 	}
-	cacheDir := d.cacheDir
+	cacheDir := d.c.CacheDir
 	if fbDim > 0 {
 		// A cache directory of the run's own: a mount keeps the orders it
 		// computed from feedback there, and would serve them again to a
@@ -437,20 +429,20 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 	}
 	if v.via == "mount" {
 		flags := []string{"--strategy", r.strategy, "--seed", fmt.Sprint(seed),
-			"--max-memory", fmt.Sprint(int64(d.maxMemory)), "--cache-dir", cacheDir,
-			"--include", d.include.String(), "--epochs", fmt.Sprint(v.epochs), "--parts", fmt.Sprint(k)}
+			"--max-memory", fmt.Sprint(d.c.MaxMemory), "--cache-dir", cacheDir,
+			"--include", joinComma(d.include()), "--epochs", fmt.Sprint(v.epochs), "--parts", fmt.Sprint(k)}
 		// What was not given the child chooses as any mount does, and
 		// says so in its config.json: validate runs what users run.
-		if d.blockSizeGiven {
-			flags = append(flags, "--block-size", fmt.Sprint(int64(d.blockSize)))
+		if d.c.BlockSize != 0 {
+			flags = append(flags, "--block-size", fmt.Sprint(d.c.BlockSize))
 		}
-		if d.bufferGiven {
-			flags = append(flags, "--buffer", d.buffer.v.String())
+		if d.c.Buffer != (shuffler.BufferSize{}) {
+			flags = append(flags, "--buffer", d.c.Buffer.String())
 		}
-		if d.skipCorrupt {
+		if d.c.SkipCorrupt {
 			flags = append(flags, "--skip-corrupt")
 		}
-		if d.equalParts {
+		if d.c.EqualParts {
 			flags = append(flags, "--equal-parts")
 		}
 		if partition != "" {
@@ -460,10 +452,10 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 			flags = append(flags, "--exchange", strconv.FormatFloat(r.exchange, 'g', -1, 64))
 		}
 		if fbDim > 0 {
-			flags = append(flags, "--feedback-dim", fmt.Sprint(fbDim), "--balance-rule", d.balance.rule.String(),
-				"--feedback-timeout", d.balance.timeout.String())
+			flags = append(flags, "--feedback-dim", fmt.Sprint(fbDim))
+			flags = append(flags, optionArgs(&d.c, "balance-rule", "feedback-timeout")...)
 		}
-		flags = append(flags, "--prefetch", d.prefetchFlag())
+		flags = append(flags, optionArgs(&d.c, "prefetch")...)
 		if v.format != "tfrecord" {
 			// The decoding flags of validate are mount's too.
 			flags = append(flags, "--format", v.format, "--header="+strconv.FormatBool(!v.noHeader))
@@ -472,7 +464,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 			}
 		}
 		if d.source != nil {
-			flags = append(flags, d.s3.args()...)
+			flags = append(flags, optionArgs(&d.c, "s3-endpoint", "s3-region", "s3-path-style", "s3-concurrency", "s3-timeout")...)
 		}
 		m, err := startChildMount(v.data, work, flags...)
 		if err != nil {
@@ -491,9 +483,9 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 	// The budget a mount of this strategy would use, so that the orders
 	// are the mount's: its slabs' share, less what it sets aside for the
 	// feedback vectors.
-	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), shuffler.ReadsRecords(r.strategy))
+	slabs, _ := mount.MemorySplit(ix, d.c.MaxMemory, shuffler.ReadsRecords(r.strategy))
 	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: d.bufferFor(r.strategy), MaxMemory: slabs,
-		EqualParts: d.equalParts, Partition: partition, Exchange: r.exchange}
+		EqualParts: d.c.EqualParts, Partition: partition, Exchange: r.exchange}
 	var store *feedback.Store
 	if fbDim > 0 {
 		var err error
@@ -501,7 +493,7 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 			return nil, err
 		}
 		slabs -= feedback.Bound(ix.Records, fbDim)
-		p.MaxMemory, p.Feedback, p.FeedbackTimeout, p.BalanceRule, p.Logger = slabs, store, d.balance.timeout.d, d.balance.rule.r, log
+		p.MaxMemory, p.Feedback, p.FeedbackTimeout, p.BalanceRule, p.Logger = slabs, store, d.c.FeedbackTimeout, d.c.BalanceRule, log
 	}
 	pl, err := shuffler.NewPlanner(ix, p)
 	if err != nil {
@@ -534,8 +526,8 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 // sourceOrder returns how to open the records of the index in source
 // order, in-process.
 func sourceOrder(ctx context.Context, d *datasetFlags, ix *index.Index, seed uint64) (func() (io.ReadCloser, error), error) {
-	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), false)
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.buffer.v, MaxMemory: slabs})
+	slabs, _ := mount.MemorySplit(ix, d.c.MaxMemory, false)
+	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: d.config("").Buffer, MaxMemory: slabs})
 	if err != nil {
 		return nil, fmt.Errorf("the training set in source order: %w", err)
 	}
@@ -610,7 +602,7 @@ func validateFiles(ctx context.Context, v *validateFlags, dec validator.Decoder,
 func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, error) {
 	o := formats.Options{NoHeader: v.noHeader, RecordSize: v.recordSize, HeaderBytes: v.headerBytes}
 	if v.format == "" {
-		all, err := formatFiles(d.s3.local(v.data), []string{"*"})
+		all, err := formatFiles(d.local(v.data), []string{"*"})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -627,15 +619,15 @@ func (v *validateFlags) dataFormat(d *datasetFlags) (formats.Format, []string, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("--format: %w", err)
 	}
-	if slices.Equal(d.include, formats.TFRecord{}.Include()) {
-		// The default --include is TFRecord's; the index and child
-		// mounts then take the format's own.
-		d.include = listFlag(f.Include())
+	if d.c.Include == nil {
+		// Without --include the index and child mounts take the
+		// format's own.
+		d.c.Include = f.Include()
 	}
 	// The index of --via direct and of the orders reads the records as
 	// the flags say (fixed is never detected; --header=false).
-	d.format = &formatFlags{format: f, options: formats.OptionsOf(f)}
-	files, err := formatFiles(d.s3.local(v.data), d.include)
+	d.c.Format, d.c.FormatOptions = f, formats.OptionsOf(f)
+	files, err := formatFiles(d.local(v.data), d.include())
 	return f, files, err
 }
 
@@ -723,13 +715,10 @@ func formatFiles(dir string, include []string) ([]string, error) {
 // bufferFor is the buffer a mount of strategy uses: --buffer, or what the
 // rule chooses for it (window and mrs keep a small one).
 func (d *datasetFlags) bufferFor(strategy string) shuffler.BufferSize {
-	if d.bufferGiven || d.sizes == nil {
-		return d.buffer.v
+	if d.c.Buffer != (shuffler.BufferSize{}) || d.sizes == nil {
+		return d.c.Buffer
 	}
-	in := sizing.Input{DatasetBytes: d.sizes.DatasetBytes, Parts: max(1, d.parts), ObjectStore: d.source != nil,
-		MaxMemory: int64(d.maxMemory), RecordStrategy: shuffler.ReadsRecords(strategy)}
-	if d.blockSizeGiven {
-		in.BlockSize = int64(d.blockSize)
-	}
+	in := sizing.Input{DatasetBytes: d.sizes.DatasetBytes, Parts: max(1, d.c.Parts), ObjectStore: d.source != nil,
+		MaxMemory: d.c.MaxMemory, RecordStrategy: shuffler.ReadsRecords(strategy), BlockSize: d.c.BlockSize}
 	return sizing.Choose(in).Buffer
 }

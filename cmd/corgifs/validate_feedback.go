@@ -37,9 +37,9 @@ func (v *validateFlags) checkFeedbackFlags(d *datasetFlags, runs []strategyRun, 
 		return nil
 	}
 	switch {
-	case d.balance.ruleGiven:
+	case d.c.BalanceRuleGiven:
 		return fmt.Errorf("--balance-rule applies to the strategies grab, cdgrab and corgipile-balance; --strategies %s has none", v.strategies.String())
-	case d.balance.timeoutGiven:
+	case d.c.FeedbackTimeoutGiven:
 		return fmt.Errorf("--feedback-timeout applies to the strategies grab, cdgrab and corgipile-balance; --strategies %s has none", v.strategies.String())
 	}
 	return nil
@@ -51,7 +51,7 @@ func (v *validateFlags) checkFeedbackFlags(d *datasetFlags, runs []strategyRun, 
 // --feedback-dim is validate's to set.
 func feedbackFits(d *datasetFlags, ix *index.Index, strategy string, g *validator.Gradients) error {
 	rec := shuffler.ReadsRecords(strategy)
-	slabs, _ := mount.MemorySplit(ix, int64(d.maxMemory), rec)
+	slabs, _ := mount.MemorySplit(ix, d.c.MaxMemory, rec)
 	need := max(blockcache.MinMemory(ix, d.loaderOptions(nil), rec), ix.MaxBlock())
 	bound := feedback.Bound(ix.Records, g.Dim())
 	if slabs-bound >= need {
@@ -64,7 +64,7 @@ func feedbackFits(d *datasetFlags, ix *index.Index, strategy string, g *validato
 		fix = "(binary models always give exact gradients: features + 1 values)"
 	}
 	return fmt.Errorf("%s: --max-memory %s does not hold the feedback vectors, %s for %d records (records × (4 × %d + 12) bytes = %s), beside the blocks (%s): raise --max-memory by %s %s",
-		strategy, humanize.IBytes(uint64(d.maxMemory)), what, ix.Records, g.Dim(), humanize.IBytes(uint64(bound)),
+		strategy, humanize.IBytes(uint64(d.c.MaxMemory)), what, ix.Records, g.Dim(), humanize.IBytes(uint64(bound)),
 		humanize.IBytes(uint64(need)), humanize.IBytes(uint64(bound+need-slabs)), fix)
 }
 
