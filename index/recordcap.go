@@ -7,6 +7,25 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+// MaxBlockRecords is the most records a block of a full index holds: a
+// block ends at the record boundary after a multiple of the block size
+// (Cuts) or once it holds this many records, whichever comes first.
+//
+// What the daemon keeps for a loaded block grows with its records, not its
+// bytes: the loader's offset and length of each (12 bytes) and, for each
+// stream serving it, the permuted source and output offsets (20 bytes).
+// An 8 MiB block of empty TFRecords holds 512Ki records, 16 MiB of such
+// tables beside its 8 MiB, and 4 readers at --max-memory 64MiB took the
+// daemon to 126-141 MiB (TestBlocksOfMillionsOfTinyRecordsStayWithinMaxMemoryPlus64MiB).
+// At 64Ki records those tables are at most 2 MiB a block whatever the
+// records' size, and the planner's buffers, which it fills up to a byte
+// target with whole blocks, then hold about what the target says instead
+// of a block several times as large. Only blocks of records under 128
+// bytes (at 8 MiB) are cut shorter; more, smaller blocks also shuffle
+// better, and the index's own per-block entries stay far below its 4
+// bytes a record.
+const MaxBlockRecords = 1 << 16
+
 // TableBudget is the share of a memory budget (--max-memory) that a full
 // index's per-record tables may take: a quarter, so that building them
 // (slices grown by append, the sidecar's encoding) and the blocks loaded
