@@ -26,6 +26,12 @@ import (
 // bytes a record.
 const MaxBlockRecords = 1 << 16
 
+// LoadedRecordBytes is the heap a record of a loaded block takes: its
+// offset and length in the loader's Buf (12 bytes), and the permuted
+// source and output offsets (16) and the permutation entry (4) of the
+// stream that serves it.
+const LoadedRecordBytes = 12 + 16 + 4
+
 // TableBudget is the share of a memory budget (--max-memory) that a full
 // index's per-record tables may take: a quarter, so that building them
 // (slices grown by append, the sidecar's encoding) and the blocks loaded

@@ -29,14 +29,12 @@ const (
 	outsideHeap = 24 << 20
 )
 
-// tableBytes is the heap a record of a loaded buffer takes: its offset
-// and length in the Buf (blockcache, 12 bytes), and the permuted source
-// and output offsets (16) and the permutation (4) of the stream that
-// serves it (shuffler). Measured on 4 million records of 4 bytes read by
-// 4 readers at --max-memory 64MiB: 34-39 bytes for each record the slabs
-// held, against the 16 counted before, which took the daemon past
+// tableBytes is the heap a record of a loaded buffer takes
+// (index.LoadedRecordBytes). Measured on 4 million records of 4 bytes read
+// by 4 readers at --max-memory 64MiB: 34-39 bytes for each record the
+// slabs held, against the 16 counted before, which took the daemon past
 // --max-memory + 64 MiB (RELIABILITY.md).
-const tableBytes = 12 + 16 + 4
+const tableBytes = index.LoadedRecordBytes
 
 // MemorySplit divides maxMemory between the loader's slabs, which live
 // outside the Go heap, and the heap, so that the daemon's resident size stays
