@@ -1159,7 +1159,7 @@ const probeHint = "the records of this block of a probed index do not tile it (t
 func (sp *splitter) learn(span int64) error {
 	l, e := sp.l, sp.e
 	n := len(sp.starts)
-	if err := tooManyLearned(l.ix, e, n); err != nil {
+	if err := tooManyLearned(l.ix, e, sp.starts); err != nil {
 		return err
 	}
 	if e.records > 0 && n != int(e.records) {

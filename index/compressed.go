@@ -239,7 +239,7 @@ func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index,
 }
 
 // scanStream cuts the decompressed stream ra of file fi, size bytes long,
-// into blocks by the rule of every file (Cuts and MaxBlockRecords), or, if
+// into blocks by the rule of every file (Cuts and CapCuts), or, if
 // whole, only where a block would hold more than math.MaxInt32 records or damaged bytes are
 // skipped, calling cut with the offset of each block's start as it is
 // found (to choose its access point) and progress with the offset scanned
@@ -424,7 +424,8 @@ func (ix *Index) Compressed() CompressedStats {
 // copies. A zstd file of one access point may be one block, as scanWith
 // serves a file of one frame (its index does not tell a file of one frame
 // from one whose blocks all start in its first frame, so both cuts pass).
-// A block of MaxBlockRecords records ends wherever its last one does.
+// A block of MaxBlockRecords records or more may also end where CapCuts
+// says.
 func (ix *Index) checkCompressedCuts() error {
 	if ix.Probed || ix.BlockSize <= 0 {
 		return nil
