@@ -173,7 +173,7 @@ type datasetFlags struct {
 func (d *datasetFlags) register(fs *flag.FlagSet, order bool) {
 	d.include = listFlag(formats.TFRecord{}.Include())
 	d.maxMemory = 1 << 30
-	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record)\n(default: chosen from the dataset's size before indexing, so that a buffer holds at least\n256 blocks: a power of two from 4 KiB (1 MiB for s3://) to 8 MiB; see .corgifs/config.json)")
+	fs.Var(givenFlag{&d.blockSize, &d.blockSizeGiven}, "block-size", "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record),\nor after 65,536 records averaging under 32 bytes (--index full)\n(default: chosen from the dataset's size before indexing, so that a buffer holds at least\n256 blocks: a power of two from 4 KiB (1 MiB for s3://) to 8 MiB; see .corgifs/config.json)")
 	fs.Var(includeVar{d}, "include", "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)")
 	fs.BoolVar(&d.follow, "follow-symlinks", false, "follow symbolic links to files and directories inside SRC (they may lead\noutside it; a directory reached twice, as in a loop, is listed once)")
 	d.registerCacheDir(fs)
