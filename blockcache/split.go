@@ -112,6 +112,9 @@ const probeHint = "the records of this block of a probed index do not tile it (t
 func (sp *splitter) learn(span int64) error {
 	l, e := sp.l, sp.e
 	n := len(sp.starts)
+	if err := tooManyLearned(l.ix, e, sp.starts); err != nil {
+		return err
+	}
 	if e.records > 0 && n != int(e.records) {
 		err := fmt.Errorf("%s at offset %d: %d records, index says %d; %s: %w", l.ix.Path(e.file), e.off, n, e.records, probeHint, syscall.EIO)
 		l.damaged(err)

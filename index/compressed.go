@@ -239,8 +239,8 @@ func (ix *Index) scanWith(fi int32, o Options, r io.ReaderAt, zi *zaccess.Index,
 }
 
 // scanStream cuts the decompressed stream ra of file fi, size bytes long,
-// into blocks by the rule of every file (Cuts), or, if whole, only where
-// a block would hold more than math.MaxInt32 records or damaged bytes are
+// into blocks by the rule of every file (Cuts and CapCuts), or, if
+// whole, only where a block would hold more than math.MaxInt32 records or damaged bytes are
 // skipped, calling cut with the offset of each block's start as it is
 // found (to choose its access point) and progress with the offset scanned
 // now and then.
@@ -424,6 +424,8 @@ func (ix *Index) Compressed() CompressedStats {
 // copies. A zstd file of one access point may be one block, as scanWith
 // serves a file of one frame (its index does not tell a file of one frame
 // from one whose blocks all start in its first frame, so both cuts pass).
+// A block of MaxBlockRecords records or more may also end where CapCuts
+// says.
 func (ix *Index) checkCompressedCuts() error {
 	if ix.Probed || ix.BlockSize <= 0 {
 		return nil
@@ -438,7 +440,7 @@ func (ix *Index) checkCompressedCuts() error {
 			prevFile = -1
 			continue
 		}
-		if blk.File == prevFile && blk.Offset == prevEnd && ix.Blocks[b-1].Records != math.MaxInt32 && !Cuts(ix.BlockSize, prev, blk.Offset) {
+		if blk.File == prevFile && blk.Offset == prevEnd && ix.Blocks[b-1].Records < MaxBlockRecords && !Cuts(ix.BlockSize, prev, blk.Offset) {
 			return fmt.Errorf("block %d (%s at decompressed offset %d) does not start at a cut of block size %d", b, ix.Files[blk.File].Path, blk.Offset, ix.BlockSize)
 		}
 		whole := acc.Kind == zaccess.Zstd && len(acc.Points) == 1

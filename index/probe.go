@@ -17,7 +17,11 @@ import (
 // Index modes (--index): full reads every byte of every file; probe reads
 // a small window at each multiple of the block size and finds the record
 // boundary there (formats.Prober). Both cut blocks by the rule of Cuts, so
-// where a probe is right they give the same blocks.
+// where a probe is right they give the same blocks. A full index also
+// cuts by CapCuts (very many tiny records), which a probe can do only for
+// records of one size; the loader refuses a probed block that a full index
+// would have cut so (blockcache's tooManyLearned), so any block that both
+// serve is the same.
 const (
 	IndexFull  = "full"
 	IndexProbe = "probe"
@@ -225,6 +229,13 @@ func probedScan(fi int32, h formats.Head, cuts []int64, sizer formats.Sizer) fil
 	}
 	prev := from
 	add := func(end int64) {
+		// Records of one size are cut by CapCuts as a full scan cuts
+		// them: the boundaries are known without reading.
+		for size > 0 && (end-prev)/size > MaxBlockRecords && CapCuts(MaxBlockRecords, MaxBlockRecords*size) {
+			sc.blocks = append(sc.blocks, Block{File: fi, Offset: prev, Len: MaxBlockRecords * size, Records: MaxBlockRecords})
+			sc.records += MaxBlockRecords
+			prev += MaxBlockRecords * size
+		}
 		b := Block{File: fi, Offset: prev, Len: end - prev}
 		if size > 0 {
 			b.Records = int32((end - prev) / size)

@@ -7,6 +7,41 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+// MaxBlockRecords and LoadedRecordBytes bound the records of a block: a
+// full index ends a block at the record boundary after a multiple of the
+// block size (Cuts), or before a record that would follow MaxBlockRecords
+// or more whose tables, LoadedRecordBytes each, take more than their own
+// bytes (CapCuts): records under 32 bytes on average.
+//
+// What the daemon keeps for a loaded block grows with its records, not its
+// bytes: LoadedRecordBytes a record. An 8 MiB block of empty TFRecords
+// holds 512Ki records, 16 MiB of tables beside its 8 MiB, and the
+// planner, which fills buffers up to a byte target with whole blocks,
+// made a buffer meant for 4 MiB of one such block: 4 readers at
+// --max-memory 64MiB took the daemon to 126-141 MiB
+// (TestBlocksOfMillionsOfTinyRecordsStayWithinMaxMemoryPlus64MiB). So a
+// block's tables are at most its bytes, or 2 MiB (64Ki records) for a
+// block of fewer bytes than that; and 64Ki, not fewer, so that a block is
+// cut this way only when its records are very small, where more, smaller
+// blocks cost the index little (an entry a block against 4 bytes a
+// record) and shuffle better. A probe, which learns the records of most
+// formats only when their block loads, cannot make this cut: the loader
+// refuses a probed block that a full index would have cut, so whenever
+// both serve a block it is the same block.
+const MaxBlockRecords = 1 << 16
+
+// LoadedRecordBytes is the heap a record of a loaded block takes: its
+// offset and length in the loader's Buf (12 bytes), and the permuted
+// source and output offsets (16) and the permutation entry (4) of the
+// stream that serves it.
+const LoadedRecordBytes = 12 + 16 + 4
+
+// CapCuts reports whether a block that holds records records in bytes
+// bytes ends before its next record (the rule of MaxBlockRecords).
+func CapCuts(records, bytes int64) bool {
+	return records >= MaxBlockRecords && records*LoadedRecordBytes > bytes
+}
+
 // TableBudget is the share of a memory budget (--max-memory) that a full
 // index's per-record tables may take: a quarter, so that building them
 // (slices grown by append, the sidecar's encoding) and the blocks loaded

@@ -1,11 +1,14 @@
 package index
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/internal/blocktest"
 )
 
@@ -65,5 +68,35 @@ func TestIndexTablesPastMaxTablesAreRefused(t *testing.T) {
 	_, cached, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{BlockSize: 1 << 10, MaxTables: 4 * 50, CacheDir: cache})
 	if err == nil || cached || !strings.Contains(err.Error(), "60 records") {
 		t.Fatalf("the cached index of 60 records opened with room for 50: cached %v, %v", cached, err)
+	}
+}
+
+// A .tfrecord.gz of 200,000 empty records in one block's worth of bytes:
+// its blocks end after MaxBlockRecords records (CapCuts), and the sidecar
+// of such cuts passes the
+// check of compressed cuts: a second Open uses it. The same records, of
+// 40 bytes each, are one block.
+func TestCompressedBlocksOfTinyRecordsEndAtCapCutsAndReopenFromTheSidecar(t *testing.T) {
+	for _, c := range []struct {
+		payload int
+		blocks  int
+	}{{0, 4}, {24, 1}} {
+		root := t.TempDir()
+		plain := bytes.Repeat(formats.AppendFrame(nil, make([]byte, c.payload)), 200_000)
+		blocktest.WriteBytes(t, filepath.Join(root, "a.tfrecord.gz"), blocktest.GzipMembers(1, 6)(t, plain))
+		o := Options{BlockSize: 8 << 20, CacheDir: t.TempDir()}
+		ix, _, _ := openLogged(t, root, o)
+		if len(ix.Blocks) != c.blocks || ix.Records != 200_000 {
+			t.Fatalf("records of %d bytes: %d blocks, %d records; want %d blocks of 200000 records", 16+c.payload, len(ix.Blocks), ix.Records, c.blocks)
+		}
+		for _, b := range ix.Blocks[:len(ix.Blocks)-1] {
+			if c.payload == 0 && b.Records != MaxBlockRecords {
+				t.Errorf("block %+v: want %d records", b, MaxBlockRecords)
+			}
+		}
+		again, cached, log := openLogged(t, root, o)
+		if !cached || !slices.Equal(again.Blocks, ix.Blocks) {
+			t.Errorf("records of %d bytes: the sidecar was not used (cached %v); log:\n%s", 16+c.payload, cached, log)
+		}
 	}
 }

@@ -38,7 +38,9 @@ type blockCutter struct {
 	fi        int32
 	blockSize int64
 	// whole keeps the file one block: it is cut only where a block would
-	// hold more records than a Block counts (a one-frame zstd file).
+	// hold more records than a Block counts (a one-frame zstd file: each
+	// block of it would decode from the file's start, so neither Cuts nor
+	// CapCuts cuts it).
 	whole bool
 	tail  int64 // len(Head.Tail), served with the file's last record
 	// decompressed: the records are offsets of a compressed file's
@@ -69,7 +71,7 @@ func (c *blockCutter) add(rec formats.Record) error {
 	if c.first {
 		c.out.from, c.first = rec.Offset, false
 	}
-	if c.cur.Records > 0 && (!c.whole && Cuts(c.blockSize, c.prev, rec.Offset) || c.cur.Records == math.MaxInt32) {
+	if c.cur.Records > 0 && (!c.whole && (Cuts(c.blockSize, c.prev, rec.Offset) || CapCuts(int64(c.cur.Records), c.cur.Len)) || c.cur.Records == math.MaxInt32) {
 		c.flush()
 	}
 	c.prev = rec.Offset

@@ -25,7 +25,9 @@ import (
 // 7: every block of a full index has a CRC (TFRecord's too), which the disk
 // cache checks its entries against; local versions hold the device, inode
 // and change time.
-const sidecarVersion = 7
+// 8: a full index's block also ends where CapCuts says (very many tiny
+// records).
+const sidecarVersion = 8
 
 const sidecarMagic = "corgifs-index"
 

@@ -29,13 +29,20 @@ const (
 	outsideHeap = 24 << 20
 )
 
+// tableBytes is the heap a record of a loaded buffer takes
+// (index.LoadedRecordBytes). Measured on 4 million records of 4 bytes read
+// by 4 readers at --max-memory 64MiB: 34-39 bytes for each record the
+// slabs held, against the 16 counted before, which took the daemon past
+// --max-memory + 64 MiB (RELIABILITY.md).
+const tableBytes = index.LoadedRecordBytes
+
 // MemorySplit divides maxMemory between the loader's slabs, which live
 // outside the Go heap, and the heap, so that the daemon's resident size stays
 // within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
 // bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
-// buffers parts serve (16 bytes for each record the slabs hold: as much
-// as the slabs themselves for records of 16 bytes), the reply buffers of
+// buffers parts serve (tableBytes for each record the slabs hold: twice
+// the slabs themselves for records of 16 bytes), the reply buffers of
 // the FUSE requests in flight (fs.RequestMemory, whatever the number of
 // readers), and room to collect garbage in (gcRoom) beyond these is its
 // soft limit. outsideHeap of the process is neither. The slabs get the
@@ -54,7 +61,7 @@ func MemorySplit(ix *index.Index, maxMemory int64, recordStrategy bool) (slabs, 
 		if ix.Records <= 0 || ix.Bytes <= 0 {
 			return 0
 		}
-		return 16 * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
+		return tableBytes * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
 	}
 	over := func(s int64) int64 { // what the heap and the rest take past the 64 MiB allowance
 		return max(0, index+tables(s)+fs.RequestMemory+gcRoom+outsideHeap-64<<20)

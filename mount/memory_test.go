@@ -15,12 +15,12 @@ func indexOf(records, bytes int64) *index.Index {
 func TestMemorySplitGivesSlabsAllOfMaxMemoryLessTheIndexEstimate(t *testing.T) {
 	// 1,000 records of 1 MiB: the fixed costs (requests, GC room, the
 	// binary) take the 64 MiB beyond --max-memory; the slabs give up only
-	// the index's 4 bytes and the tables' 16 bytes a record.
+	// the index's 4 bytes and the tables' tableBytes a record.
 	ix := indexOf(1000, 1000<<20)
 	for _, m := range []int64{64 << 20, 1 << 30} {
 		slabs, heap := MemorySplit(ix, m, false)
-		if slabs > m || m-slabs > 20*ix.Records {
-			t.Errorf("MemorySplit(%d): slabs %d, want all of it but at most %d bytes", m, slabs, 20*ix.Records)
+		if want := (4 + tableBytes) * ix.Records; slabs > m || m-slabs > want {
+			t.Errorf("MemorySplit(%d): slabs %d, want all of it but at most %d bytes", m, slabs, want)
 		}
 		if heap < gcRoom {
 			t.Errorf("MemorySplit(%d): heap limit %d, below the room to collect in (%d)", m, heap, gcRoom)
