@@ -20,6 +20,7 @@ import (
 
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
+	"github.com/corgifs/corgifs/feedback/client"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
@@ -483,8 +484,8 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 			return openParts(k, func(i int) (io.ReadCloser, error) { return os.Open(m.part(e, i, k)) })
 		}
 		if fbDim > 0 {
-			fb := &mountFeedback{mnt: m.Dir}
-			rio.feedback, rio.feedbackStats = fb, fb.stats
+			fb := &client.MountWriter{Mount: m.Dir}
+			rio.feedback, rio.feedbackStats = fb, fb.Stats
 		}
 		return rio, nil
 	}
@@ -524,8 +525,8 @@ func epochOpener(ctx context.Context, d *datasetFlags, v *validateFlags, ix *ind
 		})
 	}
 	if store != nil {
-		fb := &storeFeedback{st: store, pl: pl}
-		rio.feedback, rio.feedbackStats = fb, fb.stats
+		fb := &client.StoreWriter{Store: store, Planner: pl}
+		rio.feedback, rio.feedbackStats = fb, fb.Stats
 		rio.done = func() error { pl.Close(); return store.Close() }
 	}
 	return rio, nil

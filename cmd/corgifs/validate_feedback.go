@@ -1,16 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"os"
-	"path/filepath"
 
-	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/blockcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/index"
@@ -67,111 +61,6 @@ func feedbackFits(d *datasetFlags, ix *index.Index, strategy string, g *validato
 		strategy, humanize.IBytes(uint64(d.maxMemory)), what, ix.Records, g.Dim(), humanize.IBytes(uint64(bound)),
 		humanize.IBytes(uint64(need)), humanize.IBytes(uint64(bound+need-slabs)), fix)
 }
-
-// feedbackFile encodes the feedback file of dim-value vectors into buf: the
-// header, then the vectors as little-endian float32s.
-func feedbackFile(buf []byte, dim int, vecs []float32) []byte {
-	buf = append(buf[:0], feedback.Magic...)
-	buf = binary.LittleEndian.AppendUint32(buf, feedback.Version)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(dim))
-	buf = binary.LittleEndian.AppendUint32(buf, 0)
-	for _, x := range vecs {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-	}
-	return buf
-}
-
-// mountFeedback writes the vectors into a mount's feedback files, as any
-// trainer would.
-type mountFeedback struct {
-	mnt string
-	buf []byte
-}
-
-// feedbackPath returns the path of the feedback file of part i of k of
-// epoch e in the mount mnt.
-func feedbackPath(mnt string, e, i, k int) string {
-	return filepath.Join(mnt, api.Dir, api.FeedbackDir, shuffler.EpochName(e), shuffler.PartName(i, k, ".f32"))
-}
-
-func (f *mountFeedback) WritePart(epoch, part, parts, dim int, vecs []float32) error {
-	f.buf = feedbackFile(f.buf, dim, vecs)
-	path := feedbackPath(f.mnt, epoch, part, parts)
-	fd, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = fd.Write(f.buf)
-	if cerr := fd.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%w (the mount's reason: %s)", err, f.reason(epoch, part, parts))
-	}
-	return nil
-}
-
-// reason returns what the mount's status.json says of a part.
-func (f *mountFeedback) reason(epoch, part, parts int) string {
-	b, err := os.ReadFile(api.StatusPath(f.mnt))
-	if err != nil {
-		return fmt.Sprintf("status.json unreadable: %v", err)
-	}
-	var st feedback.Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Sprintf("status.json: %v", err)
-	}
-	for _, p := range st.Parts {
-		if p.Epoch == epoch && p.Part == part && p.Parts == parts {
-			return p.State + ": " + p.Reason
-		}
-	}
-	return "none given"
-}
-
-// stats returns the feedback counters of the mount's stats.json.
-func (f *mountFeedback) stats() (feedback.Stats, error) {
-	b, err := os.ReadFile(api.StatsPath(f.mnt))
-	if err != nil {
-		return feedback.Stats{}, err
-	}
-	var s struct{ Feedback *feedback.Stats }
-	if err := json.Unmarshal(b, &s); err != nil {
-		return feedback.Stats{}, fmt.Errorf("%s/.corgifs/stats.json: %w", f.mnt, err)
-	}
-	if s.Feedback == nil {
-		return feedback.Stats{}, fmt.Errorf("%s/.corgifs/stats.json has no feedback counters: the mount takes no feedback", f.mnt)
-	}
-	return *s.Feedback, nil
-}
-
-// storeFeedback gives the vectors to a feedback store in-process (--via
-// direct), as the mount's feedback files do: the part's served records
-// are those of its plan.
-type storeFeedback struct {
-	st  *feedback.Store
-	pl  *shuffler.Planner
-	buf []byte
-}
-
-func (f *storeFeedback) WritePart(epoch, part, parts, dim int, vecs []float32) error {
-	plan, err := f.pl.Plan(epoch, part, parts)
-	if err != nil {
-		return err
-	}
-	u, err := f.st.Begin(epoch, part, parts, f.pl.RecordIDs(plan))
-	if err != nil {
-		return err
-	}
-	f.buf = feedbackFile(f.buf, dim, vecs)
-	_, err = u.WriteAt(f.buf, 0)
-	if cerr := u.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func (f *storeFeedback) stats() (feedback.Stats, error) { return f.st.Stats(), nil }
 
 // openStore opens a feedback store for an in-process run in dir, with the
 // memory a mount would set aside for vectors of dim values.
