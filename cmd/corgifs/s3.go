@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source"
 	"github.com/corgifs/corgifs/source/s3"
@@ -25,10 +24,6 @@ type s3Flags struct {
 	pathStyle   bool
 	concurrency int
 	timeout     time.Duration
-
-	// copied is the local copy of an s3:// --data that validate reads
-	// whole (copyForValidate), "" if none.
-	copied string
 }
 
 func (f *s3Flags) register(fs *flag.FlagSet) {
@@ -52,67 +47,6 @@ func (f *s3Flags) args() []string {
 		a = append(a, "--s3-path-style")
 	}
 	return a
-}
-
-// local returns the directory validate reads the files of --data from
-// whole: the local copy of an s3:// one, else dir itself.
-func (f *s3Flags) local(dir string) string {
-	if f.copied != "" {
-		return f.copied
-	}
-	return dir
-}
-
-// copyForValidate opens the source of an s3:// --data, for the index and
-// the epochs, which read the bucket, and copies its data objects into a
-// temporary directory for what validate reads as whole local files: the
-// format's detection, the libsvm dimension, --via files and the loss on
-// the whole training set. An s3:// --test is copied too. The returned
-// function removes the copies.
-func (d *datasetFlags) copyForValidate(ctx context.Context, v *validateFlags, log *slog.Logger) (func(), error) {
-	var dirs []string
-	cleanup := func() {
-		for _, dir := range dirs {
-			os.RemoveAll(dir)
-		}
-	}
-	include := formats.AllIncludes()
-	if d.includeSet {
-		include = d.include
-	}
-	for _, p := range []*string{&v.data, &v.test} {
-		if !s3.IsURL(*p) {
-			continue
-		}
-		src := d.source
-		if p == &v.test || src == nil {
-			var err error
-			if src, err = s3.New(ctx, *p, d.s3.config(log)); err != nil {
-				cleanup()
-				return nil, err
-			}
-		}
-		if p == &v.data {
-			d.source = src
-		}
-		dir, err := os.MkdirTemp("", "corgifs-validate-s3-")
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		dirs = append(dirs, dir)
-		if err := copyObjects(ctx, src, include, dir); err != nil {
-			cleanup()
-			return nil, err
-		}
-		log.Info("copied the data objects for the whole-file reads (the epochs read the bucket)", "source", *p, "to", dir)
-		if p == &v.data {
-			d.s3.copied = dir
-		} else {
-			*p = dir
-		}
-	}
-	return cleanup, nil
 }
 
 // copyObjects copies the objects of src whose base names match include
