@@ -15,6 +15,7 @@ import (
 	"github.com/corgifs/corgifs/datagen"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/validator"
+	"github.com/corgifs/corgifs/validator/validate"
 	"github.com/dustin/go-humanize"
 )
 
@@ -105,7 +106,7 @@ writes the plot of the first seed and cleans up.`, stderr)
 		if err != nil {
 			return err
 		}
-		res, err := Run(ctx, c, log)
+		res, err := validate.Run(ctx, c, log)
 		fmt.Fprintln(stdout)
 		if err != nil {
 			return flagError(err)

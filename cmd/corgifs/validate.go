@@ -19,6 +19,7 @@ import (
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
 	"github.com/corgifs/corgifs/validator"
+	"github.com/corgifs/corgifs/validator/validate"
 )
 
 // validateFlags are the training settings of validate (and demo).
@@ -154,7 +155,7 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	if err != nil {
 		return err
 	}
-	res, err := Run(ctx, c, log)
+	res, err := validate.Run(ctx, c, log)
 	if err != nil {
 		return flagError(err)
 	}
@@ -163,10 +164,10 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 
 // config is the flags as the Config of validate, with the seed
 // chosen (and logged) when none was given.
-func (v *validateFlags) config(d *datasetFlags, log *slog.Logger) (Config, error) {
+func (v *validateFlags) config(d *datasetFlags, log *slog.Logger) (validate.Config, error) {
 	seed, chosen, err := d.parseSeed()
 	if err != nil {
-		return Config{}, err
+		return validate.Config{}, err
 	}
 	if chosen {
 		log.Info("no --seed given; chose one (pass it to reproduce these orders)", "seed", seed)
@@ -174,11 +175,11 @@ func (v *validateFlags) config(d *datasetFlags, log *slog.Logger) (Config, error
 	m := d.config(v.data)
 	m.Seed, m.SeedGiven = seed, true
 	m.Progress = progressFunc(os.Stderr, "indexing")
-	return Config{
+	return validate.Config{
 		Mount: m, Data: v.data, Test: v.test, Model: v.model, Strategies: v.strategies,
 		Epochs: v.epochs, Batch: v.batch, LR: v.lr, Decay: v.decay, L2: v.l2,
 		Workers: v.workers, SyncEvery: v.syncEvery, SketchDim: v.sketchDim, Via: v.via,
-		Decode: Decode{Format: v.format, NoHeader: v.noHeader, RecordSize: v.recordSize, HeaderBytes: v.headerBytes,
+		Decode: validate.Decode{Format: v.format, NoHeader: v.noHeader, RecordSize: v.recordSize, HeaderBytes: v.headerBytes,
 			Label: v.label, Features: v.features, LabelColumn: v.labelColumn, IgnoreColumns: v.ignoreColumns,
 			IgnoreGiven: v.ignoreSet, Divide: v.divide},
 		Mounter:  mountChild,
@@ -187,12 +188,12 @@ func (v *validateFlags) config(d *datasetFlags, log *slog.Logger) (Config, error
 }
 
 // mountChild serves the mount of c as `corgifs mount` in a child process.
-func mountChild(_ context.Context, c mount.Config, work string) (*Mounted, error) {
+func mountChild(_ context.Context, c mount.Config, work string) (*validate.Mounted, error) {
 	m, err := startChildMount(c.Source, work, mountArgs(c)...)
 	if err != nil {
 		return nil, err
 	}
-	return &Mounted{Dir: m.Dir, Ext: m.ext, Config: m.config, Warnings: m.warnings, Stop: m.stop}, nil
+	return &validate.Mounted{Dir: m.Dir, Ext: m.ext, Config: m.config, Warnings: m.warnings, Stop: m.stop}, nil
 }
 
 // mountArgs are the flags of `corgifs mount` that give c: what c leaves

@@ -1,4 +1,8 @@
-package main
+// Package validate is validate's orchestration: it trains a model per order
+// strategy on the epochs a mount of the dataset serves (through a real
+// mount, or in-process from mount's policies, or the files in their
+// order) and reports how each order trains.
+package validate
 
 import (
 	"cmp"
