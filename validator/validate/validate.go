@@ -204,23 +204,21 @@ func Run(ctx context.Context, c Config, log *slog.Logger) (Result, error) {
 	// sidecar, at the block size and buffer a mount of Workers parts
 	// chooses (package sizing): the child mounts choose them again, from
 	// the same listing, and find this index in the cache.
-	ic := v.indexConfig()
-	ch := ic.ChooseSizes(ctx, v.src, false, log)
-	v.sizes, res.Sizes = &ch, &ch
-	ic.BlockSize, ic.Buffer = ch.BlockSize, ch.Buffer
-	o := ic.IndexOptions(v.src, log)
-	o.Progress = ic.Progress
-	ix, _, err := index.Open(ctx, ic.Source, o)
+	base, err := mount.OpenIndexFrom(ctx, v.indexConfig(), v.src, log)
 	if err != nil {
 		return res, err
 	}
+	defer base.Close()
+	v.base, res.Sizes = base, &base.Sizes
+	ix := base.Index
 	// The final model of every epoch is also measured on the whole
 	// training set: the records of the index (so SkipCorrupt leaves out
 	// what it left out), in source order, which does not matter here.
-	trainSet, err := v.sourceOrder(ctx, ix, seed, ch.Buffer)
+	trainSet, closeTrainSet, err := v.sourceOrder(ctx, seed)
 	if err != nil {
 		return res, err
 	}
+	defer closeTrainSet()
 	log.Info("training", "records", ix.Records, "bytes", humanize.IBytes(uint64(ix.Bytes)), "test_records", test.Len(),
 		"features", test.Dim, "classes", classes, "model", v.Model, "via", v.Via, "workers", v.Workers, "sync_every", v.SyncEvery)
 	work, err := os.MkdirTemp("", "corgifs-validate-")
@@ -299,7 +297,8 @@ type validation struct {
 	// files.
 	format  formats.Format
 	include []string
-	sizes   *sizing.Choice
+	// base is the Dataset of the index every run reads.
+	base *mount.Dataset
 }
 
 func (v *validation) close() {
@@ -506,32 +505,15 @@ func (v *validation) epochOpener(ctx context.Context, ix *index.Index, r strateg
 		}
 		return rio, nil
 	}
-	// The budget a mount of this strategy would use, so that the orders
-	// are the mount's: its slabs' share, less what it sets aside for the
-	// feedback vectors.
-	slabs, _ := mount.MemorySplit(ix, v.Mount.MaxMemory, shuffler.ReadsRecords(r.strategy))
-	p := shuffler.Params{Strategy: r.strategy, Seed: seed, Buffer: v.bufferFor(r.strategy), MaxMemory: slabs,
-		EqualParts: v.Mount.EqualParts, Partition: partition, Exchange: r.exchange}
-	var store *feedback.Store
-	if fbDim > 0 {
-		var err error
-		if store, err = openStore(ix, r.strategy, filepath.Join(cacheDir, "feedback"), fbDim, v.log); err != nil {
-			return nil, err
-		}
-		slabs -= feedback.Bound(ix.Records, fbDim)
-		p.MaxMemory, p.Feedback, p.FeedbackTimeout, p.BalanceRule, p.Logger = slabs, store, v.Mount.FeedbackTimeout, v.Mount.BalanceRule, v.log
-	}
-	pl, err := shuffler.NewPlanner(ix, p)
+	// The planner and the loader a mount of this strategy would make,
+	// over the same index: its slabs' share of MaxMemory, less what it
+	// sets aside for the feedback vectors, and its feedback store.
+	ds, err := v.base.Reopen(v.runConfig(r, seed, cacheDir, fbDim))
 	if err != nil {
-		if store != nil {
-			store.Close()
-		}
 		return nil, err
 	}
-	lo := v.loaderOptions()
-	lo.MaxMemory = slabs
-	ld := blockcache.NewLoader(ix, lo)
-	rio := &runIO{done: func() error { return nil }}
+	pl, ld := ds.Planner, ds.NewLoader()
+	rio := &runIO{done: func() error { pl.Close(); return ds.Close() }}
 	rio.open = func(e int) ([]io.ReadCloser, error) {
 		return openParts(k, func(i int) (io.ReadCloser, error) {
 			plan, err := pl.Plan(e, i, k)
@@ -541,12 +523,29 @@ func (v *validation) epochOpener(ctx context.Context, ix *index.Index, r strateg
 			return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
 		})
 	}
-	if store != nil {
-		fb := &client.StoreWriter{Store: store, Planner: pl}
+	if ds.Feedback != nil {
+		fb := &client.StoreWriter{Store: ds.Feedback, Planner: pl}
 		rio.feedback, rio.feedbackStats = fb, fb.Stats
-		rio.done = func() error { pl.Close(); return store.Close() }
 	}
 	return rio, nil
+}
+
+// runConfig is the mount.Config of run r of strategy in-process: the
+// options of validate that apply to its strategy, and none other (a
+// mount refuses them).
+func (v *validation) runConfig(r strategyRun, seed uint64, cacheDir string, fbDim int) mount.Config {
+	c := v.indexConfig()
+	c.Strategy, c.Seed, c.SeedGiven, c.CacheDir, c.Parts, c.Epochs = r.strategy, seed, true, cacheDir, v.Workers, v.Epochs
+	c.Partition = ""
+	if shuffler.Partitioned(r.strategy) {
+		c.Partition = cmp.Or(v.Mount.Partition, shuffler.PartitionRandom)
+	}
+	c.Exchange, c.ExchangeGiven = r.exchange, r.strategy == "pls"
+	c.FeedbackDim = fbDim
+	if !shuffler.IsFeedback(r.strategy) {
+		c.BalanceRuleGiven, c.FeedbackTimeoutGiven = false, false
+	}
+	return c
 }
 
 // loaderOptions are the options of an in-process loader of the dataset,
@@ -556,23 +555,22 @@ func (v *validation) loaderOptions() blockcache.LoaderOptions {
 }
 
 // sourceOrder returns how to open the records of the index in source
-// order, in-process.
-func (v *validation) sourceOrder(ctx context.Context, ix *index.Index, seed uint64, buffer shuffler.BufferSize) (func() (io.ReadCloser, error), error) {
-	slabs, _ := mount.MemorySplit(ix, v.Mount.MaxMemory, false)
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "none", Seed: seed, Buffer: buffer, MaxMemory: slabs})
+// order, in-process, and how to release them.
+func (v *validation) sourceOrder(ctx context.Context, seed uint64) (func() (io.ReadCloser, error), func(), error) {
+	c := v.runConfig(strategyRun{strategy: "none"}, seed, v.Mount.CacheDir, 0)
+	c.Buffer, c.EqualParts, c.Parts = v.base.Sizes.Buffer, false, 1
+	ds, err := v.base.Reopen(c)
 	if err != nil {
-		return nil, fmt.Errorf("the training set in source order: %w", err)
+		return nil, nil, fmt.Errorf("the training set in source order: %w", err)
 	}
-	lo := v.loaderOptions()
-	lo.MaxMemory = slabs
-	ld := blockcache.NewLoader(ix, lo)
+	pl, ld := ds.Planner, ds.NewLoader()
 	return func() (io.ReadCloser, error) {
 		plan, err := pl.Plan(0, 0, 1)
 		if err != nil {
 			return nil, err
 		}
 		return &streamReader{ctx: ctx, s: shuffler.NewStream(pl, ld, plan)}, nil
-	}, nil
+	}, func() { pl.Close(); ds.Close() }, nil
 }
 
 // openParts opens parts 0 to k-1 of an epoch, or none.
@@ -744,17 +742,6 @@ func formatFiles(dir string, include []string) ([]string, error) {
 		return nil, fmt.Errorf("no files matching %s in %s", strings.Join(include, ","), dir)
 	}
 	return files, nil
-}
-
-// bufferFor is the buffer a mount of strategy uses: Mount.Buffer, or what
-// the rule chooses for it (window and mrs keep a small one).
-func (v *validation) bufferFor(strategy string) shuffler.BufferSize {
-	if v.Mount.Buffer != (shuffler.BufferSize{}) {
-		return v.Mount.Buffer
-	}
-	in := sizing.Input{DatasetBytes: v.sizes.DatasetBytes, Parts: max(1, v.Workers), ObjectStore: v.src != nil,
-		MaxMemory: v.Mount.MaxMemory, RecordStrategy: shuffler.ReadsRecords(strategy), BlockSize: v.Mount.BlockSize}
-	return sizing.Choose(in).Buffer
 }
 
 // feedbackFits refuses a run whose feedback vectors of g do not fit in
