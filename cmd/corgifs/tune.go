@@ -120,7 +120,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var out tuneOutput
+	var out tune.Advice
 	out.Source = src
 	// An s3:// SRC is checked (endpoint, credentials, bucket) before
 	// anything is measured, as mount does.
@@ -229,20 +229,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tuneOutput is what tune prints, and its --json form.
-type tuneOutput struct {
-	Source    string              `json:"source"`
-	Storage   *tune.StorageReport `json:"storage,omitempty"`
-	BlockSize int64               `json:"block_size"`
-	Label     string              `json:"label,omitempty"`
-	Features  string              `json:"features,omitempty"`
-	Data      *tune.DataReport    `json:"data,omitempty"`
-	Buffer    *tune.BufferChoice  `json:"buffer,omitempty"`
-	Defaults  *tune.DefaultsMix   `json:"defaults,omitempty"`
-	Mount     string              `json:"mount"`
-}
-
-func printTune(w io.Writer, o tuneOutput) {
+func printTune(w io.Writer, o tune.Advice) {
 	if s := o.Storage; s != nil && s.Remote {
 		printRemote(w, o.Source, s)
 	} else if s != nil {
