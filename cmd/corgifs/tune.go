@@ -95,130 +95,30 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	blockGiven := false
-	fset.Visit(func(f *flag.Flag) { blockGiven = blockGiven || f.Name == "block-size" })
-	if *features != "" && *label == "" {
-		return fmt.Errorf("--features needs --label: h_D is the gradient of a classifier")
-	}
-	if !*probe && *label == "" {
-		return fmt.Errorf("nothing to measure: --probe=false and no --label")
-	}
-	if minBlock > maxBlock {
-		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
-	}
-	if *parts < 1 {
-		return fmt.Errorf("--parts %d: want at least 1", *parts)
-	}
-	if *mixTV < 0 || *mixTV >= 1 {
-		return fmt.Errorf("--mix-tv %g: want at least 0 (0: use the bound) and under 1 (a TV distance is at most 1)", *mixTV)
-	}
-	if *inFlight < 1 || *rounds < 1 {
-		return fmt.Errorf("--in-flight %d, --rounds %d: want at least 1", *inFlight, *rounds)
-	}
 	src := pos[0]
-	log := newLogger(stderr, d.debug)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	var out tune.Advice
-	out.Source = src
-	// An s3:// SRC is checked (endpoint, credentials, bucket) before
-	// anything is measured, as mount does.
-	if err := d.openSource(ctx, src, log); err != nil {
-		return err
+	given := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	c := tune.Config{Mount: d.config(src), Label: *label, Features: *features,
+		Probe: *probe, ProbeBytes: int64(probeBytes), ProbeTime: *probeTime, InFlight: *inFlight, Rounds: *rounds,
+		InFlightGiven: given["in-flight"], SizesGiven: given["min-block"] || given["max-block"],
+		MinBlock: int64(minBlock), MaxBlock: int64(maxBlock), DataBytes: int64(dataBytes), Seed: *seed, Parts: *parts, MixTV: *mixTV,
+		ProbeProgress: progressFunc(stderr, "probing"), ReadProgress: progressFunc(stderr, "reading")}
+	c.Mount.Progress = progressFunc(stderr, "indexing")
+	if err := c.Check(); err != nil {
+		return flagError(err)
 	}
-	switch {
-	case *probe && d.source != nil:
-		given := map[string]bool{}
-		fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		o := tune.ProbeOptions{Bytes: int64(probeBytes), Time: *probeTime, InFlight: d.s3.concurrency, Rounds: *rounds, Seed: *seed,
-			Progress: progressFunc(stderr, "probing")}
-		if given["in-flight"] {
-			o.InFlight = *inFlight
-		}
-		if given["min-block"] || given["max-block"] {
-			for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
-				o.Sizes = append(o.Sizes, n)
-			}
-		}
-		rep, err := tune.ProbeRemoteSource(ctx, d.source, d.include, o)
-		if err != nil {
-			return err
-		}
-		out.Storage = &rep
-	case *probe:
-		files, err := tune.ProbeFiles(src, d.include, d.follow)
-		if err != nil {
-			return err
-		}
-		// A mount reads blocks under MinDirectBlock through the page cache,
-		// whose cold reads cost CPU and fall behind the device, so the
-		// block it is told to use is one it reads directly.
-		var floor int64
-		if d.directIO {
-			floor = index.MinDirectBlock
-		}
-		var sizes []int64
-		for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
-			sizes = append(sizes, n)
-		}
-		rep, err := tune.Probe(ctx, files, tune.ProbeOptions{
-			Sizes: sizes, Bytes: int64(probeBytes), Time: *probeTime, InFlight: *inFlight, Rounds: *rounds, Seed: *seed, Floor: floor,
-			Progress: progressFunc(stderr, "probing"),
-		})
-		if err != nil {
-			return err
-		}
-		out.Storage = &rep
-	}
-	block := int64(d.blockSize)
-	if !blockGiven {
-		// Without a recommendation from the storage, the block the mount
-		// would choose (package sizing).
-		d.parts = *parts
-		block = d.chooseSizes(ctx, src, false, log).BlockSize
-	}
-	switch {
-	case blockGiven:
-	case out.Storage != nil && out.Storage.Recommended > 0:
-		block = out.Storage.Recommended
-	}
-	out.BlockSize = block
-
 	if *label != "" {
+		// The data analysis indexes SRC into the cache directory.
 		if err := d.checkCacheDir(); err != nil {
 			return err
 		}
-		d.blockSize = sizeFlag(block)
-		ix, _, err := index.Open(ctx, src, d.indexOptions(src, log, stderr))
-		if err != nil {
-			return err
-		}
-		do := tune.DataOptions{MaxBytes: int64(dataBytes), Seed: *seed, Progress: progressFunc(stderr, "reading")}
-		if d.source != nil {
-			do.Source = d.source
-		}
-		rep, err := tune.Data(ctx, ix, tune.TFExample{Label: *label, Features: *features}, do)
-		if err != nil {
-			return err
-		}
-		out.Data = &rep
-		out.Label, out.Features = *label, *features
-		if out.Buffer, err = tune.BufferAdvice(rep, ix, *parts, *mixTV); err != nil {
-			return err
-		}
-		out.Defaults = tune.DefaultsAdvice(d.source != nil, int64(d.maxMemory), rep, ix, block, *parts, *mixTV, out.Buffer)
 	}
-	buf := out.Buffer
-	if out.Defaults != nil && out.Defaults.Enough {
-		buf = nil // the mount's own buffer mixes enough: no --buffer
-	}
-	out.Mount = tune.MountLine(src, block, *parts, buf)
-	if out.Storage != nil && out.Storage.Remote {
-		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
-	}
-	if d.source != nil && d.s3.endpoint != "" {
-		out.Mount += " --s3-endpoint " + tune.ShellQuote(d.s3.endpoint)
+	log := newLogger(stderr, d.debug)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out, err := tune.Advise(ctx, c, log)
+	if err != nil {
+		return flagError(err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
