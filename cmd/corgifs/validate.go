@@ -162,7 +162,7 @@ mount orders by them (--balance-rule, --feedback-timeout as for mount).`, stderr
 	return writeReport(ctx, stdout, res.Report, &v)
 }
 
-// config is the flags as the Config of validate, with the seed
+// config is the flags as the validate.Config of the run, with the seed
 // chosen (and logged) when none was given.
 func (v *validateFlags) config(d *datasetFlags, log *slog.Logger) (validate.Config, error) {
 	seed, chosen, err := d.parseSeed()

@@ -248,7 +248,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger) (Result, error) {
 				return res, err
 			}
 		}
-		rio, err := v.epochOpener(ctx, ix, r, seed, work, fbDim)
+		rio, err := v.epochOpener(ctx, r, seed, work, fbDim)
 		if err != nil {
 			return res, err
 		}
@@ -461,7 +461,7 @@ type runIO struct {
 // strategy and how to clean up; for a feedback strategy (fbDim > 0, the
 // dimension of the vectors) also where its vectors go: the mount's
 // feedback files, or in-process a feedback store the planner reads.
-func (v *validation) epochOpener(ctx context.Context, ix *index.Index, r strategyRun, seed uint64, work string, fbDim int) (*runIO, error) {
+func (v *validation) epochOpener(ctx context.Context, r strategyRun, seed uint64, work string, fbDim int) (*runIO, error) {
 	k := v.Workers
 	partition := ""
 	if shuffler.Partitioned(r.strategy) {
