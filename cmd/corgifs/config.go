@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 
-	"github.com/corgifs/corgifs/blockcache"
-	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
-	"github.com/corgifs/corgifs/sizing"
 )
 
 // mountConfig checks the flags that are the CLI's to check (the cache
@@ -68,32 +62,6 @@ func (d *datasetFlags) config(src string) mount.Config {
 		c.CoordinateRank = -1
 	}
 	return c
-}
-
-// indexOptions are the options of the index of src (for the commands
-// that index without mounting), with a progress bar on a terminal.
-func (d *datasetFlags) indexOptions(src string, log *slog.Logger, progress io.Writer) index.Options {
-	c := d.config(src)
-	o := c.IndexOptions(d.source, log)
-	o.Progress = progressFunc(progress, "indexing")
-	return o
-}
-
-// loaderOptions are the options of an in-process loader of the dataset
-// (validate), its budget left to the caller.
-func (d *datasetFlags) loaderOptions(log *slog.Logger) blockcache.LoaderOptions {
-	c := d.config("")
-	return c.LoaderOptions(d.source, 0, log)
-}
-
-// chooseSizes sets the block size and the buffer that were not given by
-// package sizing's rule (mount.Config.ChooseSizes), for the commands that
-// index without mounting.
-func (d *datasetFlags) chooseSizes(ctx context.Context, src string, recordStrategy bool, log *slog.Logger) sizing.Choice {
-	c := d.config(src)
-	ch := c.ChooseSizes(ctx, d.source, recordStrategy, log)
-	d.blockSize, d.buffer.v, d.sizes = sizeFlag(ch.BlockSize), ch.Buffer, &ch
-	return ch
 }
 
 // cliError is an error of package mount in the words of the CLI.

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"log/slog"
 	"strconv"
 	"time"
 
-	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/source/s3"
 )
 
@@ -46,19 +44,4 @@ func (f *s3Flags) args() []string {
 func (f *s3Flags) config(log *slog.Logger) s3.Config {
 	return s3.Config{Endpoint: f.endpoint, Region: f.region, PathStyle: f.pathStyle,
 		Concurrency: f.concurrency, Timeout: f.timeout, Logger: log}
-}
-
-// openSource makes the S3 source of src when it is an s3:// URL, checking
-// that the endpoint, the credentials and the bucket are good
-// (mount.OpenSource), for tune, which reads the source without indexing it.
-func (d *datasetFlags) openSource(ctx context.Context, src string, log *slog.Logger) error {
-	if !s3.IsURL(src) || d.source != nil {
-		return nil
-	}
-	s, err := mount.OpenSource(ctx, d.config(src), log)
-	if err != nil {
-		return err
-	}
-	d.source = s
-	return nil
 }
