@@ -8,8 +8,48 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/source"
+	"github.com/corgifs/corgifs/source/s3"
 )
+
+// copyFromS3 opens the source of an s3:// Data, for the index and the
+// epochs, which read the bucket, and copies its data objects into a
+// temporary directory for what is read as whole local files: the
+// format's detection, the libsvm dimension, ViaFiles and the loss on
+// the whole training set. An s3:// Test is copied too.
+func (v *validation) copyFromS3(ctx context.Context) error {
+	v.data, v.test = v.Data, v.Test
+	include := formats.AllIncludes()
+	if v.Mount.Include != nil {
+		include = v.Mount.Include
+	}
+	for _, p := range []*string{&v.data, &v.test} {
+		if !s3.IsURL(*p) {
+			continue
+		}
+		sc := v.Mount.S3
+		sc.Logger = v.log
+		src, err := s3.New(ctx, *p, sc)
+		if err != nil {
+			return err
+		}
+		if p == &v.data {
+			v.src = src
+		}
+		dir, err := os.MkdirTemp("", "corgifs-validate-s3-")
+		if err != nil {
+			return err
+		}
+		v.copies = append(v.copies, dir)
+		if err := copyObjects(ctx, src, include, dir); err != nil {
+			return err
+		}
+		v.log.Info("copied the data objects for the whole-file reads (the epochs read the bucket)", "source", *p, "to", dir)
+		*p = dir
+	}
+	return nil
+}
 
 // copyObjects copies the objects of src whose base names match include
 // into dir, 8 MiB a GET.
