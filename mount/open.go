@@ -81,27 +81,39 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 	if err := d.index(ctx); err != nil {
 		return nil, err
 	}
-	ix, recordStrategy := d.Index, shuffler.ReadsRecords(c.Strategy)
+	ix := d.Index
 	log.Info("index ready", "source", ix.Root, "index", api.IndexMode(ix), "files", len(ix.Files), "records", RecordsText(ix),
 		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", d.Cached)
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
 	}
-	if comp := ix.Compressed(); recordStrategy && comp.Files > 0 {
+	if comp := ix.Compressed(); shuffler.ReadsRecords(c.Strategy) && comp.Files > 0 {
 		log.Warn("this strategy reads records one at a time, and each record of a compressed file is decompressed from the access point before it (up to a block of output per record): slow; a block strategy (corgipile, block, local, pls) decompresses each block once",
 			"strategy", c.Strategy, "compressed_files", comp.Files)
 	}
+	if err := d.plan(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// plan divides MaxMemory, checks that the largest block fits, opens the
+// feedback store of a feedback strategy and makes the planner, for the
+// index d holds.
+func (d *Dataset) plan() error {
+	c, ix, log := &d.Config, d.Index, d.log
+	recordStrategy := shuffler.ReadsRecords(c.Strategy)
 	d.SlabBudget, d.HeapLimit = MemorySplit(ix, c.MaxMemory, recordStrategy)
 	// The planner wants room for the largest block with every strategy.
 	need := max(blockcache.MinMemory(ix, c.LoaderOptions(d.Source, d.SlabBudget, log), recordStrategy), ix.MaxBlock())
 	if d.SlabBudget < need {
 		// The smallest workable value in bytes, by the loader's own measure:
 		// a rounded size such as "65 KiB" could be just below the block.
-		return nil, optionErrorf("max-memory", "{max-memory} %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least {max-memory} %d",
+		return optionErrorf("max-memory", "{max-memory} %s is smaller than the largest block needs (%s, counting the whole pages of direct reads): use at least {max-memory} %d",
 			humanize.IBytes(uint64(c.MaxMemory)), humanize.IBytes(uint64(need)), MinMaxMemory(ix, need, recordStrategy))
 	}
 	if err := d.openFeedback(need); err != nil {
-		return nil, err
+		return err
 	}
 	log.Debug("memory", "slabs", humanize.IBytes(uint64(d.SlabBudget)), "heap_limit", humanize.IBytes(uint64(d.HeapLimit)))
 	var err error
@@ -116,9 +128,9 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 	})
 	if err != nil {
 		d.Close()
-		return nil, err
+		return err
 	}
-	return d, nil
+	return nil
 }
 
 // OpenIndex opens the source of cfg, chooses the block size and the
@@ -127,13 +139,21 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 // validate): the index is the one a mount of cfg finds in the cache. It
 // checks the index options only; the Dataset has no planner.
 func OpenIndex(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
+	return OpenIndexFrom(ctx, cfg, nil, log)
+}
+
+// OpenIndexFrom is OpenIndex over src, the S3 source of cfg.Source that
+// the caller opened already (nil: OpenIndex opens it), so that it is not
+// opened twice: validate opens it to copy the data files before it knows
+// their format.
+func OpenIndexFrom(ctx context.Context, cfg Config, src *s3.Source, log *slog.Logger) (*Dataset, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.CheckIndex(); err != nil {
 		return nil, err
 	}
-	d := &Dataset{Config: cfg, log: log, blockSizeGiven: cfg.BlockSize != 0, bufferGiven: cfg.Buffer != (shuffler.BufferSize{})}
+	d := &Dataset{Config: cfg, Source: src, log: log, blockSizeGiven: cfg.BlockSize != 0, bufferGiven: cfg.Buffer != (shuffler.BufferSize{})}
 	if err := d.index(ctx); err != nil {
 		return nil, err
 	}
@@ -145,8 +165,10 @@ func OpenIndex(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, err
 func (d *Dataset) index(ctx context.Context) error {
 	c, log := &d.Config, d.log
 	var err error
-	if d.Source, err = OpenSource(ctx, *c, log); err != nil {
-		return err
+	if d.Source == nil {
+		if d.Source, err = OpenSource(ctx, *c, log); err != nil {
+			return err
+		}
 	}
 	d.Sizes = c.ChooseSizes(ctx, d.Source, shuffler.ReadsRecords(c.Strategy), log)
 	c.BlockSize, c.Buffer = d.Sizes.BlockSize, d.Sizes.Buffer

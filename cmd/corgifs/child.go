@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/api"
-	"github.com/corgifs/corgifs/shuffler"
 
 	"github.com/corgifs/corgifs/internal/childmount"
 )
@@ -65,11 +64,6 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 	m.ext = cmp.Or(cfg.Extension, ".tfrecord") // mounts before formats served TFRecord
 	m.config = b
 	return m, nil
-}
-
-// part returns the path of part i of k of epoch e.
-func (m *childMount) part(e, i, k int) string {
-	return shuffler.PartPath(m.Dir, e, i, k, m.ext)
 }
 
 // stop unmounts, waits for the daemon to exit and checks that it exited 0

@@ -14,7 +14,9 @@ import (
 
 	"github.com/corgifs/corgifs/datagen"
 	"github.com/corgifs/corgifs/mount"
+	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/validator"
+	"github.com/corgifs/corgifs/validator/validate"
 	"github.com/dustin/go-humanize"
 )
 
@@ -100,13 +102,18 @@ writes the plot of the first seed and cleans up.`, stderr)
 			vs.plot = ""
 		}
 		fmt.Fprintf(stdout, "seed %d:", s)
-		report, err := validate(ctx, &d, &vs, log)
-		fmt.Fprintln(stdout)
+		c, err := vs.config(&d, log)
 		if err != nil {
 			return err
 		}
+		res, err := validate.Run(ctx, c, log)
+		fmt.Fprintln(stdout)
+		if err != nil {
+			return flagError(err)
+		}
+		report := res.Report
 		if i == 0 {
-			fmt.Fprintf(stdout, "\n%s\n\n", sizesLine(&d))
+			fmt.Fprintf(stdout, "\n%s\n\n", sizesLine(res.Sizes))
 			if err := writeReport(ctx, stdout, report, &vs); err != nil {
 				return err
 			}
@@ -123,11 +130,11 @@ writes the plot of the first seed and cleans up.`, stderr)
 const noneNote = "Why none shows a high training accuracy next to a low test accuracy: in source order every batch holds the class of the batches before it, so the model predicts that class and is right while training, and forgets the others (test accuracy is the measure)."
 
 // sizesLine says which block size and buffer the mount's defaults chose.
-func sizesLine(d *datasetFlags) string {
-	if d.sizes == nil {
+func sizesLine(sizes *sizing.Choice) string {
+	if sizes == nil {
 		return ""
 	}
-	return fmt.Sprintf("The mount's defaults: --block-size %s, --buffer %s (%s).", humanize.IBytes(uint64(d.sizes.BlockSize)), d.sizes.Buffer, d.sizes.Reason)
+	return fmt.Sprintf("The mount's defaults: --block-size %s, --buffer %s (%s).", humanize.IBytes(uint64(sizes.BlockSize)), sizes.Buffer, sizes.Reason)
 }
 
 // verdict says in one line how corgipile compares with full and none:

@@ -12,11 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
-	"github.com/corgifs/corgifs/sizing"
-	"github.com/corgifs/corgifs/source/s3"
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -58,25 +55,13 @@ func (l *listFlag) Set(s string) error {
 // mount, order, index, validate and tune. The options of a mount are
 // generated from mount.Options and parse into c; the others are the CLI's.
 type datasetFlags struct {
-	// c holds the options: as given, but for the sizes that
-	// chooseSizes chose (sizes).
+	// c holds the options as given.
 	c mount.Config
 	// refused is an option's value that c refuses (optionValue), said by
 	// parse.
 	refused     error
 	cacheDirErr error // why there is no default --cache-dir
 	debug       bool
-	// source is SRC when it is s3://bucket/prefix, opened by openSource
-	// for the commands that index without mounting (index, tune,
-	// validate); mount and order get theirs from mount.Open.
-	source *s3.Source
-	// copied is the local copy of an s3:// --data that validate reads
-	// whole (copyForValidate), "" if none.
-	copied string
-
-	// sizes are the block size and buffer chosen by package sizing
-	// before indexing (chooseSizes) where they were not given.
-	sizes *sizing.Choice
 }
 
 // register adds the flags of the options cmd takes, and --debug.
@@ -98,16 +83,6 @@ func (d *datasetFlags) parse(fs *flag.FlagSet, args []string, want int) ([]strin
 		return nil, flagError(d.refused)
 	}
 	return pos, nil
-}
-
-// include are the globs of the files of the source: --include, else
-// TFRecord's, the default of the commands that do not look the format
-// up.
-func (d *datasetFlags) include() []string {
-	if d.c.Include != nil {
-		return d.c.Include
-	}
-	return formats.TFRecord{}.Include()
 }
 
 // checkFormat checks --compression, --format and the format's options.
@@ -145,7 +120,6 @@ func (d *datasetFlags) openConfig(ctx context.Context, c mount.Config, log *slog
 	if ds.SeedChosen {
 		log.Info("no --seed given; chose one (pass it to reproduce this order)", "seed", ds.Config.Seed)
 	}
-	d.source = ds.Source
 	return ds, nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"strings"
 
 	"github.com/corgifs/corgifs/mount"
 )
@@ -70,15 +69,6 @@ func optionArgs(c *mount.Config, names ...string) []string {
 	return a
 }
 
-// optionText is the value in c of the option name, as a flag gives it.
-func optionText(c *mount.Config, name string) string {
-	o, ok := mount.LookupOption(name)
-	if !ok {
-		panic("no option " + name)
-	}
-	return o.Value(c)
-}
-
 // printDefaults writes the usage of every flag of fset as
 // flag.PrintDefaults does; an option of mount.Options is written as a
 // flag of its Kind (a string's default quoted, "int", "duration"), as the
@@ -109,6 +99,3 @@ func printDefaults(fset *flag.FlagSet) {
 		one.PrintDefaults()
 	})
 }
-
-// joinComma is a list of globs as --include takes it.
-func joinComma(l []string) string { return strings.Join(l, ",") }

@@ -6,24 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"math"
 	"os"
 	"os/signal"
-	"path"
-	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/corgifs/corgifs/formats"
-	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/mount"
-	"github.com/corgifs/corgifs/shuffler"
-	"github.com/corgifs/corgifs/sizing"
-	"github.com/corgifs/corgifs/source"
+
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/tune"
 	"github.com/dustin/go-humanize"
 )
@@ -102,130 +93,30 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	parts := d.c.Parts
-	blockGiven := false
-	fset.Visit(func(f *flag.Flag) { blockGiven = blockGiven || f.Name == "block-size" })
-	if *features != "" && *label == "" {
-		return fmt.Errorf("--features needs --label: h_D is the gradient of a classifier")
-	}
-	if !*probe && *label == "" {
-		return fmt.Errorf("nothing to measure: --probe=false and no --label")
-	}
-	if minBlock > maxBlock {
-		return fmt.Errorf("--min-block %s is larger than --max-block %s", minBlock.String(), maxBlock.String())
-	}
-	if parts < 1 {
-		return fmt.Errorf("--parts %d: want at least 1", parts)
-	}
-	if *mixTV < 0 || *mixTV >= 1 {
-		return fmt.Errorf("--mix-tv %g: want at least 0 (0: use the bound) and under 1 (a TV distance is at most 1)", *mixTV)
-	}
-	if *inFlight < 1 || *rounds < 1 {
-		return fmt.Errorf("--in-flight %d, --rounds %d: want at least 1", *inFlight, *rounds)
-	}
 	src := pos[0]
-	log := newLogger(stderr, d.debug)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	var out tuneOutput
-	out.Source = src
-	// An s3:// SRC is checked (endpoint, credentials, bucket) before
-	// anything is measured, as mount does.
-	if err := d.openSource(ctx, src, log); err != nil {
-		return err
+	given := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	c := tune.Config{Mount: d.config(src), Label: *label, Features: *features,
+		Probe: *probe, ProbeBytes: int64(probeBytes), ProbeTime: *probeTime, InFlight: *inFlight, Rounds: *rounds,
+		InFlightGiven: given["in-flight"], SizesGiven: given["min-block"] || given["max-block"],
+		MinBlock: int64(minBlock), MaxBlock: int64(maxBlock), DataBytes: int64(dataBytes), Seed: *seed, Parts: d.c.Parts, MixTV: *mixTV,
+		ProbeProgress: progressFunc(stderr, "probing"), ReadProgress: progressFunc(stderr, "reading")}
+	c.Mount.Progress = progressFunc(stderr, "indexing")
+	if err := c.Check(); err != nil {
+		return flagError(err)
 	}
-	switch {
-	case *probe && d.source != nil:
-		given := map[string]bool{}
-		fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		o := tune.ProbeOptions{Bytes: int64(probeBytes), Time: *probeTime, InFlight: d.c.S3.Concurrency, Rounds: *rounds, Seed: *seed,
-			Progress: progressFunc(stderr, "probing")}
-		if given["in-flight"] {
-			o.InFlight = *inFlight
-		}
-		if given["min-block"] || given["max-block"] {
-			for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
-				o.Sizes = append(o.Sizes, n)
-			}
-		}
-		rep, err := probeRemote(ctx, d.source, d.include(), o)
-		if err != nil {
-			return err
-		}
-		out.Storage = &rep
-	case *probe:
-		files, err := probeFiles(src, d.include(), d.c.FollowSymlinks)
-		if err != nil {
-			return err
-		}
-		// A mount reads blocks under MinDirectBlock through the page cache,
-		// whose cold reads cost CPU and fall behind the device, so the
-		// block it is told to use is one it reads directly.
-		var floor int64
-		if d.c.DirectIO {
-			floor = index.MinDirectBlock
-		}
-		var sizes []int64
-		for n := int64(minBlock); n <= int64(maxBlock); n *= 2 {
-			sizes = append(sizes, n)
-		}
-		rep, err := tune.Probe(ctx, files, tune.ProbeOptions{
-			Sizes: sizes, Bytes: int64(probeBytes), Time: *probeTime, InFlight: *inFlight, Rounds: *rounds, Seed: *seed, Floor: floor,
-			Progress: progressFunc(stderr, "probing"),
-		})
-		if err != nil {
-			return err
-		}
-		out.Storage = &rep
-	}
-	block := d.c.BlockSize
-	if !blockGiven {
-		// Without a recommendation from the storage, the block the mount
-		// would choose (package sizing).
-		block = d.chooseSizes(ctx, src, false, log).BlockSize
-	}
-	switch {
-	case blockGiven:
-	case out.Storage != nil && out.Storage.Recommended > 0:
-		block = out.Storage.Recommended
-	}
-	out.BlockSize = block
-
 	if *label != "" {
+		// The data analysis indexes SRC into the cache directory.
 		if err := d.checkCacheDir(); err != nil {
 			return err
 		}
-		d.c.BlockSize = block
-		ix, err := d.openIndex(ctx, src, log, stderr)
-		if err != nil {
-			return err
-		}
-		do := tune.DataOptions{MaxBytes: int64(dataBytes), Seed: *seed, Progress: progressFunc(stderr, "reading")}
-		if d.source != nil {
-			do.Source = d.source
-		}
-		rep, err := tune.Data(ctx, ix, tune.TFExample{Label: *label, Features: *features}, do)
-		if err != nil {
-			return err
-		}
-		out.Data = &rep
-		out.Label, out.Features = *label, *features
-		if out.Buffer, err = bufferAdvice(rep, ix, parts, *mixTV); err != nil {
-			return err
-		}
-		out.Defaults = defaultsAdvice(&d, rep, ix, block, parts, *mixTV, out.Buffer)
 	}
-	buf := out.Buffer
-	if out.Defaults != nil && out.Defaults.Enough {
-		buf = nil // the mount's own buffer mixes enough: no --buffer
-	}
-	out.Mount = mountLine(src, block, parts, buf)
-	if out.Storage != nil && out.Storage.Remote {
-		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
-	}
-	if d.source != nil && d.c.S3.Endpoint != "" {
-		out.Mount += " --s3-endpoint " + shellQuote(d.c.S3.Endpoint)
+	log := newLogger(stderr, d.debug)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out, err := tune.Advise(ctx, c, log)
+	if err != nil {
+		return flagError(err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -236,225 +127,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tuneOutput is what tune prints, and its --json form.
-type tuneOutput struct {
-	Source    string              `json:"source"`
-	Storage   *tune.StorageReport `json:"storage,omitempty"`
-	BlockSize int64               `json:"block_size"`
-	Label     string              `json:"label,omitempty"`
-	Features  string              `json:"features,omitempty"`
-	Data      *tune.DataReport    `json:"data,omitempty"`
-	Buffer    *bufferChoice       `json:"buffer,omitempty"`
-	Defaults  *defaultsMix        `json:"defaults,omitempty"`
-	Mount     string              `json:"mount"`
-}
-
-// defaultsMix is the label mix of the buffer a mount chooses when given
-// the mount line's --block-size and no --buffer (package sizing).
-type defaultsMix struct {
-	Buffer    string `json:"buffer"`
-	Blocks    int    `json:"blocks"` // blocks of a buffer
-	WholePart bool   `json:"buffer_is_whole_part"`
-	// MixTV is the expected label TV of such a buffer, from the measured
-	// label mix; Enough says it meets --mix-tv (or the bound's blocks,
-	// with --mix-tv 0), or that a buffer is a whole part: the mount line
-	// then has no --buffer.
-	MixTV  float64 `json:"mix_tv"`
-	Enough bool    `json:"enough"`
-	Reason string  `json:"reason"`
-}
-
-// defaultsAdvice measures the mix of the buffer the mount would choose for
-// blocks of block bytes.
-func defaultsAdvice(d *datasetFlags, rep tune.DataReport, ix *index.Index, block int64, parts int, maxTV float64, advice *bufferChoice) *defaultsMix {
-	c := sizing.Choose(sizing.Input{DatasetBytes: ix.Bytes, Parts: parts, ObjectStore: d.source != nil,
-		MaxMemory: d.c.MaxMemory, BlockSize: block})
-	blocks := len(ix.Blocks) / max(1, parts)
-	if !c.WholePart && len(ix.Blocks) > 0 {
-		blocks = int(c.BufferBytes / max(1, ix.Bytes/int64(len(ix.Blocks))))
-	}
-	m := &defaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: c.Reason}
-	if rep.Mix != nil {
-		m.MixTV = rep.Mix.ExpectedTV(blocks)
-	}
-	switch {
-	case c.WholePart:
-		m.Enough = true
-	case maxTV > 0 && rep.Mix != nil:
-		m.Enough = m.MixTV <= maxTV
-	case advice != nil:
-		m.Enough = blocks >= advice.Blocks
-	}
-	return m
-}
-
-// bufferChoice is the buffer of the mount line, what each rule asks
-// for, and both rules' figures at a few common buffer sizes.
-type bufferChoice struct {
-	// Criterion is the rule that chose the mount line's buffer: "mix"
-	// (the label mix, --mix-tv) or "bound" ((1-alpha)*h_D <= 1).
-	Criterion string `json:"criterion"`
-	Blocks    int    `json:"blocks"` // n: blocks per buffer the criterion asks for
-	Of        int    `json:"of"`     // N: blocks of the dataset
-	Part      int    `json:"part"`   // blocks of a part: N/K
-	// Percent is the --buffer of the mount line, in percent of a part:
-	// one whose balanced buffers hold at least Blocks blocks, and at
-	// least minBufferBlocks (see bufferPercent).
-	Percent float64 `json:"percent"`
-	Bytes   int64   `json:"bytes"`  // of a buffer of Percent, with --parts 1
-	Bound   float64 `json:"bound"`  // (1-alpha)*h_D at Blocks
-	MixTV   float64 `json:"mix_tv"` // expected buffer label TV at Blocks
-	// MaxTV is --mix-tv, MixBlocks the fewest blocks (at least
-	// minBufferBlocks) whose expected buffer TV is at most MaxTV.
-	MaxTV     float64 `json:"mix_tv_max"`
-	MixBlocks int     `json:"mix_blocks"`
-	// BoundBlocks is the fewest blocks meeting the bound, BoundPercent
-	// the --buffer that asks for them.
-	BoundBlocks  int          `json:"bound_blocks"`
-	BoundPercent float64      `json:"bound_percent"`
-	At           []boundPoint `json:"at"`
-}
-
-// minBufferBlocks is the fewest blocks a buffer should hold whatever the
-// rules say: fewer hardly shuffle, and a mount lowers the block size (or
-// warns) below it.
-const minBufferBlocks = 16
-
-type boundPoint struct {
-	Percent float64 `json:"percent"`
-	Blocks  int     `json:"blocks"`
-	Bound   float64 `json:"bound"`
-	MixTV   float64 `json:"mix_tv"`
-}
-
-// bufferAdvice applies the label mix rule (maxTV > 0) or the bound (maxTV
-// 0) to the dataset of ix served in parts parts.
-func bufferAdvice(rep tune.DataReport, ix *index.Index, parts int, maxTV float64) (*bufferChoice, error) {
-	all := rep.BlocksInAll
-	// A buffer is drawn from a part's blocks. A part of corgipile's is a
-	// random share of them, so n of its blocks mix the labels as n blocks
-	// of the dataset do: the mix rule asks for n blocks whatever the parts.
-	// The bound's alpha is about drawing without replacement from what a
-	// buffer is drawn from: a part.
-	part := max(1, all/max(parts, 1))
-	c := &bufferChoice{Of: all, Part: part, MaxTV: maxTV, BoundBlocks: tune.NeededBlocks(rep.HD, part)}
-	var err error
-	if c.BoundPercent, err = bufferPercent(ix, parts, c.BoundBlocks); err != nil {
-		return nil, err
-	}
-	c.Criterion, c.Blocks, c.Percent = "bound", c.BoundBlocks, c.BoundPercent
-	if maxTV > 0 && rep.Mix != nil {
-		c.MixBlocks = rep.Mix.NeededBlocks(maxTV, minBufferBlocks)
-		c.Criterion, c.Blocks = "mix", c.MixBlocks
-		if c.Percent, err = bufferPercent(ix, parts, c.MixBlocks); err != nil {
-			return nil, err
-		}
-	}
-	c.Bound = tune.BoundAt(rep.HD, c.Blocks, part)
-	if rep.Mix != nil {
-		c.MixTV = rep.Mix.ExpectedTV(c.Blocks)
-	}
-	c.Bytes = int64(float64(ix.Bytes) / float64(max(parts, 1)) * c.Percent / 100)
-	for _, p := range []float64{1, 2, 5, 10, 25, 50, 100} {
-		k, _, err := plannedBuffer(ix, parts, p)
-		if err != nil {
-			return nil, err
-		}
-		bp := boundPoint{Percent: p, Blocks: k, Bound: tune.BoundAt(rep.HD, k, part)}
-		if rep.Mix != nil {
-			bp.MixTV = rep.Mix.ExpectedTV(k)
-		}
-		c.At = append(c.At, bp)
-	}
-	return c, nil
-}
-
-// bufferPercent returns the smallest --buffer, in tenths of a percent of a
-// part, whose buffers all hold at least n blocks (and at least
-// minBufferBlocks) in the plan a mount makes. A mount cuts a part into
-// buffers of about equal bytes and closes one early when the next block
-// would pass the target, so p% can hold fewer than p% of the blocks: 10%
-// of 1584 blocks of 32 KiB gives 11 buffers of 144.
-func bufferPercent(ix *index.Index, parts, n int) (float64, error) {
-	part := max(1, len(ix.Blocks)/max(parts, 1))
-	n = max(n, min(minBufferBlocks, part))
-	for t := max(1, int(math.Floor(1000*float64(n)/float64(part)))); t < 1000; t++ {
-		p := float64(t) / 10
-		_, fewest, err := plannedBuffer(ix, parts, p)
-		if err != nil {
-			return 0, err
-		}
-		if fewest >= n {
-			return p, nil
-		}
-	}
-	return 100, nil
-}
-
-// plannedBuffer returns the mean and the fewest blocks of the buffers of
-// part 0 of epoch 0 with --buffer p%, as a corgipile mount plans them.
-func plannedBuffer(ix *index.Index, parts int, p float64) (mean, fewest int, err error) {
-	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "corgipile", Seed: 1,
-		Buffer: shuffler.BufferSize{Percent: p}, MaxMemory: math.MaxInt64 / 4})
-	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
-	}
-	plan, err := pl.Plan(0, 0, parts)
-	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
-	}
-	if len(plan.Buffers) == 0 {
-		return 0, 0, nil
-	}
-	fewest = math.MaxInt
-	var total int
-	for _, b := range plan.Buffers {
-		total += len(b.Blocks)
-		fewest = min(fewest, len(b.Blocks))
-	}
-	return int(math.Round(float64(total) / float64(len(plan.Buffers)))), fewest, nil
-}
-
-func mountLine(src string, block int64, parts int, buf *bufferChoice) string {
-	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", shellQuote(src), flagSize(block))
-	if parts > 1 {
-		s += fmt.Sprintf(" --parts %d", parts)
-	}
-	if buf != nil {
-		s += fmt.Sprintf(" --buffer %g%%", buf.Percent)
-		// Two buffers (the one served and the next) must fit in --max-memory.
-		if need := 2 * buf.Bytes; need > 1<<30 {
-			s += " --max-memory " + flagSize(need+need/8)
-		}
-	}
-	return s
-}
-
-// flagSize writes n as a size flag takes it: 32KiB, 4MiB, or, when not a
-// whole number of them, rounded up to a whole MiB.
-func flagSize(n int64) string {
-	switch {
-	case n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n < 1<<20 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	case n < 1<<20:
-		return fmt.Sprint(n)
-	}
-	return fmt.Sprintf("%dMiB", (n+1<<20-1)>>20)
-}
-
-func shellQuote(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '+' || r == ':' || r == '@' ||
-			r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func printTune(w io.Writer, o tuneOutput) {
+func printTune(w io.Writer, o tune.Advice) {
 	if s := o.Storage; s != nil && s.Remote {
 		printRemote(w, o.Source, s)
 	} else if s != nil {
@@ -531,7 +204,7 @@ func printTune(w io.Writer, o tuneOutput) {
 	fmt.Fprintf(w, "%s\n", o.Mount)
 }
 
-func printBuffer(w io.Writer, b *bufferChoice) {
+func printBuffer(w io.Writer, b *tune.BufferChoice) {
 	fmt.Fprintf(w, "\n  buffer   blocks   (1-alpha)*h_D   buffer label TV\n")
 	for _, p := range b.At {
 		bound, mix := "", ""
@@ -552,8 +225,8 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 			fmt.Sprintf("label mix, buffer TV <= %g (--mix-tv):", b.MaxTV), b.MixBlocks, of, b.Percent)
 	}
 	fmt.Fprintf(w, "  %-42s %7d of %s per buffer, --buffer %g%%\n", "bound, (1-alpha)*h_D <= 1, the guarantee:", b.BoundBlocks, of, b.BoundPercent)
-	if b.Criterion == "bound" && b.BoundBlocks < minBufferBlocks && b.Part > b.BoundBlocks {
-		fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(minBufferBlocks, b.Part))
+	if b.Criterion == "bound" && b.BoundBlocks < tune.MinBufferBlocks && b.Part > b.BoundBlocks {
+		fmt.Fprintf(w, "  (the mount line asks for %d blocks at least: fewer hardly shuffle)\n", min(tune.MinBufferBlocks, b.Part))
 	}
 	rule := fmt.Sprintf("the label mix (expected buffer TV %.3f <= %g)", b.MixTV, b.MaxTV)
 	if b.Criterion == "bound" {
@@ -572,36 +245,6 @@ func printBuffer(w io.Writer, b *bufferChoice) {
 			"  be as good as a random order. The bound is sufficient, not necessary; smaller\n"+
 			"  buffers often do as well in practice (corgifs validate checks a model on them).\n")
 	}
-}
-
-// probeRemote lists the objects of src that a mount would index and
-// measures ranged GETs of them.
-func probeRemote(ctx context.Context, src source.Source, include []string, o tune.ProbeOptions) (tune.StorageReport, error) {
-	if len(include) == 0 {
-		include = formats.TFRecord{}.Include()
-	}
-	objs, err := src.List(ctx, func(base string) bool {
-		return slices.ContainsFunc(include, func(p string) bool { ok, _ := path.Match(p, base); return ok })
-	})
-	if err != nil {
-		return tune.StorageReport{}, err
-	}
-	var files []tune.RemoteFile
-	for _, ob := range objs {
-		if ob.Size == 0 {
-			continue
-		}
-		f, err := src.Open(ob.Path, ob.Version)
-		if err != nil {
-			return tune.StorageReport{}, err
-		}
-		defer f.Close()
-		files = append(files, tune.RemoteFile{Name: f.Name(), Size: ob.Size, R: f})
-	}
-	if len(files) == 0 {
-		return tune.StorageReport{}, fmt.Errorf("no objects under %s match --include %s", src, strings.Join(include, ","))
-	}
-	return tune.ProbeRemote(ctx, files, o)
 }
 
 // printRemote prints the probe of an object store: GET throughput per
@@ -630,38 +273,4 @@ func printRemote(w io.Writer, src string, s *tune.StorageReport) {
 	tw.Flush()
 	fmt.Fprintf(w, "  --s3-concurrency %d: the fewest GETs in flight within 10%% of the best at %s\n  (reads of 8 MiB and more are measured with fewer in flight: their buffers are bounded to 256 MiB)\n\n",
 		s.Concurrency, humanize.IBytes(uint64(s.Recommended)))
-}
-
-// probeFiles lists the files of src that a mount would index.
-func probeFiles(src string, include []string, follow bool) ([]tune.ProbeFile, error) {
-	if len(include) == 0 {
-		include = formats.TFRecord{}.Include()
-	}
-	var files []tune.ProbeFile
-	err := filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("list %s: %w", path, err)
-		}
-		if de.IsDir() || !slices.ContainsFunc(include, func(p string) bool { ok, _ := filepath.Match(p, de.Name()); return ok }) {
-			return nil
-		}
-		fi, err := de.Info()
-		if de.Type()&fs.ModeSymlink != 0 && follow {
-			fi, err = os.Stat(path)
-		}
-		if err != nil {
-			return fmt.Errorf("stat %s: %w", path, err)
-		}
-		if fi.Mode().IsRegular() && fi.Size() > 0 {
-			files = append(files, tune.ProbeFile{Path: path, Size: fi.Size()})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no files under %s match --include %s", src, strings.Join(include, ","))
-	}
-	return files, nil
 }

@@ -1,4 +1,4 @@
-package main
+package tune
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func TestBufferPercentGivesPlannedBuffersOfAtLeastTheBlocksAskedFor(t *testing.T
 			if n < 1 || n > all {
 				continue
 			}
-			p, err := bufferPercent(ix, 1, n)
+			p, err := BufferPercent(ix, 1, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,12 +40,12 @@ func TestBufferPercentGivesPlannedBuffersOfAtLeastTheBlocksAskedFor(t *testing.T
 			for _, b := range plan.Buffers {
 				fewest = min(fewest, len(b.Blocks))
 			}
-			want := max(n, min(minBufferBlocks, all))
+			want := max(n, min(MinBufferBlocks, all))
 			if fewest < want {
 				t.Errorf("%d blocks, %d asked for: --buffer %s gives a buffer of %d", all, n, fmt.Sprint(p)+"%", fewest)
 			}
 			if p > 0.1 {
-				if _, less, err := plannedBuffer(ix, 1, p-0.1); err != nil || less >= want {
+				if _, less, err := PlannedBuffer(ix, 1, p-0.1); err != nil || less >= want {
 					t.Errorf("%d blocks, %d asked for: --buffer %g%% gives buffers of %d already, not just %g%% (%v)", all, n, p-0.1, less, p, err)
 				}
 			}
