@@ -9,23 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/minio/minio-go/v7"
 )
 
-// probeConfig is what config.json says of a mount's index.
-type probeConfig struct {
-	Dataset struct {
-		Index   string
-		Records *int64
-		Bytes   int64
-		Unknown []string
-	}
-}
-
-func readProbeConfig(t *testing.T, m *mount) probeConfig {
+func readProbeConfig(t *testing.T, m *mount) api.Config {
 	t.Helper()
-	var cfg probeConfig
-	raw, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	var cfg api.Config
+	raw, err := os.ReadFile(api.ConfigPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +131,7 @@ func TestProbedMountStatsShowTheRecordsLearnedAsBlocksLoad(t *testing.T) {
 	}
 	stats := func(m *mount) learned {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+		b, err := os.ReadFile(api.StatsPath(m.dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +144,7 @@ func TestProbedMountStatsShowTheRecordsLearnedAsBlocksLoad(t *testing.T) {
 	probed := startMount(t, src, append(flags, "--index", "probe")...)
 	probed.read(0, 0, 1)
 	var cfg struct{ Dataset struct{ Blocks int64 } }
-	raw, err := os.ReadFile(filepath.Join(probed.dir, ".corgifs", "config.json"))
+	raw, err := os.ReadFile(api.ConfigPath(probed.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
