@@ -225,9 +225,7 @@ func TestFeedbackForAnEpochNotYetServedIsRefusedAtOnceWithoutFixingItsOrder(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats struct {
-		Feedback *struct{ Fallbacks int64 } `json:"feedback"`
-	}
+	var stats api.Stats
 	if err := json.Unmarshal(b, &stats); err != nil || stats.Feedback == nil {
 		t.Fatalf("stats.json has no feedback counters (%v): %s", err, b)
 	}
