@@ -82,7 +82,7 @@ func (f *MountWriter) Stats() (feedback.Stats, error) {
 	if err != nil {
 		return feedback.Stats{}, err
 	}
-	var s struct{ Feedback *feedback.Stats }
+	var s api.Stats
 	if err := json.Unmarshal(b, &s); err != nil {
 		return feedback.Stats{}, fmt.Errorf("%s/.corgifs/stats.json: %w", f.Mount, err)
 	}
