@@ -52,8 +52,8 @@ type target struct {
 	// Read just before the daemon is stopped.
 	readahead string // read_ahead_kb of the mount
 	rss       int64
-	stats     *loaderStats
-	config    *mountConfig
+	stats     *api.Stats
+	config    *api.Config
 }
 
 // Kinds of targets.
@@ -72,36 +72,6 @@ type sample struct {
 }
 
 func (s sample) mbps() float64 { return float64(s.bytes) / s.secs / 1e6 }
-
-// loaderStats is the part of .corgifs/stats.json the report uses.
-type loaderStats struct {
-	BytesRead       int64   `json:"bytes_read"`
-	BuffersLoaded   int64   `json:"buffers_loaded"`
-	PrefetchIssued  int64   `json:"prefetch_issued"`
-	PrefetchHits    int64   `json:"prefetch_hits"`
-	PrefetchSkipped int64   `json:"prefetch_skipped"`
-	CacheHits       int64   `json:"cache_hits"`
-	Stalls          int64   `json:"stalls"`
-	StallSeconds    float64 `json:"stall_seconds"`
-	MemoryWaits     int64   `json:"memory_waits"`
-	Evictions       int64   `json:"evictions"`
-	MemoryPeak      int64   `json:"memory_peak"`
-	MemoryBudget    int64   `json:"memory_budget"`
-}
-
-// mountConfig is the part of .corgifs/config.json the report uses.
-type mountConfig struct {
-	Strategy   string `json:"strategy"`
-	BlockSize  int64  `json:"block_size"`
-	Buffer     string `json:"buffer"`
-	BufferPart int64  `json:"buffer_bytes_per_part"`
-	MaxMemory  int64  `json:"max_memory"`
-	Dataset    struct {
-		Records int64 `json:"records"`
-		Bytes   int64 `json:"bytes"`
-		Blocks  int   `json:"blocks"`
-	} `json:"dataset"`
-}
 
 // mountAll starts the two loopback mounts and one corgifs mount per strategy
 // and part count, one after the other: the first corgifs mount builds the
@@ -347,7 +317,7 @@ func (b *bench) finish() error {
 			continue
 		}
 		if t.kind == kindCorgifs {
-			t.stats, t.config = &loaderStats{}, &mountConfig{}
+			t.stats, t.config = &api.Stats{}, &api.Config{}
 			errs = append(errs,
 				readJSON(api.StatsPath(t.d.mnt), t.stats),
 				readJSON(api.ConfigPath(t.d.mnt), t.config))

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/dustin/go-humanize"
 )
 
@@ -142,7 +143,7 @@ func (e *runEnv) runCold(ctx context.Context) error {
 		for i := range n {
 			t := res.targets[(i+r-1)%n]
 			var cpu0 float64
-			var st0 *loaderStats
+			var st0 *api.Stats
 			if t.d != nil {
 				if cpu0, err = cpuSeconds(t.d.pid()); err != nil {
 					return err

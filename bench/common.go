@@ -130,8 +130,8 @@ func partPath(mnt string, epoch, i, k int) string {
 }
 
 // corgifsStats reads .corgifs/stats.json of a corgifs mount.
-func corgifsStats(mnt string) (*loaderStats, error) {
-	st := &loaderStats{}
+func corgifsStats(mnt string) (*api.Stats, error) {
+	st := &api.Stats{}
 	return st, readJSON(api.StatsPath(mnt), st)
 }
 
@@ -156,8 +156,8 @@ type daemonUsage struct {
 	rss      int64   // peak resident set size (VmHWM)
 	cpu      float64 // CPU seconds
 	served   int64   // bytes served meanwhile
-	stats    *loaderStats
-	config   *mountConfig
+	stats    *api.Stats
+	config   *api.Config
 	finished bool
 }
 
@@ -173,7 +173,7 @@ func stopDaemon(d *daemon, corgifs bool) (daemonUsage, error) {
 			d.kill()
 			return u, err
 		}
-		u.config = &mountConfig{}
+		u.config = &api.Config{}
 		if err := readJSON(api.ConfigPath(d.mnt), u.config); err != nil {
 			d.kill()
 			return u, err

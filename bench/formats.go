@@ -285,9 +285,7 @@ func (h *harness) timeEpochs(ctx context.Context, fr *formatsRun) (err error) {
 			return err
 		}
 		s.d = d
-		var cfg struct {
-			Extension string `json:"extension"`
-		}
+		var cfg api.Config
 		if err := readJSON(api.ConfigPath(mnt), &cfg); err != nil {
 			return err
 		}

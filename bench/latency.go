@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 const latencyHeading = "## First byte, epoch boundary and reader waits (issue 4)"
@@ -61,7 +63,7 @@ func readBoundary(mnt string, e int) (boundaryRun, error) {
 	if err != nil {
 		return b, err
 	}
-	var stFirst *loaderStats
+	var stFirst *api.Stats
 	for i := 0; ; i++ {
 		t := time.Now()
 		_, err := f.Read(buf)

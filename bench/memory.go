@@ -28,16 +28,6 @@ var (
 	memReadBufSize = 1 << 20
 )
 
-// memStats is the part of .corgifs/stats.json the memory section uses.
-type memStats struct {
-	BytesRead    int64 `json:"bytes_read"`
-	BytesServed  int64 `json:"bytes_served"`
-	Evictions    int64 `json:"evictions"`
-	MemoryWaits  int64 `json:"memory_waits"`
-	MemoryPeak   int64 `json:"memory_peak"`
-	MemoryBudget int64 `json:"memory_budget"`
-}
-
 // memRun is one mount read by some readers at once.
 type memRun struct {
 	readers int
@@ -46,7 +36,7 @@ type memRun struct {
 	secs    float64
 	bytes   int64 // read by the readers
 	rss     int64 // the daemon's VmHWM over the reads
-	stats   memStats
+	stats   api.Stats
 	// hwmReset says that the peak of the indexing was cleared before the
 	// reads (root only); otherwise rss includes it.
 	hwmReset  bool
@@ -132,7 +122,7 @@ func (e *runEnv) memoryRun(ctx context.Context, readers int, budget int64, buffe
 	if err := readJSON(api.StatsPath(d.mnt), &r.stats); err != nil {
 		return r, err
 	}
-	var cfg mountConfig
+	var cfg api.Config
 	if err := readJSON(api.ConfigPath(d.mnt), &cfg); err != nil {
 		return r, err
 	}

@@ -266,13 +266,16 @@ func (e *runEnv) runS3(ctx context.Context) error {
 	}
 	res.indexSecs = time.Since(start).Seconds()
 	g1, err := srv.gets()
-	var c mountConfig
+	var c api.Config
 	err = errors.Join(err, readJSON(api.ConfigPath(d.mnt), &c))
 	if err := errors.Join(err, d.stop()); err != nil {
 		return err
 	}
 	res.indexGETs = g1 - g0
-	res.blocks, res.blockSize, res.records = c.Dataset.Blocks, c.BlockSize, c.Dataset.Records
+	res.blocks, res.blockSize = c.Dataset.Blocks, c.BlockSize
+	if c.Dataset.Records != nil { // null for a probed index, counted 0 as before
+		res.records = *c.Dataset.Records
+	}
 
 	gib := float64(e.ds.Bytes) / (1 << 30)
 	selfCPU := func() float64 {

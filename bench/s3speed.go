@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -186,8 +187,8 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var c mountConfig
-	err = readJSON(filepath.Join(d.mnt, ".corgifs", "config.json"), &c)
+	var c api.Config
+	err = readJSON(api.ConfigPath(d.mnt), &c)
 	if err := errors.Join(err, d.stop()); err != nil {
 		return err
 	}

@@ -305,25 +305,6 @@ func trafficOne(ctx context.Context, o trafficOptions, ix *index.Index, q float6
 	return row, nil
 }
 
-// trafficStats is the part of stats.json that --traffic reads.
-type trafficStats struct {
-	SourceRequests int64 `json:"source_requests"`
-	Epochs         map[string]struct {
-		Source int64 `json:"source_bytes"`
-		Disk   int64 `json:"disk_cache_bytes"`
-		Memory int64 `json:"memory_bytes"`
-	} `json:"epochs"`
-	DiskCache *struct {
-		Written      int64  `json:"written"`
-		WriteSkipped int64  `json:"write_skipped"`
-		NotAdmitted  int64  `json:"not_admitted"`
-		Evictions    int64  `json:"evictions"`
-		PeakHeld     int64  `json:"peak_bytes_held"`
-		MaxBytes     int64  `json:"max_bytes"`
-		Disabled     string `json:"disabled"`
-	} `json:"disk_cache"`
-}
-
 // readNode reads part i of K of each epoch in turn, as a trainer does,
 // then waits for the disk cache's writes and returns what stats.json says.
 func readNode(ctx context.Context, mnt string, i int, o trafficOptions) (*trafficNode, error) {
@@ -340,9 +321,9 @@ func readNode(ctx context.Context, mnt string, i int, o trafficOptions) (*traffi
 		}
 		n.size = append(n.size, c)
 	}
-	var st trafficStats
+	var st api.Stats
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		st = trafficStats{}
+		st = api.Stats{}
 		if err := readJSON(api.StatsPath(mnt), &st); err != nil {
 			return nil, err
 		}
@@ -361,10 +342,10 @@ func readNode(ctx context.Context, mnt string, i int, o trafficOptions) (*traffi
 		}
 	}
 	for e := range o.epochs {
-		ep := st.Epochs[strconv.Itoa(e)]
-		n.fetched = append(n.fetched, ep.Source)
-		n.disk = append(n.disk, ep.Disk)
-		n.memory = append(n.memory, ep.Memory)
+		ep := st.Epochs[e]
+		n.fetched = append(n.fetched, ep.SourceBytes)
+		n.disk = append(n.disk, ep.DiskCacheBytes)
+		n.memory = append(n.memory, ep.MemoryBytes)
 	}
 	d := st.DiskCache
 	n.peak, n.maxBytes, n.skipped, n.refused, n.evictions = d.PeakHeld, d.MaxBytes, d.WriteSkipped, d.NotAdmitted, d.Evictions

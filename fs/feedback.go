@@ -23,8 +23,8 @@ import (
 // files are never listed nor looked up, so that every open for writing
 // reaches Create and starts a new upload; an accepted part is final.
 const (
-	feedbackDir = "feedback"
-	feedbackExt = ".f32"
+	feedbackDir = api.FeedbackDir
+	feedbackExt = api.FeedbackExt
 	statusJSON  = api.StatusFile
 )
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/internal/childmount"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
@@ -270,13 +271,6 @@ func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
 	writeFile(t, filepath.Join(src, "a.bin"), data)
 	m := startMount(t, src, "--strategy", "grab", "--format", "fixed", "--record-size", fmt.Sprint(recSize),
 		"--feedback-dim", "1", "--max-memory", "128MiB", "--seed", "4")
-	type fbStats struct {
-		Feedback struct {
-			BytesReserved int64 `json:"bytes_reserved"`
-			BytesHeld     int64 `json:"bytes_held"`
-			Accepted      int64 `json:"accepted"`
-		} `json:"feedback"`
-	}
 	var accepted int64
 	for k := 1; k <= maxK; k++ {
 		for i := range k {
@@ -290,13 +284,13 @@ func TestFeedbackOfOneEpochUnderManyKStaysWithinItsReservation(t *testing.T) {
 			}
 			accepted++
 		}
-		b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+		b, err := os.ReadFile(api.StatsPath(m.dir))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st fbStats
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatal(err)
+		var st api.Stats
+		if err := json.Unmarshal(b, &st); err != nil || st.Feedback == nil {
+			t.Fatalf("stats.json has no feedback counters (%v):\n%s", err, b)
 		}
 		f := st.Feedback
 		if f.Accepted != accepted || f.BytesReserved != records*16 {

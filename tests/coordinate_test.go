@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/corgifstest"
+	"github.com/corgifs/corgifs/feedback"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -97,25 +99,13 @@ func sameDigests(t *testing.T, read sharedPlace, epoch, nodes, parts int) shared
 	return d
 }
 
-// coordStatus is the "coordinate" object of a node's status.json.
-type coordStatus struct {
-	Role    string
-	Waiting []struct {
-		Epoch        int
-		For          string
-		MissingParts []int `json:"missing_parts"`
-	}
-	BytesWritten int64 `json:"bytes_written"`
-	BytesRead    int64 `json:"bytes_read"`
-}
-
-func nodeStatus(t *testing.T, d *corgifstest.Daemon) coordStatus {
+func nodeStatus(t *testing.T, d *corgifstest.Daemon) feedback.CoordinateStatus {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(d.Dir, ".corgifs", "feedback", "status.json"))
+	b, err := os.ReadFile(api.StatusPath(d.Dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct{ Coordinate *coordStatus }
+	var st api.Status
 	if err := json.Unmarshal(b, &st); err != nil || st.Coordinate == nil {
 		t.Fatalf("status.json has no coordinate object (%v):\n%s", err, b)
 	}
@@ -179,7 +169,7 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, strategy 
 	args = append([]string{"--strategy", strategy, "--feedback-timeout", "60s"}, args...)
 	ds, caches := coordNodes(t, src, dir, nodes, nodes, args...)
 	one := corgifstest.Mount(t, src, corgifstest.Strategy(strategy), corgifstest.Parts(nodes), corgifstest.Args("--seed", "5", "--feedback-dim", "8"))
-	var before []coordStatus
+	var before []feedback.CoordinateStatus
 	var prev [][]int32              // the records of the previous epoch's parts
 	files := make([][]byte, epochs) // node 1's
 	for epoch := range epochs {
@@ -198,7 +188,7 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, strategy 
 			if d := sameDigests(t, read, epoch, nodes, nodes); !d.Balanced || d.Rank != 0 {
 				t.Errorf("epoch %d: decision %+v, want balanced by rank 0", epoch, d)
 			}
-			after := make([]coordStatus, nodes)
+			after := make([]feedback.CoordinateStatus, nodes)
 			for i := range nodes {
 				after[i] = nodeStatus(t, ds[i])
 				w, r := after[i].BytesWritten-before[i].BytesWritten, after[i].BytesRead-before[i].BytesRead
@@ -223,7 +213,7 @@ func coordinatedRun(t *testing.T, coordinate string, read sharedPlace, strategy 
 		if epoch == 0 {
 			// Each epoch's bytes: from before the previous epoch's
 			// feedback is written to after the epoch is read.
-			before = make([]coordStatus, nodes)
+			before = make([]feedback.CoordinateStatus, nodes)
 			for i := range nodes {
 				before[i] = nodeStatus(t, ds[i])
 			}

@@ -8,27 +8,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/api"
 )
 
-type blockConfig struct {
-	BlockSize  int64 `json:"block_size"`
-	BufferPart int64 `json:"buffer_bytes_per_part"`
-	Dataset    struct {
-		Bytes  int64 `json:"bytes"`
-		Blocks int   `json:"blocks"`
-	} `json:"dataset"`
-}
-
-func readBlockConfig(t *testing.T, m *mount) blockConfig {
+func readBlockConfig(t *testing.T, m *mount) api.Config {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	b, err := os.ReadFile(api.ConfigPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c blockConfig
+	var c api.Config
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}

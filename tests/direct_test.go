@@ -52,14 +52,14 @@ func TestEpochsReadDirectlyFromDiskEqualThoseReadThroughThePageCache(t *testing.
 	got := read(direct)
 	ds := direct.stats()
 	direct.stop()
-	if ds.DirectBytes < ds.BytesRead/2 {
-		t.Errorf("with the source out of the page cache, %d of %d bytes were read directly, want most", ds.DirectBytes, ds.BytesRead)
+	if ds.DirectBytesRead < ds.BytesRead/2 {
+		t.Errorf("with the source out of the page cache, %d of %d bytes were read directly, want most", ds.DirectBytesRead, ds.BytesRead)
 	}
 
 	buffered := startMount(t, src, append(flags, "--direct-io=false")...)
 	want := read(buffered)
-	if bs := buffered.stats(); bs.DirectBytes != 0 || bs.BytesRead == 0 {
-		t.Errorf("--direct-io=false: %d of %d bytes read directly, want none", bs.DirectBytes, bs.BytesRead)
+	if bs := buffered.stats(); bs.DirectBytesRead != 0 || bs.BytesRead == 0 {
+		t.Errorf("--direct-io=false: %d of %d bytes read directly, want none", bs.DirectBytesRead, bs.BytesRead)
 	}
 	for i := range want {
 		if !bytes.Equal(got[i], want[i]) {

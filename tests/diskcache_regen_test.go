@@ -113,7 +113,7 @@ func TestDiskCacheAfterADatasetRegeneratedWithEqualSizesAndMtimesServesTheNewRec
 			// time, with the new bytes: every byte must have come from the
 			// source once.
 			st := m2.settled()
-			if e, d := st.Epochs["0"], st.DiskCache; e.Source < int64(len(want)) || d.Mismatched != 0 || d.Damaged != 0 {
+			if e, d := st.Epochs[0], st.DiskCache; e.SourceBytes < int64(len(want)) || d.Mismatched != 0 || d.Damaged != 0 {
 				t.Fatalf("stats.json epoch 0 %+v, disk_cache %+v: want all %d bytes from the source, no mismatch and no damage (every key changed with the files)", e, *d, len(want))
 			}
 			// The new bytes are cached and served in the next epoch.
@@ -121,8 +121,8 @@ func TestDiskCacheAfterADatasetRegeneratedWithEqualSizesAndMtimesServesTheNewRec
 			if got := m2.read(1, 0, 1); !bytes.Equal(got, want1) {
 				t.Fatalf("epoch 1: %d bytes served differ from the %d `corgifs order` gives", len(got), len(want1))
 			}
-			if st := m2.cacheStats(); st.Epochs["1"].Disk == 0 || st.DiskCache.Mismatched != 0 {
-				t.Fatalf("stats.json epoch 1: %+v, disk_cache %+v: want bytes from the disk cache, none mismatched", st.Epochs["1"], *st.DiskCache)
+			if st := m2.cacheStats(); st.Epochs[1].DiskCacheBytes == 0 || st.DiskCache.Mismatched != 0 {
+				t.Fatalf("stats.json epoch 1: %+v, disk_cache %+v: want bytes from the disk cache, none mismatched", st.Epochs[1], *st.DiskCache)
 			}
 		})
 	}
@@ -158,7 +158,7 @@ func TestDiskCacheEntryWithItsRecordsSwappedIsRefetchedNeverServed(t *testing.T)
 		t.Fatalf("epoch 1: %d bytes served differ from the %d `corgifs order` gives\n%s", len(got), len(want), m2.log)
 	}
 	st = m2.settled()
-	if e, d := st.Epochs["1"], st.DiskCache; d.Mismatched != int64(len(entries)) || e.Source < int64(len(want)) || d.Damaged != 0 {
+	if e, d := st.Epochs[1], st.DiskCache; d.Mismatched != int64(len(entries)) || e.SourceBytes < int64(len(want)) || d.Damaged != 0 {
 		t.Fatalf("stats.json epoch 1 %+v, disk_cache %+v: want %d mismatched entries, all %d bytes of epoch 1 from the source, no damage", e, *d, len(entries), len(want))
 	}
 	if n := strings.Count(m2.log.String(), "disk cache entry holds other bytes"); n != 1 {

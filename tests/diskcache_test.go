@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
 
@@ -46,38 +47,13 @@ func startGETCounter(t *testing.T, target string) *getCounter {
 	return g
 }
 
-// cacheStats is the part of .corgifs/stats.json about where bytes came from.
-type cacheStats struct {
-	SourceRequests int64 `json:"source_requests"`
-	Epochs         map[string]struct {
-		Source int64 `json:"source_bytes"`
-		Disk   int64 `json:"disk_cache_bytes"`
-		Memory int64 `json:"memory_bytes"`
-	} `json:"epochs"`
-	DiskCache *struct {
-		Hits         int64  `json:"hits"`
-		Misses       int64  `json:"misses"`
-		Written      int64  `json:"written"`
-		WriteSkipped int64  `json:"write_skipped"`
-		NotAdmitted  int64  `json:"not_admitted"`
-		Evictions    int64  `json:"evictions"`
-		Damaged      int64  `json:"damaged"`
-		Mismatched   int64  `json:"mismatched"`
-		Entries      int    `json:"entries"`
-		BytesHeld    int64  `json:"bytes_held"`
-		PeakHeld     int64  `json:"peak_bytes_held"`
-		MaxBytes     int64  `json:"max_bytes"`
-		Disabled     string `json:"disabled"`
-	} `json:"disk_cache"`
-}
-
-func (m *mount) cacheStats() cacheStats {
+func (m *mount) cacheStats() api.Stats {
 	m.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(m.dir))
 	if err != nil {
 		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
 	}
-	var s cacheStats
+	var s api.Stats
 	if err := json.Unmarshal(b, &s); err != nil {
 		m.t.Fatalf("stats.json: %v\n%s", err, b)
 	}
@@ -89,7 +65,7 @@ func (m *mount) cacheStats() cacheStats {
 
 // settled waits until every block read from the source went to the disk
 // cache's writer and was written or turned away.
-func (m *mount) settled() cacheStats {
+func (m *mount) settled() api.Stats {
 	m.t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		s := m.cacheStats()
@@ -135,7 +111,7 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 		t.Fatalf("epoch 1 made %d GETs, want none: every block is in the disk cache", n)
 	}
 	st = m.cacheStats()
-	if e := st.Epochs["1"]; e.Source != 0 || e.Disk == 0 {
+	if e := st.Epochs[1]; e.SourceBytes != 0 || e.DiskCacheBytes == 0 {
 		t.Fatalf("stats.json epoch 1: %+v, want no source bytes and bytes from the disk cache", e)
 	}
 	m.stop()
@@ -196,7 +172,7 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 	if d.PeakHeld > d.MaxBytes || d.Evictions+d.NotAdmitted == 0 {
 		t.Fatalf("small cache: %+v, want a peak within max_bytes and blocks turned away", *d)
 	}
-	if e := st.Epochs["2"]; e.Disk == 0 || e.Source == 0 {
+	if e := st.Epochs[2]; e.DiskCacheBytes == 0 || e.SourceBytes == 0 {
 		t.Fatalf("small cache, epoch 2: %+v, want bytes from both the source and the disk cache", e)
 	}
 }
@@ -213,7 +189,7 @@ func TestLocalSourceDiskCacheServesTheSecondEpochFromDisk(t *testing.T) {
 	if n := st2.SourceRequests - st.SourceRequests; n != 0 {
 		t.Fatalf("epoch 1 read the source %d times, want none", n)
 	}
-	if e0, e1 := st2.Epochs["0"], st2.Epochs["1"]; e1.Source != 0 || e1.Disk != e0.Source {
+	if e0, e1 := st2.Epochs[0], st2.Epochs[1]; e1.SourceBytes != 0 || e1.DiskCacheBytes != e0.SourceBytes {
 		t.Fatalf("stats.json epochs: 0 %+v, 1 %+v: want epoch 1's bytes all from the disk cache, as many as epoch 0 read from the source", e0, e1)
 	}
 }

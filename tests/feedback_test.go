@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/internal/childmount"
 )
 
@@ -48,28 +49,13 @@ func logSays(m *mount, s string) bool {
 	return false
 }
 
-type feedbackStatus struct {
-	Accepted int64 `json:"accepted"`
-	Dim      int   `json:"dim"`
-	Parts    []struct {
-		Epoch, Part, Parts, Records int
-		State, Reason               string
-		UID                         uint32
-	} `json:"parts"`
-	Refusals []struct {
-		Epoch, Part, Parts int
-		Name, Reason       string
-		UID                uint32
-	} `json:"refusals"`
-}
-
-func readFeedbackStatus(t *testing.T, m *mount) feedbackStatus {
+func readFeedbackStatus(t *testing.T, m *mount) api.Status {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "feedback", "status.json"))
+	b, err := os.ReadFile(api.StatusPath(m.dir))
 	if err != nil {
 		t.Fatalf("status.json: %v\n%s", err, m.log)
 	}
-	var st feedbackStatus
+	var st api.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("status.json: %v\n%s", err, b)
 	}
@@ -235,13 +221,11 @@ func TestFeedbackForAnEpochNotYetServedIsRefusedAtOnceWithoutFixingItsOrder(t *t
 	if !logSays(m, because) {
 		t.Errorf("no log line says %q\n%s", because, m.log)
 	}
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats struct {
-		Feedback *struct{ Fallbacks int64 } `json:"feedback"`
-	}
+	var stats api.Stats
 	if err := json.Unmarshal(b, &stats); err != nil || stats.Feedback == nil {
 		t.Fatalf("stats.json has no feedback counters (%v): %s", err, b)
 	}

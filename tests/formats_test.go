@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
 
@@ -266,8 +267,8 @@ func TestEveryFormatIsServedExactlyOnceValidAndDeterministic(t *testing.T) {
 			if m.part(0, 0, 1); m.ext != set.ext {
 				t.Fatalf("parts have extension %q, want %q", m.ext, set.ext)
 			}
-			var cfg struct{ Format string }
-			b, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+			var cfg api.Config
+			b, _ := os.ReadFile(api.ConfigPath(m.dir))
 			if json.Unmarshal(b, &cfg); cfg.Format != set.name {
 				t.Fatalf("config.json says format %q, want %q", cfg.Format, set.name)
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/corgifstest"
 	"github.com/corgifs/corgifs/grab"
 )
@@ -82,13 +83,11 @@ func writeFeedback(t *testing.T, d *corgifstest.Daemon, epoch, i, k int, ids []i
 
 func fallbacks(t *testing.T, d *corgifstest.Daemon) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(d.Dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(d.Dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Feedback *struct{ Fallbacks int64 } `json:"feedback"`
-	}
+	var st api.Stats
 	if err := json.Unmarshal(b, &st); err != nil || st.Feedback == nil {
 		t.Fatalf("stats.json has no feedback counters (%v): %s", err, b)
 	}

@@ -17,7 +17,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"github.com/corgifs/corgifs/shuffler"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,9 +29,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/corgifstest"
 	"github.com/corgifs/corgifs/internal/childmount"
 	"github.com/corgifs/corgifs/internal/testenv"
+	"github.com/corgifs/corgifs/shuffler"
 )
 
 // bin is the corgifs binary the mounts run: corgifstest's, built once by
@@ -194,8 +195,8 @@ func (m *mount) part(epoch, i, k int) string {
 	}
 	m.extMu.Lock()
 	if m.ext == "" {
-		b, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
-		var cfg struct{ Extension string }
+		b, _ := os.ReadFile(api.ConfigPath(m.dir))
+		var cfg api.Config
 		json.Unmarshal(b, &cfg)
 		m.ext = cmp.Or(cfg.Extension, ".tfrecord")
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/tfexample"
 )
 
@@ -63,7 +64,7 @@ func TestPartSizeAtStatEqualsBytesServed(t *testing.T) {
 	var cfg struct {
 		Dataset struct{ Bytes, Records int64 }
 	}
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	b, err := os.ReadFile(api.ConfigPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +136,9 @@ func TestLargeRecordsServedStraightFromTheSlabsAreExactAndOncePerEpoch(t *testin
 			}
 			randomReadsMatch(t, m)
 			st := m.stats()
-			t.Logf("%d of %d bytes served as slices of the slabs", st.FromSlabs, st.BytesServed)
-			if st.FromSlabs < st.BytesServed/2 {
-				t.Errorf("%d of %d bytes served as slices of the slabs, want most", st.FromSlabs, st.BytesServed)
+			t.Logf("%d of %d bytes served as slices of the slabs", st.BytesServedFromSlabs, st.BytesServed)
+			if st.BytesServedFromSlabs < st.BytesServed/2 {
+				t.Errorf("%d of %d bytes served as slices of the slabs, want most", st.BytesServedFromSlabs, st.BytesServed)
 			}
 		})
 	}
@@ -278,30 +279,13 @@ func TestCorgiPileMixesClusteredLabels(t *testing.T) {
 	}
 }
 
-// stats is the part of .corgifs/stats.json the tests look at.
-type stats struct {
-	MemoryInUse  int64 `json:"memory_in_use"`
-	MemoryPeak   int64 `json:"memory_peak"`
-	MemoryBudget int64 `json:"memory_budget"`
-	MemoryWaits  int64 `json:"memory_waits"`
-	BlocksRead   int64 `json:"blocks_read"`
-	BytesRead    int64 `json:"bytes_read"`
-	DirectBytes  int64 `json:"direct_bytes_read"`
-	PrefetchHits int64 `json:"prefetch_hits"`
-	LoadErrors   int64 `json:"load_errors"`
-	BytesServed  int64 `json:"bytes_served"`
-	FromSlabs    int64 `json:"bytes_served_from_slabs"`
-	Goroutines   int   `json:"goroutines"`
-	OpenFDs      int   `json:"open_fds"`
-}
-
-func (m *mount) stats() stats {
+func (m *mount) stats() api.Stats {
 	m.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(m.dir))
 	if err != nil {
 		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
 	}
-	var s stats
+	var s api.Stats
 	if err := json.Unmarshal(b, &s); err != nil {
 		m.t.Fatalf("stats.json: %v\n%s", err, b)
 	}
@@ -446,7 +430,7 @@ func TestEqualPartsGivesEveryPartTheSameRecordCount(t *testing.T) {
 		EqualParts bool `json:"equal_parts"`
 		Padded     int  `json:"equal_parts_padding_epoch0"`
 	}
-	raw, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	raw, _ := os.ReadFile(api.ConfigPath(m.dir))
 	if err := json.Unmarshal(raw, &cfg); err != nil || !cfg.EqualParts {
 		t.Fatalf("config.json: %v %s", err, raw)
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 // tinyRecords returns n valid frames with 8-byte payloads (the record's
@@ -55,19 +57,14 @@ func TestSharedPlansKeepTheDaemonWithinMemoryWith64OpenParts(t *testing.T) {
 			t.Fatalf("read part %d: %v\n%s", i, err, m.log)
 		}
 	}
-	var st struct {
-		Plans struct {
-			Sequences int64 `json:"sequences_computed"`
-			Open      int   `json:"open_plans"`
-		} `json:"plans"`
-	}
-	raw, _ := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	var st api.Stats
+	raw, _ := os.ReadFile(api.StatsPath(m.dir))
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats.json: %v\n%s", err, raw)
 	}
 	// Epoch 3's permutation, and epoch 0's when the mount summed the padding
 	// or listed sizes; never one per open part.
-	if st.Plans.Sequences > 2 || st.Plans.Open != k {
+	if st.Plans.SequencesComputed > 2 || st.Plans.OpenPlans != k {
 		t.Errorf("stats.json plans %+v: want at most 2 permutations computed and %d plans open", st.Plans, k)
 	}
 	hwm := vmHWM(t, m.cmd.Process.Pid)

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corgifs/corgifs/api"
 )
 
 // TestLocalAndPLSMountsServeEveryRecordOncePerEpochAsOrderSays mounts local
@@ -34,11 +35,8 @@ func TestLocalAndPLSMountsServeEveryRecordOncePerEpochAsOrderSays(t *testing.T) 
 		t.Run(c.name, func(t *testing.T) {
 			flags := append([]string{"--block-size", "16KiB", "--buffer", "10%", "--seed", "5"}, c.flags...)
 			m := startMount(t, src, flags...)
-			var cfg struct {
-				Partition string
-				Exchange  *float64
-			}
-			b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+			var cfg api.Config
+			b, err := os.ReadFile(api.ConfigPath(m.dir))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,32 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
 )
-
-// prefetchStats is the part of stats.json about prefetching and memory.
-type prefetchStats struct {
-	PrefetchIssued  int64 `json:"prefetch_issued"`
-	PrefetchSkipped int64 `json:"prefetch_skipped"`
-	BuffersLoaded   int64 `json:"buffers_loaded"`
-	MemoryPeak      int64 `json:"memory_peak"`
-	MemoryBudget    int64 `json:"memory_budget"`
-}
-
-func (m *mount) prefetchStats() prefetchStats {
-	m.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
-	if err != nil {
-		m.t.Fatalf("stats.json: %v\n%s", err, m.log)
-	}
-	var s prefetchStats
-	if err := json.Unmarshal(b, &s); err != nil {
-		m.t.Fatalf("stats.json: %v\n%s", err, b)
-	}
-	return s
-}
 
 // readFirstByte opens part 0 of 1 of epoch e and reads its first byte,
 // which enters its first buffer. The file stays open until the test ends:
@@ -48,11 +27,11 @@ func (m *mount) readFirstByte(e int) {
 
 // waitPrefetches waits until stats.json shows want prefetches issued and
 // returns it; it fails after 20 s.
-func (m *mount) waitPrefetches(want int64) prefetchStats {
+func (m *mount) waitPrefetches(want int64) api.Stats {
 	m.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		s := m.prefetchStats()
+		s := m.stats()
 		if s.PrefetchIssued >= want || time.Now().After(deadline) {
 			return s
 		}
@@ -77,7 +56,7 @@ func TestPrefetchZeroServesTheSameEpochsAndIssuesNoPrefetch(t *testing.T) {
 			t.Fatalf("epoch %d: --prefetch 0 serves other bytes than the default", e)
 		}
 	}
-	if s := off.prefetchStats(); s.PrefetchIssued != 0 || s.BuffersLoaded == 0 {
+	if s := off.stats(); s.PrefetchIssued != 0 || s.BuffersLoaded == 0 {
 		t.Fatalf("--prefetch 0: %d prefetches issued, %d buffers loaded; want 0 and some", s.PrefetchIssued, s.BuffersLoaded)
 	}
 	for _, c := range []struct {
@@ -85,7 +64,7 @@ func TestPrefetchZeroServesTheSameEpochsAndIssuesNoPrefetch(t *testing.T) {
 		want int
 	}{{off, 0}, {def, 2}} {
 		var cfg struct{ Prefetch *int }
-		b, err := os.ReadFile(filepath.Join(c.m.dir, ".corgifs", "config.json"))
+		b, err := os.ReadFile(api.ConfigPath(c.m.dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,8 +89,8 @@ func TestDeepPrefetchLoadsFurtherAheadWithinMaxMemory(t *testing.T) {
 	deep := startMount(t, src, append(smallFlags, "--prefetch", "1000", "--max-memory", "2MiB")...)
 	deep.readFirstByte(0)
 	deadline := time.Now().Add(20 * time.Second)
-	s := deep.prefetchStats()
-	for ; s.PrefetchSkipped == 0 && time.Now().Before(deadline); s = deep.prefetchStats() {
+	s := deep.stats()
+	for ; s.PrefetchSkipped == 0 && time.Now().Before(deadline); s = deep.stats() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if s.PrefetchSkipped == 0 || s.PrefetchIssued < 5 || s.MemoryPeak > s.MemoryBudget || s.MemoryBudget > 2<<20 {
@@ -122,7 +101,7 @@ func TestDeepPrefetchLoadsFurtherAheadWithinMaxMemory(t *testing.T) {
 			t.Fatalf("epoch %d: --prefetch 1000 serves other bytes than --prefetch 4", e)
 		}
 	}
-	if s := deep.prefetchStats(); s.MemoryPeak > s.MemoryBudget {
+	if s := deep.stats(); s.MemoryPeak > s.MemoryBudget {
 		t.Fatalf("--prefetch 1000: memory peak %d over the budget %d", s.MemoryPeak, s.MemoryBudget)
 	}
 }

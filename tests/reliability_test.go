@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/corgifs/corgifs/internal/testenv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -25,6 +24,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corgifs/corgifs/api"
+	"github.com/corgifs/corgifs/internal/testenv"
 )
 
 // readUntilErr reads path from start to end in reads of 64 KiB and returns
@@ -265,7 +267,7 @@ func TestSourceChangedAfterIndexingGivesEIONeverWrongBytes(t *testing.T) {
 				t.Errorf("log does not name the file, offset and check (%s):\n%s", c.check, m.log)
 			}
 			// The daemon keeps serving after the errors.
-			if _, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json")); err != nil {
+			if _, err := os.ReadFile(api.StatsPath(m.dir)); err != nil {
 				t.Fatal(err)
 			}
 			m.stop()
@@ -509,9 +511,9 @@ func TestTenThousandSmallFilesIndexAndServeEveryRecordOnce(t *testing.T) {
 // settledStats waits up to 5 s for the daemon's goroutines and descriptors
 // to come back to base (with a slack of 4 goroutines for go-fuse's request
 // readers), and returns the last stats.
-func settledStats(t *testing.T, m *mount, base stats) stats {
+func settledStats(t *testing.T, m *mount, base api.Stats) api.Stats {
 	t.Helper()
-	var s stats
+	var s api.Stats
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		s = m.stats()
 		if s.Goroutines <= base.Goroutines+4 && s.OpenFDs <= base.OpenFDs || time.Now().After(deadline) {
@@ -538,7 +540,7 @@ func checkEveryMutationGivesEROFS(t *testing.T, m *mount) {
 	t.Helper()
 	p := m.part(0, 0, 1)
 	ep := filepath.Join(m.dir, "epoch-0000")
-	stats := filepath.Join(m.dir, ".corgifs", "stats.json")
+	stats := api.StatsPath(m.dir)
 	open := func(path string, flag int) error {
 		f, err := os.OpenFile(path, flag, 0o644)
 		if err == nil {
@@ -1085,7 +1087,7 @@ func mountAt(t *testing.T, src, dir string, flags ...string) *mount {
 	go func() { m.exit = m.cmd.Wait(); close(m.done) }()
 	t.Cleanup(m.stop)
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(dir, ".corgifs", "config.json")); err == nil {
+		if _, err := os.Stat(api.ConfigPath(dir)); err == nil {
 			return m
 		}
 		select {

@@ -5,21 +5,12 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
+	"github.com/corgifs/corgifs/api"
 	"golang.org/x/sys/unix"
 )
-
-// epochBytes is stats.json's bytes of each epoch by where they came from.
-type epochBytes struct {
-	Epochs map[string]struct {
-		Source int64 `json:"source_bytes"`
-		Disk   int64 `json:"disk_cache_bytes"`
-		Memory int64 `json:"memory_bytes"`
-	} `json:"epochs"`
-}
 
 // Two readers of one part, reading it in step, share its buffers: a unit
 // loaded for one is found in memory by the other. stats.json counts what
@@ -60,20 +51,20 @@ func TestEpochMemoryBytesCountTheBytesASecondReaderFoundLoaded(t *testing.T) {
 			break
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st epochBytes
+	var st api.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("stats.json: %v\n%s", err, b)
 	}
 	// A reader that takes a unit again (its buffer released between two
 	// reads) finds it in memory again, which counts again: a sum of at
 	// least, not exactly, what both read.
-	if e := st.Epochs["1"]; n == 0 || e.Source+e.Disk+e.Memory < 2*n || e.Source > n || e.Memory < n {
+	if e := st.Epochs[1]; n == 0 || e.SourceBytes+e.DiskCacheBytes+e.MemoryBytes < 2*n || e.SourceBytes > n || e.MemoryBytes < n {
 		t.Fatalf("two readers of epoch 1's %d bytes in step: source_bytes %d, disk_cache_bytes %d, memory_bytes %d; want a sum of at least %d, at most %d from the source and at least %d from memory\n%s",
-			n, e.Source, e.Disk, e.Memory, 2*n, n, n, b)
+			n, e.SourceBytes, e.DiskCacheBytes, e.MemoryBytes, 2*n, n, n, b)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/sizing"
 )
 
@@ -41,7 +42,7 @@ func TestFirstMountOfASmallDatasetReadsEachSourceByteOnce(t *testing.T) {
 		total += fi.Size()
 	}
 	m := startMount(t, "s3://data/once", "--s3-endpoint", s.endpoint, "--index", "full", "--seed", "1", "--cache-dir", t.TempDir())
-	b, err := os.ReadFile(filepath.Join(m.dir, ".corgifs", "stats.json"))
+	b, err := os.ReadFile(api.StatsPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,29 +70,13 @@ func TestFirstMountOfASmallDatasetReadsEachSourceByteOnce(t *testing.T) {
 	}
 }
 
-// sizingConfig is what config.json says of the block size and buffer.
-type sizingConfig struct {
-	BlockSize  int64  `json:"block_size"`
-	Buffer     string `json:"buffer"`
-	BufferPart int64  `json:"buffer_bytes_per_part"`
-	Sizing     *struct {
-		BlockSizeGiven  bool    `json:"block_size_given"`
-		BufferGiven     bool    `json:"buffer_given"`
-		BlocksPerBuffer int64   `json:"blocks_per_buffer"`
-		WholePart       bool    `json:"buffer_is_whole_part"`
-		ExpectedTV      float64 `json:"expected_label_tv"`
-		Reason          string  `json:"reason"`
-		Warning         string  `json:"warning"`
-	} `json:"sizing"`
-}
-
-func readSizing(t *testing.T, mnt string) sizingConfig {
+func readSizing(t *testing.T, mnt string) api.Config {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(mnt, ".corgifs", "config.json"))
+	b, err := os.ReadFile(api.ConfigPath(mnt))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c sizingConfig
+	var c api.Config
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatalf("config.json: %v\n%s", err, b)
 	}
@@ -241,7 +226,7 @@ func TestValidateWithNoFlagsMountsAsAPlainMountDoes(t *testing.T) {
 		t.Fatalf("validate's report has no mount_config (%v):\n%s", err, b)
 	}
 	m := startMount(t, train, "--strategy", "corgipile", "--seed", "5", "--epochs", "1", "--cache-dir", t.TempDir())
-	b, err = os.ReadFile(filepath.Join(m.dir, ".corgifs", "config.json"))
+	b, err = os.ReadFile(api.ConfigPath(m.dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/internal/childmount"
 	"github.com/corgifs/corgifs/internal/testenv"
 )
@@ -329,19 +330,14 @@ func TestMountTypeFuseCorgifsAndAnFstabLineServeWithTheirOptions(t *testing.T) {
 	base := t.TempDir()
 	check := func(name, mnt, logPath string, seed, parts int) {
 		t.Helper()
-		var cfg struct {
-			Seed      uint64 `json:"seed"`
-			Parts     int    `json:"parts"`
-			Buffer    string `json:"buffer"`
-			MaxMemory int64  `json:"max_memory"`
-		}
-		b, err := os.ReadFile(filepath.Join(mnt, ".corgifs", "config.json"))
+		var cfg api.Config
+		b, err := os.ReadFile(api.ConfigPath(mnt))
 		if err != nil {
 			t.Fatalf("%s: right after mount returned: %v", name, err)
 		}
 		json.Unmarshal(b, &cfg)
 		if cfg.Seed != uint64(seed) || cfg.Parts != parts || cfg.Buffer != "10%" || cfg.MaxMemory != 256<<20 {
-			t.Errorf("%s: config %+v, want seed %d, %d parts, buffer 10%%, max memory 256 MiB", name, cfg, seed, parts)
+			t.Errorf("%s: config seed %d, %d parts, buffer %s, max memory %d; want seed %d, %d parts, buffer 10%%, max memory 256 MiB", name, cfg.Seed, cfg.Parts, cfg.Buffer, cfg.MaxMemory, seed, parts)
 		}
 		var records int
 		for i := range parts {

@@ -55,7 +55,7 @@ func readEpochs(t *testing.T, m *mount, n int) []int64 {
 	}
 	fetched := make([]int64, n)
 	for e := range n {
-		fetched[e] = st.Epochs[fmt.Sprint(e)].Source
+		fetched[e] = st.Epochs[e].SourceBytes
 	}
 	return fetched
 }

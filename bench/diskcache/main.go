@@ -108,7 +108,7 @@ func run(sizeFlag string, runs int, work string) error {
 	os.Setenv("AWS_REGION", "us-east-1")
 
 	var cold, cached, local []float64
-	var st stats
+	var st api.Stats
 	for r := range runs {
 		dc := filepath.Join(work, fmt.Sprintf("disk-cache-%d", r))
 		m, err := mount(bin, work, "s3://data/set", "--s3-endpoint", "http://"+addr, "--disk-cache", dc)
@@ -146,7 +146,7 @@ func run(sizeFlag string, runs int, work string) error {
 		local = append(local, t)
 		fmt.Fprintf(os.Stderr, "run %d: S3 cold %.2fs, disk cache %.2fs, local cold %.2fs\n", r+1, cold[r], cached[r], local[r])
 	}
-	bytes := st.Epochs["0"].Source
+	bytes := st.Epochs[0].SourceBytes
 	fmt.Printf("Dataset: %s of TFRecord (%d records of 256 features, 16 files), versitygw on 127.0.0.1; %d runs, median (min–max).\n\n",
 		humanize.IBytes(uint64(bytes)), records, runs)
 	fmt.Println("| epoch | seconds | MB/s | from the source | from the disk cache |")
@@ -155,8 +155,8 @@ func run(sizeFlag string, runs int, work string) error {
 		m, lo, hi := summary(v)
 		fmt.Printf("| %s | %.2f (%.2f–%.2f) | %.0f | %s | %s |\n", name, m, lo, hi, float64(bytes)/m/1e6, src, disk)
 	}
-	row("S3, cold (fills the disk cache)", cold, fmt.Sprintf("%s in %d requests", humanize.IBytes(uint64(st.Epochs["0"].Source)), st.SourceRequests), "0")
-	row("S3, second epoch, from the disk cache", cached, humanize.IBytes(uint64(st.Epochs["1"].Source)), humanize.IBytes(uint64(st.Epochs["1"].Disk)))
+	row("S3, cold (fills the disk cache)", cold, fmt.Sprintf("%s in %d requests", humanize.IBytes(uint64(st.Epochs[0].SourceBytes)), st.SourceRequests), "0")
+	row("S3, second epoch, from the disk cache", cached, humanize.IBytes(uint64(st.Epochs[1].SourceBytes)), humanize.IBytes(uint64(st.Epochs[1].DiskCacheBytes)))
 	row("local directory, cold", local, "", "")
 	fmt.Printf("\nDisk cache after the last run's epoch 1: %d blocks written, %d not cached because the write queue was full, %d not admitted.\n",
 		st.DiskCache.Written, st.DiskCache.WriteSkipped, st.DiskCache.NotAdmitted)
@@ -164,22 +164,6 @@ func run(sizeFlag string, runs int, work string) error {
 	ml, _, _ := summary(local)
 	fmt.Printf("\nSecond epoch from the disk cache / cold local epoch: %.2f× as fast (target ≥ 0.9×).\n", ml/mc)
 	return nil
-}
-
-type epochStats struct {
-	Source int64 `json:"source_bytes"`
-	Disk   int64 `json:"disk_cache_bytes"`
-}
-
-type stats struct {
-	SourceRequests int64                 `json:"source_requests"`
-	Epochs         map[string]epochStats `json:"epochs"`
-	DiskCache      struct {
-		Written      int64  `json:"written"`
-		WriteSkipped int64  `json:"write_skipped"`
-		NotAdmitted  int64  `json:"not_admitted"`
-		Disabled     string `json:"disabled"`
-	} `json:"disk_cache"`
 }
 
 func summary(v []float64) (med, lo, hi float64) {
@@ -252,13 +236,19 @@ func (d *daemon) stop() {
 	os.Remove(d.dir)
 }
 
-func (d *daemon) stats() (stats, error) {
-	var s stats
+func (d *daemon) stats() (api.Stats, error) {
+	var s api.Stats
 	b, err := os.ReadFile(api.StatsPath(d.dir))
 	if err != nil {
 		return s, err
 	}
-	return s, json.Unmarshal(b, &s)
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, err
+	}
+	if s.DiskCache == nil {
+		return s, fmt.Errorf("%s has no disk_cache: the mount runs without --disk-cache", api.StatsPath(d.dir))
+	}
+	return s, nil
 }
 
 // settled waits until every block fetched was written to the disk cache

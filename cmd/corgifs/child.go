@@ -53,7 +53,7 @@ func startChildMount(src, work string, flags ...string) (*childMount, error) {
 	}
 	m := &childMount{Child: c, log: log}
 	b, err := os.ReadFile(api.ConfigPath(mnt))
-	var cfg struct{ Extension string }
+	var cfg api.Config
 	if err == nil {
 		err = json.Unmarshal(b, &cfg)
 	}

@@ -15,41 +15,10 @@ import (
 	"time"
 
 	"github.com/corgifs/corgifs/api"
+	"github.com/corgifs/corgifs/blockcache"
 	"github.com/dustin/go-humanize"
 	"golang.org/x/term"
 )
-
-// counters are the fields of MNT/.corgifs/stats.json that stats computes
-// with; every other field is passed through as it is.
-type counters struct {
-	BytesServed    int64   `json:"bytes_served"`
-	BytesRead      int64   `json:"bytes_read"`
-	BuffersLoaded  int64   `json:"buffers_loaded"`
-	PrefetchIssued int64   `json:"prefetch_issued"`
-	PrefetchHits   int64   `json:"prefetch_hits"`
-	CacheHits      int64   `json:"cache_hits"`
-	Stalls         int64   `json:"stalls"`
-	StallSeconds   float64 `json:"stall_seconds"`
-	MemoryWaits    int64   `json:"memory_waits"`
-	LoadErrors     int64   `json:"load_errors"`
-	MemoryInUse    int64   `json:"memory_in_use"`
-	MemoryPeak     int64   `json:"memory_peak"`
-	MemoryBudget   int64   `json:"memory_budget"`
-	DiskCache      *struct {
-		HitBytes  int64  `json:"hit_bytes"`
-		BytesHeld int64  `json:"bytes_held"`
-		MaxBytes  int64  `json:"max_bytes"`
-		Disabled  string `json:"disabled"`
-	} `json:"disk_cache"`
-	// Bytes loaded per epoch, by where they came from.
-	Epochs map[int]epochCounters `json:"epochs"`
-}
-
-type epochCounters struct {
-	SourceBytes    int64 `json:"source_bytes"`
-	DiskCacheBytes int64 `json:"disk_cache_bytes"`
-	MemoryBytes    int64 `json:"memory_bytes"`
-}
 
 // statsEpochRows is how many epochs the terminal view lists, the latest:
 // a mount serves hundreds, and the screen would scroll.
@@ -57,7 +26,7 @@ const statsEpochRows = 8
 
 type statsSample struct {
 	at  time.Time
-	c   counters
+	c   api.Stats // what stats computes with; raw passes every field through
 	raw map[string]json.RawMessage
 }
 
@@ -211,7 +180,7 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 // drawEpochs writes the bytes loaded per epoch as a table, the latest
 // statsEpochRows epochs, with the share each epoch found in memory or the
 // disk cache rather than at the source.
-func drawEpochs(w io.Writer, epochs map[int]epochCounters) {
+func drawEpochs(w io.Writer, epochs map[int]blockcache.EpochStats) {
 	if len(epochs) == 0 {
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/feedback"
@@ -39,7 +38,7 @@ type MountWriter struct {
 // Path returns the path of the feedback file of part i of k of
 // epoch e in the mount mnt.
 func Path(mnt string, e, i, k int) string {
-	return filepath.Join(mnt, api.Dir, api.FeedbackDir, shuffler.EpochName(e), shuffler.PartName(i, k, ".f32"))
+	return api.FeedbackPath(mnt, e, i, k)
 }
 
 func (f *MountWriter) WritePart(epoch, part, parts, dim int, vecs []float32) error {
@@ -65,7 +64,7 @@ func (f *MountWriter) reason(epoch, part, parts int) string {
 	if err != nil {
 		return fmt.Sprintf("status.json unreadable: %v", err)
 	}
-	var st feedback.Status
+	var st api.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Sprintf("status.json: %v", err)
 	}
@@ -83,7 +82,7 @@ func (f *MountWriter) Stats() (feedback.Stats, error) {
 	if err != nil {
 		return feedback.Stats{}, err
 	}
-	var s struct{ Feedback *feedback.Stats }
+	var s api.Stats
 	if err := json.Unmarshal(b, &s); err != nil {
 		return feedback.Stats{}, fmt.Errorf("%s/.corgifs/stats.json: %w", f.Mount, err)
 	}
