@@ -42,6 +42,9 @@ type Config struct {
 	RecordSize        int64  `json:"record_size,omitempty"`
 	HeaderBytes       *int64 `json:"header_bytes,omitempty"`
 	SourceHeaderBytes int64  `json:"source_header_bytes,omitempty"`
+	// Include is --include as given (absent: the format's globs), so that
+	// a reader can list the same files (corgifs.order of a mount).
+	Include []string `json:"include,omitempty"`
 
 	// Sizing says whether block_size and buffer were given or chosen, and
 	// why (package sizing; blocksize.go).

@@ -19,7 +19,6 @@ import (
 var notWritten = map[string]string{
 	"config.json ext":         "read as a fallback for extension; config.json has always said extension",
 	"config.json format.name": "order() and reader_of() accept format as {\"name\": ...}; config.json's format is a string",
-	"config.json include":     "order() would pass --include; config.json does not record --include, so order(mount) of a mount with --include lists the default files",
 }
 
 // TestPythonReadsOnlyKeysTheMountWrites checks the Python package

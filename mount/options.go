@@ -228,7 +228,7 @@ func Options() []Option {
 				help: "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or the one a mount chooses with --probe=false)"}}},
 			func(c *Config, v string) (err error) { c.BlockSize, err = parseSize(v); return err },
 			func(c *Config) string { return sizeText(c.BlockSize) }),
-		option(Option{Name: "include", Commands: cmdIndexing,
+		option(Option{Name: "include", Commands: cmdIndexing, ConfigKey: "include",
 			Help: "comma separated `globs` of source file names to index (default: the format's,\nsuch as *.tfrecord,*.tfrecords or *.csv)"},
 			func(c *Config, v string) error {
 				c.Include = nil

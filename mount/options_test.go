@@ -220,7 +220,7 @@ func jsonKeys(t reflect.Type, prefix string, out map[string]bool) {
 // where the bytes come from and who reads them, not which records an epoch
 // serves in which order (jsonl's --check only checks the records).
 var notInConfigJSON = map[string]bool{
-	"include": true, "follow-symlinks": true, "cache-dir": true, "s3-endpoint": true, "s3-region": true,
+	"follow-symlinks": true, "cache-dir": true, "s3-endpoint": true, "s3-region": true,
 	"s3-path-style": true, "s3-concurrency": true, "s3-timeout": true, "skip-corrupt": true,
 	"compression": true, "direct-io": true, "feedback-dim": true, "coordinate": true,
 	"coordinate-rank": true, "allow-other": true, "feedback-group": true, "disk-cache": true,

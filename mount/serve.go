@@ -75,6 +75,7 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	in.MaxMemory = c.MaxMemory
 	in.Sizing = d.SizingInfo()
 	in.Prefetch = ld.PrefetchDepth()
+	in.Include = c.Include
 	var stats func() any
 	if d.Source != nil {
 		stats = func() any { return d.Source.Stats() }
