@@ -67,8 +67,9 @@ func (TFRecord) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 	// A larger window than the text probes': it holds the frame found,
 	// whose data CRC is checked, and the next header, in one read (one
 	// GET) for records up to about 200 KiB; longer ones take more reads.
-	s := newScanner(r, off, h.End, 4*probeWindow)
-	return s.nextConfirmed(off)
+	// An index reads less, in windows that follow its block size
+	// (ProbeWithin).
+	return TFRecord{}.ProbeWithin(r, h, off, ProbeWindow{First: 4 * probeWindow, Max: 4 * probeWindow})
 }
 
 func probeFixed(size int64, h Head, off int64) int64 {
@@ -81,11 +82,19 @@ func probeFixed(size int64, h Head, off int64) int64 {
 // probeLine finds the first line start at or after off: just after the
 // first "\n" at or after off-1.
 func probeLine(r io.ReaderAt, h Head, off int64) (int64, error) {
+	return probeLineWithin(r, h, off, ProbeWindow{First: probeWindow, Max: probeWindow})
+}
+
+// probeLineWithin is probeLine with reads bounded by w.
+func probeLineWithin(r io.ReaderAt, h Head, off int64, w ProbeWindow) (int64, error) {
 	if off <= h.Start {
 		return h.Start, nil
 	}
-	buf := make([]byte, probeWindow)
+	buf := make([]byte, max(1, w.First))
 	for at := off - 1; at < h.End; {
+		if at > off-1 && int64(len(buf)) < w.Max {
+			buf = make([]byte, min(2*int64(len(buf)), w.Max))
+		}
 		n := min(int64(len(buf)), h.End-at)
 		k, err := r.ReadAt(buf[:n], at)
 		if int64(k) < n {
