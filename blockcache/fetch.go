@@ -134,6 +134,7 @@ func (l *Loader) read(b *Buf) error {
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
 				cached, err := l.readCachedExtent(b, exts[i], sp.filled)
+				var gets int64 // the requests of a read from a store
 				if cached {
 					// served from the disk cache, and checked
 				} else if l.ix.Files[exts[i].file].Access != nil {
@@ -142,13 +143,13 @@ func (l *Loader) read(b *Buf) error {
 					var f *poolFile
 					f, err = files.acquire(exts[i].file, exts[i].off)
 					if err == nil {
-						err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
+						gets, err = l.readExtent(f, exts[i], b.Data, b.unit.Records != nil, sp.filled)
 						files.release(f)
 					}
 				}
 				<-l.fetch.sem
 				if !cached {
-					l.fetched(b, exts[i], err)
+					l.fetched(b, exts[i], gets, err)
 				}
 				if err != nil {
 					errs[i] = err
@@ -194,12 +195,20 @@ const checkChunk = 512 << 10
 // (source.PageCached: a local one) is read a chunk at a time, each checked
 // while in the CPU's cache, and directly from the disk where most of the
 // extent is not cached and the file allows it (source.DirectReader); any
-// other (a remote object) with one ReadAt, one request.
-func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) error {
+// other (a remote object) with one ReadAt, one request (or, split, a
+// few at once). It returns the requests a source.Requester made.
+func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, check func(int64) error) (int64, error) {
 	dst := slab[e.at : e.at+e.n]
 	pc, paged := f.File.(source.PageCached)
 	if !paged {
-		if _, err := f.ReadAt(dst, e.off); err != nil {
+		var gets int64
+		var err error
+		if rq, ok := f.File.(source.Requester); ok {
+			_, gets, err = rq.ReadAtCounted(dst, e.off)
+		} else {
+			_, err = f.ReadAt(dst, e.off)
+		}
+		if err != nil {
 			// A file no longer at its indexed version (source.ErrChanged:
 			// a replaced object) does not mark the index stale: the next
 			// Open sees the new version and, for a probed index, indexes
@@ -207,13 +216,13 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 			if !errors.Is(err, syscall.EIO) {
 				err = fmt.Errorf("%w: %w", err, syscall.EIO)
 			}
-			return err
+			return gets, err
 		}
 		if err := check(e.n); err != nil {
-			return err
+			return gets, err
 		}
 		l.counted(e.n, record)
-		return nil
+		return gets, nil
 	}
 	got := 0
 	if d, ok := f.File.(source.DirectReader); ok && f.direct && !l.fetch.noDirect.Load() && pc.Uncached(e.off, e.n) {
@@ -227,7 +236,7 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 			l.fetch.noDirect.Store(true)
 			l.log.Info("the file system refused a direct read; reading through the page cache from now on", "file", f.Name(), "err", err)
 		case err != nil:
-			return fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
+			return 0, fmt.Errorf("read %s at offset %d: %w", f.Name(), from, err)
 		default:
 			l.count.directBytes.Add(int64(n))
 			got = int(min(e.n, max(0, from+int64(n)-e.off)))
@@ -238,17 +247,17 @@ func (l *Loader) readExtent(f *poolFile, e extent, slab []byte, record bool, che
 		n, err := f.ReadAt(dst[got:want], e.off+int64(got))
 		got += n
 		if got < want {
-			return fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, got, len(dst), errors.Join(err, syscall.EIO))
+			return 0, fmt.Errorf("read %s at offset %d: read %d of %d bytes: %w", f.Name(), e.off, got, len(dst), errors.Join(err, syscall.EIO))
 		}
 		if got < len(dst) {
 			if err := check(int64(got)); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
 	if err := check(e.n); err != nil {
-		return err
+		return 0, err
 	}
 	l.counted(e.n, record)
-	return nil
+	return 0, nil
 }

@@ -43,10 +43,28 @@ type counters struct {
 	} `json:"disk_cache"`
 	// Bytes loaded per epoch, by where they came from.
 	Epochs map[int]epochCounters `json:"epochs"`
+	// Source counts the requests of an object store (absent for a
+	// local source).
+	Source *sourceCounters `json:"source"`
+}
+
+type sourceCounters struct {
+	Requests int64 `json:"requests"`
+	GETs     int64 `json:"gets"`
+	GETBytes int64 `json:"get_bytes"`
+}
+
+// perGiB is n requests for bytes, per GiB of them.
+func perGiB(n, bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return float64(n) / (float64(bytes) / (1 << 30))
 }
 
 type epochCounters struct {
 	SourceBytes    int64 `json:"source_bytes"`
+	SourceGETs     int64 `json:"source_gets"`
 	DiskCacheBytes int64 `json:"disk_cache_bytes"`
 	MemoryBytes    int64 `json:"memory_bytes"`
 }
@@ -76,6 +94,10 @@ type statsLine struct {
 	HitRate         float64 `json:"hit_rate"`
 	PrefetchUseRate float64 `json:"prefetch_use_rate"`
 	StallsPerSecond float64 `json:"stalls_per_s"`
+	// GETs of an object store over the interval, and since the mount
+	// started per GiB they brought: what the reads cost in requests.
+	SourceGETsPerSecond float64 `json:"source_gets_s,omitempty"`
+	SourceGETsPerGiB    float64 `json:"source_gets_per_gib,omitempty"`
 	// The counters of stats.json at the end of the interval, all of them.
 	Counters map[string]json.RawMessage `json:"counters"`
 }
@@ -155,9 +177,15 @@ func between(a, b statsSample) statsLine {
 		l.ServedMBps = float64(b.c.BytesServed-a.c.BytesServed) / dt / 1e6
 		l.SourceMBps = float64(b.c.BytesRead-a.c.BytesRead) / dt / 1e6
 		l.StallsPerSecond = float64(b.c.Stalls-a.c.Stalls) / dt
+		if a.c.Source != nil && b.c.Source != nil {
+			l.SourceGETsPerSecond = float64(b.c.Source.GETs-a.c.Source.GETs) / dt
+		}
 		if a.c.DiskCache != nil && b.c.DiskCache != nil {
 			l.DiskCacheMBps = float64(b.c.DiskCache.HitBytes-a.c.DiskCache.HitBytes) / dt / 1e6
 		}
+	}
+	if src := b.c.Source; src != nil {
+		l.SourceGETsPerGiB = perGiB(src.GETs, src.GETBytes)
 	}
 	// Buffers loaded on demand are those not loaded by a prefetch.
 	hits := b.c.PrefetchHits + b.c.CacheHits
@@ -180,6 +208,10 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	}
 	row("served to readers", l.ServedMBps, "MB/s", mb(c.BytesServed)+" in all")
 	row("read from source", l.SourceMBps, "MB/s", mb(c.BytesRead)+" in all")
+	if src := c.Source; src != nil {
+		row("GETs to the store", l.SourceGETsPerSecond, "/s", fmt.Sprintf("%d in all for %s: %.0f GETs per GiB; %d requests of every kind",
+			src.GETs, mb(src.GETBytes), l.SourceGETsPerGiB, src.Requests))
+	}
 	if d := c.DiskCache; d != nil {
 		rest := fmt.Sprintf("%s in all; holds %s of %s", mb(d.HitBytes), mb(d.BytesHeld), mb(d.MaxBytes))
 		if d.Disabled != "" {
@@ -216,7 +248,13 @@ func drawEpochs(w io.Writer, epochs map[int]epochCounters) {
 		return
 	}
 	es := slices.Sorted(maps.Keys(epochs))
-	fmt.Fprintf(w, "\n  %-7s %12s %12s %12s %10s\n", "epoch", "source", "disk cache", "memory", "not source")
+	// The GETs of an object store, per GiB of the bytes they brought.
+	gets := slices.ContainsFunc(es, func(e int) bool { return epochs[e].SourceGETs > 0 })
+	getsHead := ""
+	if gets {
+		getsHead = fmt.Sprintf(" %10s %9s", "GETs", "GETs/GiB")
+	}
+	fmt.Fprintf(w, "\n  %-7s %12s %12s %12s %10s%s\n", "epoch", "source", "disk cache", "memory", "not source", getsHead)
 	if len(es) > statsEpochRows {
 		fmt.Fprintf(w, "  (%d earlier epochs not shown)\n", len(es)-statsEpochRows)
 		es = es[len(es)-statsEpochRows:]
@@ -228,6 +266,10 @@ func drawEpochs(w io.Writer, epochs map[int]epochCounters) {
 		if all := c.SourceBytes + c.DiskCacheBytes + c.MemoryBytes; all > 0 {
 			share = fmt.Sprintf("%.1f %%", 100*float64(all-c.SourceBytes)/float64(all))
 		}
-		fmt.Fprintf(w, "  %-7d %12s %12s %12s %10s\n", e, mb(c.SourceBytes), mb(c.DiskCacheBytes), mb(c.MemoryBytes), share)
+		getsCols := ""
+		if gets {
+			getsCols = fmt.Sprintf(" %10d %9.0f", c.SourceGETs, perGiB(c.SourceGETs, c.SourceBytes))
+		}
+		fmt.Fprintf(w, "  %-7d %12s %12s %12s %10s%s\n", e, mb(c.SourceBytes), mb(c.DiskCacheBytes), mb(c.MemoryBytes), share, getsCols)
 	}
 }
