@@ -125,7 +125,13 @@ const maxTarBack = 256 << 20
 // it walks from the start of the shard. Past the last sample, the end of
 // the records is the end-of-archive marker.
 func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
-	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End}, end: h.End}
+	return WDS{}.ProbeWithin(r, h, off, ProbeWindow{First: probeWindow, Max: probeWindow})
+}
+
+// ProbeWithin is Probe reading chunks of at most w.Max bytes (a tar
+// header is 512 bytes: one read a chunk, however far the walk goes).
+func (WDS) ProbeWithin(r io.ReaderAt, h Head, off int64, w ProbeWindow) (int64, error) {
+	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End, size: max(tarBlock, min(probeWindow, w.Max))}, end: h.End}
 	from := h.Start
 	if off > h.Start {
 		a, err := tarAnchor(src, h, off)
@@ -134,10 +140,10 @@ func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 		}
 		from = a
 	}
-	w := sampleWalker{off: from, start: from}
+	sw := sampleWalker{off: from, start: from}
 	for {
-		had := w.has
-		m, cut, _, err := w.step(src)
+		had := sw.has
+		m, cut, _, err := sw.step(src)
 		if err != nil {
 			return 0, fmt.Errorf("probe at offset %d: %w", off, err)
 		}
@@ -147,7 +153,7 @@ func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 		// From the start of the shard, its first keyed member starts the
 		// first sample; from an anchor, whose sample may have begun
 		// before it, only a change of key does.
-		if (cut || !had && w.has && from == h.Start) && m.start >= off {
+		if (cut || !had && sw.has && from == h.Start) && m.start >= off {
 			return m.start, nil
 		}
 	}
@@ -217,12 +223,14 @@ func isASCII(b []byte) bool {
 	return true
 }
 
-// chunkCache reads its ReaderAt in aligned chunks of probeWindow bytes and
-// keeps the last few, so that walking tar headers 512 bytes at a time
-// makes one read per chunk (one GET of an object store).
+// chunkCache reads its ReaderAt in aligned chunks of size bytes
+// (probeWindow if 0) and keeps the last few, so that walking tar headers
+// 512 bytes at a time makes one read per chunk (one GET of an object
+// store).
 type chunkCache struct {
 	r      io.ReaderAt
 	end    int64 // never read past it: an object store fails a range past the end
+	size   int64
 	chunks [4]struct {
 		off  int64
 		data []byte
@@ -234,7 +242,11 @@ func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		at := off + int64(n)
-		base := at / probeWindow * probeWindow
+		size := c.size
+		if size <= 0 {
+			size = probeWindow
+		}
+		base := at / size * size
 		var data []byte
 		for i := range c.chunks {
 			if ch := &c.chunks[i]; ch.data != nil && ch.off == base {
@@ -245,10 +257,10 @@ func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
 		if data == nil {
 			ch := &c.chunks[c.next]
 			c.next = (c.next + 1) % len(c.chunks)
-			if cap(ch.data) < probeWindow {
-				ch.data = make([]byte, probeWindow)
+			if int64(cap(ch.data)) < size {
+				ch.data = make([]byte, size)
 			}
-			k, err := c.r.ReadAt(ch.data[:max(0, min(probeWindow, c.end-base))], base)
+			k, err := c.r.ReadAt(ch.data[:max(0, min(size, c.end-base))], base)
 			if k == 0 {
 				ch.data = ch.data[:0]
 				if err == nil {

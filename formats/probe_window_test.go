@@ -95,3 +95,43 @@ func TestLineProbeWithinFindsTheSameLineStartInReadsNoLargerThanTheBlock(t *test
 		}
 	}
 }
+
+// Every format's bounded probe finds, from any offset, the boundary its
+// unbounded probe finds, in reads no larger than the window allows.
+func TestEveryWindowProberFindsTheSameBoundaryWithinItsWindow(t *testing.T) {
+	for _, c := range seamCases(t) {
+		p, ok := c.f.(WindowProber)
+		if !ok {
+			continue
+		}
+		for fi, data := range c.files {
+			s, err := scanFile(c.f, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, bs := range []int64{16, 600, 1 << 20} {
+				w := WindowFor(bs)
+				limit := w.Max
+				if _, wds := c.f.(WDS); wds {
+					limit = max(limit, 512) // a tar header
+				}
+				for off := int64(0); off <= int64(len(data)); off++ {
+					want, err := c.f.(Prober).Probe(bytes.NewReader(data), s.head, off)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sr := &sizedReads{r: bytes.NewReader(data)}
+					got, err := p.ProbeWithin(sr, s.head, off, w)
+					if err != nil || got != want {
+						t.Fatalf("%s file %d, block %d: ProbeWithin(%d) = %d, %v; Probe says %d", c.f.Name(), fi, bs, off, got, err, want)
+					}
+					for _, n := range sr.sizes {
+						if n > limit {
+							t.Fatalf("%s file %d, block %d: a read of %d bytes, window %+v", c.f.Name(), fi, bs, n, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
