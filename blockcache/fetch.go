@@ -100,21 +100,6 @@ func (l *Loader) read(b *Buf) error {
 			order = decodeOrder(exts)
 		}
 	}
-	// The probed boundaries of the blocks are proven alongside their reads
-	// (their record chains are walked from a proven boundary): no block is
-	// served before they are (probe_proof.go).
-	var proofs []error
-	var pwg sync.WaitGroup
-	if l.proof != nil {
-		for i, e := range exts {
-			if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
-				if proofs == nil {
-					proofs = make([]error, len(exts))
-				}
-				pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
-			}
-		}
-	}
 	var failed atomic.Bool
 	for range min(workers, len(exts)) {
 		wg.Go(func() {
@@ -159,16 +144,13 @@ func (l *Loader) read(b *Buf) error {
 		})
 	}
 	wg.Wait()
-	pwg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
 	}
-	for _, err := range proofs {
-		if err != nil {
-			return err
-		}
+	if err := l.proveRead(exts); err != nil {
+		return err
 	}
 	if own != nil {
 		n := 0
@@ -179,6 +161,37 @@ func (l *Loader) read(b *Buf) error {
 		for i := range own {
 			b.Starts = append(b.Starts, own[i].starts...)
 			b.lens = append(b.lens, own[i].lens...)
+		}
+	}
+	return nil
+}
+
+// proveRead proves the probed boundaries of the blocks of exts, read and
+// tiled (their record chains are walked from a proven boundary): no block
+// is served before they are (probe_proof.go). After the reads, not beside
+// them: a walk jumps over every block that tiled from a proven start,
+// those of this buffer too, so it reads only the gaps between this
+// buffer's blocks and those loaded before. Beside the reads, it read the
+// bytes of the buffer's own blocks a second time (issue 25: 8% of a
+// 38 MB dataset in GETs that were not blocks', in its first epoch).
+func (l *Loader) proveRead(exts []extent) error {
+	if l.proof == nil {
+		return nil
+	}
+	var proofs []error
+	var pwg sync.WaitGroup
+	for i, e := range exts {
+		if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
+			if proofs == nil {
+				proofs = make([]error, len(exts))
+			}
+			pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
+		}
+	}
+	pwg.Wait()
+	for _, err := range proofs {
+		if err != nil {
+			return err
 		}
 	}
 	return nil
