@@ -13,8 +13,13 @@ import (
 // came from: read from the source, read from the disk cache, or found in
 // memory by a Get (a buffer loaded for another reader or read again; a
 // prefetched buffer's bytes count where its load took them from).
+//
+// SourceGETs are the requests to an object store that brought the
+// SourceBytes (every range of a split read and every try; 0 for a local
+// source): what the epoch cost in requests, which stores bill.
 type EpochStats struct {
 	SourceBytes    int64 `json:"source_bytes"`
+	SourceGETs     int64 `json:"source_gets,omitempty"`
 	DiskCacheBytes int64 `json:"disk_cache_bytes"`
 	MemoryBytes    int64 `json:"memory_bytes"`
 }
@@ -41,15 +46,16 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 	return true, nil
 }
 
-// fetched counts a read of extent e of b from the source that ended with
-// err, and offers the bytes to the disk cache when they were read whole
-// and checked.
-func (l *Loader) fetched(b *Buf, e extent, err error) {
+// fetched counts a read of extent e of b from the source that made gets
+// requests to a store and ended with err, and offers the bytes to the
+// disk cache when they were read whole and checked.
+func (l *Loader) fetched(b *Buf, e extent, gets int64, err error) {
 	l.tier.sourceRequests.Add(1)
 	if err != nil {
+		l.addEpoch(b.unit.Epoch, EpochStats{SourceGETs: gets})
 		return
 	}
-	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n})
+	l.addEpoch(b.unit.Epoch, EpochStats{SourceBytes: e.n, SourceGETs: gets})
 	if l.tier.disk != nil {
 		l.tier.disk.OfferExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
 	}
@@ -83,6 +89,7 @@ func (l *Loader) addEpoch(e int, d EpochStats) {
 		l.tier.epochs[e] = s
 	}
 	s.SourceBytes += d.SourceBytes
+	s.SourceGETs += d.SourceGETs
 	s.DiskCacheBytes += d.DiskCacheBytes
 	s.MemoryBytes += d.MemoryBytes
 }
@@ -95,6 +102,7 @@ func (l *Loader) diskStats(s *Stats) {
 	for e, v := range l.tier.epochs {
 		s.Epochs[e] = *v
 		s.Totals.SourceBytes += v.SourceBytes
+		s.Totals.SourceGETs += v.SourceGETs
 		s.Totals.DiskCacheBytes += v.DiskCacheBytes
 		s.Totals.MemoryBytes += v.MemoryBytes
 	}

@@ -67,8 +67,9 @@ func (TFRecord) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 	// A larger window than the text probes': it holds the frame found,
 	// whose data CRC is checked, and the next header, in one read (one
 	// GET) for records up to about 200 KiB; longer ones take more reads.
-	s := newScanner(r, off, h.End, 4*probeWindow)
-	return s.nextConfirmed(off)
+	// An index reads less, in windows that follow its block size
+	// (ProbeWithin).
+	return TFRecord{}.ProbeWithin(r, h, off, ProbeWindow{First: 4 * probeWindow, Max: 4 * probeWindow})
 }
 
 func probeFixed(size int64, h Head, off int64) int64 {
@@ -81,11 +82,19 @@ func probeFixed(size int64, h Head, off int64) int64 {
 // probeLine finds the first line start at or after off: just after the
 // first "\n" at or after off-1.
 func probeLine(r io.ReaderAt, h Head, off int64) (int64, error) {
+	return probeLineWithin(r, h, off, ProbeWindow{First: probeWindow, Max: probeWindow})
+}
+
+// probeLineWithin is probeLine with reads bounded by w.
+func probeLineWithin(r io.ReaderAt, h Head, off int64, w ProbeWindow) (int64, error) {
 	if off <= h.Start {
 		return h.Start, nil
 	}
-	buf := make([]byte, probeWindow)
+	buf := make([]byte, max(1, w.First))
 	for at := off - 1; at < h.End; {
+		if at > off-1 && int64(len(buf)) < w.Max {
+			buf = make([]byte, min(2*int64(len(buf)), w.Max))
+		}
 		n := min(int64(len(buf)), h.End-at)
 		k, err := r.ReadAt(buf[:n], at)
 		if int64(k) < n {
@@ -116,7 +125,13 @@ const maxTarBack = 256 << 20
 // it walks from the start of the shard. Past the last sample, the end of
 // the records is the end-of-archive marker.
 func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
-	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End}, end: h.End}
+	return WDS{}.ProbeWithin(r, h, off, ProbeWindow{First: probeWindow, Max: probeWindow})
+}
+
+// ProbeWithin is Probe reading chunks of at most w.Max bytes (a tar
+// header is 512 bytes: one read a chunk, however far the walk goes).
+func (WDS) ProbeWithin(r io.ReaderAt, h Head, off int64, w ProbeWindow) (int64, error) {
+	src := &readerAtSrc{r: &chunkCache{r: r, end: h.End, size: max(tarBlock, min(probeWindow, w.Max))}, end: h.End}
 	from := h.Start
 	if off > h.Start {
 		a, err := tarAnchor(src, h, off)
@@ -125,10 +140,10 @@ func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 		}
 		from = a
 	}
-	w := sampleWalker{off: from, start: from}
+	sw := sampleWalker{off: from, start: from}
 	for {
-		had := w.has
-		m, cut, _, err := w.step(src)
+		had := sw.has
+		m, cut, _, err := sw.step(src)
 		if err != nil {
 			return 0, fmt.Errorf("probe at offset %d: %w", off, err)
 		}
@@ -138,7 +153,7 @@ func (WDS) Probe(r io.ReaderAt, h Head, off int64) (int64, error) {
 		// From the start of the shard, its first keyed member starts the
 		// first sample; from an anchor, whose sample may have begun
 		// before it, only a change of key does.
-		if (cut || !had && w.has && from == h.Start) && m.start >= off {
+		if (cut || !had && sw.has && from == h.Start) && m.start >= off {
 			return m.start, nil
 		}
 	}
@@ -208,12 +223,14 @@ func isASCII(b []byte) bool {
 	return true
 }
 
-// chunkCache reads its ReaderAt in aligned chunks of probeWindow bytes and
-// keeps the last few, so that walking tar headers 512 bytes at a time
-// makes one read per chunk (one GET of an object store).
+// chunkCache reads its ReaderAt in aligned chunks of size bytes
+// (probeWindow if 0) and keeps the last few, so that walking tar headers
+// 512 bytes at a time makes one read per chunk (one GET of an object
+// store).
 type chunkCache struct {
 	r      io.ReaderAt
 	end    int64 // never read past it: an object store fails a range past the end
+	size   int64
 	chunks [4]struct {
 		off  int64
 		data []byte
@@ -225,7 +242,11 @@ func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		at := off + int64(n)
-		base := at / probeWindow * probeWindow
+		size := c.size
+		if size <= 0 {
+			size = probeWindow
+		}
+		base := at / size * size
 		var data []byte
 		for i := range c.chunks {
 			if ch := &c.chunks[i]; ch.data != nil && ch.off == base {
@@ -236,10 +257,10 @@ func (c *chunkCache) ReadAt(p []byte, off int64) (int, error) {
 		if data == nil {
 			ch := &c.chunks[c.next]
 			c.next = (c.next + 1) % len(c.chunks)
-			if cap(ch.data) < probeWindow {
-				ch.data = make([]byte, probeWindow)
+			if int64(cap(ch.data)) < size {
+				ch.data = make([]byte, size)
 			}
-			k, err := c.r.ReadAt(ch.data[:max(0, min(probeWindow, c.end-base))], base)
+			k, err := c.r.ReadAt(ch.data[:max(0, min(size, c.end-base))], base)
 			if k == 0 {
 				ch.data = ch.data[:0]
 				if err == nil {

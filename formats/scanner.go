@@ -34,6 +34,12 @@ type Scanner struct {
 	// dataLen is the length of the frame that failed its data CRC, or -1 when
 	// the failure left the length itself untrustworthy.
 	dataLen int64
+	// grow, for a probe, is the largest window: each read after the
+	// first takes a window twice the last, up to grow, so that a probe
+	// among small records reads little and one among large ones few
+	// times (probe_window.go). 0: the window keeps its size.
+	grow int64
+	read bool // a window was read
 }
 
 // NewScanner returns a Scanner over [start, end) of r.
@@ -66,6 +72,12 @@ func (s *Scanner) bytesAt(at int64, n int) ([]byte, error) {
 	if at >= s.winOff && at+int64(n) <= s.winOff+int64(len(s.win)) {
 		i := at - s.winOff
 		return s.win[i : i+int64(n)], nil
+	}
+	if s.grow > int64(cap(s.win)) {
+		if s.read {
+			s.win = make([]byte, 0, min(2*int64(cap(s.win)), s.grow))
+		}
+		s.read = true
 	}
 	m := min(int64(cap(s.win)), s.end-at)
 	if m < int64(n) {

@@ -119,6 +119,9 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 		}
 	}
 	var probed atomic.Int64
+	// Reads that follow the block size: a few percent of the bytes a
+	// probe stands for, never more than a block (formats.WindowFor).
+	window := formats.WindowFor(ix.BlockSize)
 	ambiguous := make([]atomic.Bool, len(files))
 	wrong := 0
 	for i, w := range ix.scanWhole(o) {
@@ -144,7 +147,12 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 			return
 		}
 		defer done()
-		c, err := prober.Probe(r, heads[jb.fi], jb.off)
+		var c int64
+		if wp, ok := prober.(formats.WindowProber); ok {
+			c, err = wp.ProbeWithin(r, heads[jb.fi], jb.off, window)
+		} else {
+			c, err = prober.Probe(r, heads[jb.fi], jb.off)
+		}
 		if errors.Is(err, formats.ErrProbeAmbiguous) {
 			if !ambiguous[jb.fi].Swap(true) {
 				o.Logger.Debug("probe index: scanning the whole file, its record boundary is not certain near a block edge", "file", ix.Path(jb.fi), "offset", jb.off, "why", err)

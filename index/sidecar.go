@@ -133,6 +133,15 @@ func Open(ctx context.Context, src source.Source, o Options) (ix *Index, fromCac
 			}
 		} else {
 			ix, why = loadSidecar(dir, name, h)
+			if ix == nil && why == "" {
+				// None at this block size: a probed one at a divisor of
+				// it serves, its blocks merged (rebase.go).
+				if ix = rebased(dir, h, o.Logger); ix != nil {
+					if err := saveSidecar(dir, name, h, ix); err != nil {
+						o.Logger.Warn("could not save index sidecar; the next mount will index again", "err", err)
+					}
+				}
+			}
 			if err := ix.checkTables(o); err != nil {
 				return nil, false, err
 			}

@@ -400,3 +400,30 @@ func TestOpenNeverTrustsADamagedSidecar(t *testing.T) {
 		}
 	}
 }
+
+// A probed index saved at one block size serves a first open at a
+// multiple of it with its blocks merged, as a fresh probe at that size
+// cuts them (issue 25: a mount after `corgifs index` at another block
+// size probed every object again); a smaller block size is probed anew.
+func TestProbedSidecarAtADivisorOfTheBlockSizeIsMergedNotProbedAgain(t *testing.T) {
+	root, _ := blocktest.Dataset(t, 4, 2, 300, 900)
+	cache := t.TempDir()
+	openLogged(t, root, Options{BlockSize: 4 << 10, Probe: true, CacheDir: cache})
+	for _, bs := range []int64{8 << 10, 32 << 10} {
+		ix, fromCache, log := openLogged(t, root, Options{BlockSize: bs, Probe: true, CacheDir: cache})
+		if !fromCache || !strings.Contains(log, "reusing the probed index built at another block size") {
+			t.Fatalf("block size %d after an index at 4096: fromCache %v, log:\n%s", bs, fromCache, log)
+		}
+		fresh := build(t, root, Options{BlockSize: bs, Probe: true})
+		if !reflect.DeepEqual(ix.Blocks, fresh.Blocks) || ix.Records != fresh.Records || ix.Bytes != fresh.Bytes || ix.BlockSize != bs {
+			t.Fatalf("block size %d: merged index has %d blocks (%d records, %d bytes), a fresh probe %d (%d, %d)",
+				bs, len(ix.Blocks), ix.Records, ix.Bytes, len(fresh.Blocks), fresh.Records, fresh.Bytes)
+		}
+		if len(ix.Blocks) >= 300*4*900/int(bs)+8 || len(ix.Blocks) < 4 {
+			t.Fatalf("block size %d: %d blocks", bs, len(ix.Blocks))
+		}
+	}
+	if _, _, log := openLogged(t, root, Options{BlockSize: 2 << 10, Probe: true, CacheDir: cache}); strings.Contains(log, "reusing") {
+		t.Fatalf("a smaller block size reused a larger one's index:\n%s", log)
+	}
+}

@@ -57,6 +57,14 @@ type File interface {
 	Name() string
 }
 
+// Requester is a File whose reads are requests to a store that bills
+// each (an object store's GETs): ReadAtCounted is ReadAt, and says how many
+// requests it made (every range of a split read, every try), so that a
+// loader counts them by epoch beside the bytes.
+type Requester interface {
+	ReadAtCounted(p []byte, off int64) (n int, requests int64, err error)
+}
+
 // ErrChanged says that a file is no longer the version that was indexed.
 var ErrChanged = errors.New("changed since indexing")
 

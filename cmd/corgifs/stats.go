@@ -20,6 +20,23 @@ import (
 	"golang.org/x/term"
 )
 
+// sourceCounters are the requests of an object store in stats.json's
+// "source" (absent for a local source; api.Stats keeps it as the source's
+// own type).
+type sourceCounters struct {
+	Requests int64 `json:"requests"`
+	GETs     int64 `json:"gets"`
+	GETBytes int64 `json:"get_bytes"`
+}
+
+// perGiB is n requests for bytes, per GiB of them.
+func perGiB(n, bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return float64(n) / (float64(bytes) / (1 << 30))
+}
+
 // statsEpochRows is how many epochs the terminal view lists, the latest:
 // a mount serves hundreds, and the screen would scroll.
 const statsEpochRows = 8
@@ -27,6 +44,7 @@ const statsEpochRows = 8
 type statsSample struct {
 	at  time.Time
 	c   api.Stats // what stats computes with; raw passes every field through
+	src *sourceCounters
 	raw map[string]json.RawMessage
 }
 
@@ -45,6 +63,10 @@ type statsLine struct {
 	HitRate         float64 `json:"hit_rate"`
 	PrefetchUseRate float64 `json:"prefetch_use_rate"`
 	StallsPerSecond float64 `json:"stalls_per_s"`
+	// GETs of an object store over the interval, and since the mount
+	// started per GiB they brought: what the reads cost in requests.
+	SourceGETsPerSecond float64 `json:"source_gets_s,omitempty"`
+	SourceGETsPerGiB    float64 `json:"source_gets_per_gib,omitempty"`
 	// The counters of stats.json at the end of the interval, all of them.
 	Counters map[string]json.RawMessage `json:"counters"`
 }
@@ -107,12 +129,27 @@ func readStats(path string) (statsSample, error) {
 		mnt := filepath.Dir(filepath.Dir(path))
 		return statsSample{}, fmt.Errorf("%s is not a live corgifs mount (%w)", mnt, err)
 	}
-	s := statsSample{at: time.Now()}
-	if err := json.Unmarshal(b, &s.c); err != nil {
+	s, err := parseStats(b)
+	if err != nil {
 		return s, fmt.Errorf("%s: %w", path, err)
 	}
+	return s, nil
+}
+
+// parseStats decodes the bytes of a stats.json taken now.
+func parseStats(b []byte) (statsSample, error) {
+	s := statsSample{at: time.Now()}
+	if err := json.Unmarshal(b, &s.c); err != nil {
+		return s, err
+	}
 	if err := json.Unmarshal(b, &s.raw); err != nil {
-		return s, fmt.Errorf("%s: %w", path, err)
+		return s, err
+	}
+	if raw, ok := s.raw["source"]; ok {
+		s.src = new(sourceCounters)
+		if err := json.Unmarshal(raw, s.src); err != nil {
+			return s, fmt.Errorf("source: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -124,9 +161,15 @@ func between(a, b statsSample) statsLine {
 		l.ServedMBps = float64(b.c.BytesServed-a.c.BytesServed) / dt / 1e6
 		l.SourceMBps = float64(b.c.BytesRead-a.c.BytesRead) / dt / 1e6
 		l.StallsPerSecond = float64(b.c.Stalls-a.c.Stalls) / dt
+		if a.src != nil && b.src != nil {
+			l.SourceGETsPerSecond = float64(b.src.GETs-a.src.GETs) / dt
+		}
 		if a.c.DiskCache != nil && b.c.DiskCache != nil {
 			l.DiskCacheMBps = float64(b.c.DiskCache.HitBytes-a.c.DiskCache.HitBytes) / dt / 1e6
 		}
+	}
+	if src := b.src; src != nil {
+		l.SourceGETsPerGiB = perGiB(src.GETs, src.GETBytes)
 	}
 	// Buffers loaded on demand are those not loaded by a prefetch.
 	hits := b.c.PrefetchHits + b.c.CacheHits
@@ -149,6 +192,10 @@ func drawStats(w io.Writer, mnt string, l statsLine, s statsSample) {
 	}
 	row("served to readers", l.ServedMBps, "MB/s", mb(c.BytesServed)+" in all")
 	row("read from source", l.SourceMBps, "MB/s", mb(c.BytesRead)+" in all")
+	if src := s.src; src != nil {
+		row("GETs to the store", l.SourceGETsPerSecond, "/s", fmt.Sprintf("%d in all for %s: %.0f GETs per GiB; %d requests of every kind",
+			src.GETs, mb(src.GETBytes), l.SourceGETsPerGiB, src.Requests))
+	}
 	if d := c.DiskCache; d != nil {
 		rest := fmt.Sprintf("%s in all; holds %s of %s", mb(d.HitBytes), mb(d.BytesHeld), mb(d.MaxBytes))
 		if d.Disabled != "" {
@@ -185,7 +232,13 @@ func drawEpochs(w io.Writer, epochs map[int]blockcache.EpochStats) {
 		return
 	}
 	es := slices.Sorted(maps.Keys(epochs))
-	fmt.Fprintf(w, "\n  %-7s %12s %12s %12s %10s\n", "epoch", "source", "disk cache", "memory", "not source")
+	// The GETs of an object store, per GiB of the bytes they brought.
+	gets := slices.ContainsFunc(es, func(e int) bool { return epochs[e].SourceGETs > 0 })
+	getsHead := ""
+	if gets {
+		getsHead = fmt.Sprintf(" %10s %9s", "GETs", "GETs/GiB")
+	}
+	fmt.Fprintf(w, "\n  %-7s %12s %12s %12s %10s%s\n", "epoch", "source", "disk cache", "memory", "not source", getsHead)
 	if len(es) > statsEpochRows {
 		fmt.Fprintf(w, "  (%d earlier epochs not shown)\n", len(es)-statsEpochRows)
 		es = es[len(es)-statsEpochRows:]
@@ -197,6 +250,10 @@ func drawEpochs(w io.Writer, epochs map[int]blockcache.EpochStats) {
 		if all := c.SourceBytes + c.DiskCacheBytes + c.MemoryBytes; all > 0 {
 			share = fmt.Sprintf("%.1f %%", 100*float64(all-c.SourceBytes)/float64(all))
 		}
-		fmt.Fprintf(w, "  %-7d %12s %12s %12s %10s\n", e, mb(c.SourceBytes), mb(c.DiskCacheBytes), mb(c.MemoryBytes), share)
+		getsCols := ""
+		if gets {
+			getsCols = fmt.Sprintf(" %10d %9.0f", c.SourceGETs, perGiB(c.SourceGETs, c.SourceBytes))
+		}
+		fmt.Fprintf(w, "  %-7d %12s %12s %12s %10s%s\n", e, mb(c.SourceBytes), mb(c.DiskCacheBytes), mb(c.MemoryBytes), share, getsCols)
 	}
 }

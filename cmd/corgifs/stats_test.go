@@ -48,3 +48,26 @@ func regexpRow(s string, fields ...string) bool {
 	}
 	return false
 }
+
+// With an object store, the view shows the GETs of each epoch and per GiB
+// they brought, and those of the whole mount.
+func TestStatsShowsGETsPerEpochAndPerGiBOfAnObjectStore(t *testing.T) {
+	raw := `{"bytes_read": 2147483648, "epochs": {"0": {"source_bytes": 1073741824, "source_gets": 1024, "disk_cache_bytes": 0, "memory_bytes": 0},
+		"1": {"source_bytes": 1073741824, "source_gets": 512, "disk_cache_bytes": 0, "memory_bytes": 0}},
+		"source": {"requests": 1600, "gets": 1536, "get_bytes": 2147483648}}`
+	s, err := parseStats([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	l := between(s, s)
+	drawStats(&b, "/mnt", l, s)
+	out := b.String()
+	t.Logf("\n%s", out)
+	if !regexpRow(out, "0", "1.0", "GiB", "0", "B", "0", "B", "0.0", "%", "1024", "1024") || !regexpRow(out, "1", "1.0", "GiB", "0", "B", "0", "B", "0.0", "%", "512", "512") {
+		t.Errorf("no rows of 1024 and 512 GETs for 1 GiB each")
+	}
+	if !strings.Contains(out, "1536 in all for 2.0 GiB: 768 GETs per GiB; 1600 requests of every kind") || l.SourceGETsPerGiB != 768 {
+		t.Errorf("no line of the mount's GETs per GiB (%v)", l.SourceGETsPerGiB)
+	}
+}

@@ -256,9 +256,11 @@ func (o *object) Close() error { return nil }
 // SlowDown, timeouts, connections reset or cut mid-body). It gives up
 // after the configured attempts, each under the per-request deadline, so
 // that it ends in bounded time. A short read is an error: callers read
-// ranges they know exist. ReadAt (split.go) calls it for each range.
-func (o *object) readRange(p []byte, off int64) (int, error) {
+// ranges they know exist. ReadAt (split.go) calls it for each range. It
+// also returns the GETs it made.
+func (o *object) readRange(p []byte, off int64) (int, int64, error) {
 	var err error
+	var gets int64
 	for attempt := range o.s.attempts {
 		if attempt > 0 {
 			o.s.count.retries.Add(1)
@@ -267,9 +269,10 @@ func (o *object) readRange(p []byte, off int64) (int, error) {
 			time.Sleep(rand.N(d))
 		}
 		err = o.get(p, off)
+		gets++
 		if err == nil {
 			o.s.count.getBytes.Add(int64(len(p)))
-			return len(p), nil
+			return len(p), gets, nil
 		}
 		if !retryable(err) {
 			break
@@ -280,9 +283,9 @@ func (o *object) readRange(p []byte, off int64) (int, error) {
 	if errors.Is(err, source.ErrChanged) {
 		o.s.count.changed.Add(1)
 		o.s.log.Error("S3 object replaced since indexing; its blocks give EIO (remount to reindex)", "object", o.Name(), "err", err)
-		return 0, fmt.Errorf("read %s at offset %d: %w: %w", o.Name(), off, err, syscall.EIO)
+		return 0, gets, fmt.Errorf("read %s at offset %d: %w: %w", o.Name(), off, err, syscall.EIO)
 	}
-	return 0, fmt.Errorf("read %s at offset %d (%d bytes): %w: %w", o.Name(), off, len(p), err, syscall.EIO)
+	return 0, gets, fmt.Errorf("read %s at offset %d (%d bytes): %w: %w", o.Name(), off, len(p), err, syscall.EIO)
 }
 
 // get makes one ranged GET of len(p) bytes at off into p.

@@ -59,27 +59,39 @@ func splitFor(n, split int64, free int) (size int64, k int) {
 // (after that range's own tries), with the error of the first range that
 // failed; the ranges read are still counted in the GET bytes.
 func (o *object) ReadAt(p []byte, off int64) (int, error) {
+	n, _, err := o.ReadAtCounted(p, off)
+	return n, err
+}
+
+// ReadAtCounted is ReadAt, and says how many GETs it made
+// (source.Requester).
+func (o *object) ReadAtCounted(p []byte, off int64) (int, int64, error) {
 	if len(p) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	size, k := splitFor(int64(len(p)), o.s.split, cap(o.s.sem)-len(o.s.sem))
 	if k == 1 {
 		return o.readRange(p, off)
 	}
 	errs := make([]error, k)
+	gets := make([]int64, k)
 	var wg sync.WaitGroup
 	for i := 1; i < k; i++ {
 		lo := int64(i) * size
 		hi := min(lo+size, int64(len(p)))
-		wg.Go(func() { _, errs[i] = o.readRange(p[lo:hi], off+lo) })
+		wg.Go(func() { _, gets[i], errs[i] = o.readRange(p[lo:hi], off+lo) })
 	}
 	// The first range on this goroutine: one fewer to start.
-	_, errs[0] = o.readRange(p[:size], off)
+	_, gets[0], errs[0] = o.readRange(p[:size], off)
 	wg.Wait()
+	var all int64
+	for _, g := range gets {
+		all += g
+	}
 	for _, err := range errs {
 		if err != nil {
-			return 0, err
+			return 0, all, err
 		}
 	}
-	return len(p), nil
+	return len(p), all, nil
 }
