@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/corgifs/corgifs/api"
@@ -75,7 +76,11 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	in.MaxMemory = c.MaxMemory
 	in.Sizing = d.SizingInfo()
 	in.Prefetch = ld.PrefetchDepth()
-	in.Include = c.Include
+	// --include as given; absent when it is the format's own globs (what
+	// a mount given none uses), as validate's child mounts pass them.
+	if c.Include != nil && !slices.Equal(c.Include, ix.Fmt().Include()) {
+		in.Include = c.Include
+	}
 	var stats func() any
 	if d.Source != nil {
 		stats = func() any { return d.Source.Stats() }
