@@ -167,11 +167,11 @@ func PlannedBuffer(ix *index.Index, parts int, p float64) (mean, fewest int, err
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "corgipile", Seed: 1,
 		Buffer: shuffler.BufferSize{Percent: p}, MaxMemory: math.MaxInt64 / 4})
 	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+		return 0, 0, fmt.Errorf("plan the buffers of {buffer} %g%%: %w", p, err)
 	}
 	plan, err := pl.Plan(0, 0, parts)
 	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+		return 0, 0, fmt.Errorf("plan the buffers of {buffer} %g%%: %w", p, err)
 	}
 	if len(plan.Buffers) == 0 {
 		return 0, 0, nil
@@ -249,7 +249,7 @@ func ProbeRemoteSource(ctx context.Context, src source.Source, include []string,
 		files = append(files, RemoteFile{Name: f.Name(), Size: ob.Size, R: f})
 	}
 	if len(files) == 0 {
-		return StorageReport{}, fmt.Errorf("no objects under %s match --include %s", src, strings.Join(include, ","))
+		return StorageReport{}, fmt.Errorf("no objects under %s match {include} %s", src, strings.Join(include, ","))
 	}
 	return ProbeRemote(ctx, files, o)
 }
@@ -283,7 +283,7 @@ func ProbeFiles(src string, include []string, follow bool) ([]ProbeFile, error) 
 		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no files under %s match --include %s", src, strings.Join(include, ","))
+		return nil, fmt.Errorf("no files under %s match {include} %s", src, strings.Join(include, ","))
 	}
 	return files, nil
 }
