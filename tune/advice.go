@@ -13,6 +13,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -30,7 +31,9 @@ type DefaultsMix struct {
 	// then has no --buffer.
 	MixTV  float64 `json:"mix_tv"`
 	Enough bool    `json:"enough"`
-	Reason string  `json:"reason"`
+	// Reason is sizing's, its options written as the flags of the mount
+	// line (--max-memory), as config.json's.
+	Reason string `json:"reason"`
 }
 
 // DefaultsAdvice measures the mix of the buffer the mount would choose for
@@ -43,7 +46,7 @@ func DefaultsAdvice(objectStore bool, maxMemory int64, rep DataReport, ix *index
 	if !c.WholePart && len(ix.Blocks) > 0 {
 		blocks = int(c.BufferBytes / max(1, ix.Bytes/int64(len(ix.Blocks))))
 	}
-	m := &DefaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: c.Reason}
+	m := &DefaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: option.Render(c.Reason, "--")}
 	if rep.Mix != nil {
 		m.MixTV = rep.Mix.ExpectedTV(blocks)
 	}
