@@ -207,7 +207,7 @@ func (p *prover) fail(b index.Block, k int32) error {
 			p.wrong(b.File, reason)
 		}
 	})
-	return fmt.Errorf("%s; block [%d, %d) is not served: the next mount indexes this file in full (or run `corgifs index --index full` on the source and mount with --index full): %w", reason, b.Offset, b.Offset+b.Len, syscall.EIO)
+	return fmt.Errorf("%s; block [%d, %d) is not served: the next mount indexes this file in full (or run `corgifs index {index} full` on the source and mount with {index} full): %w", reason, b.Offset, b.Offset+b.Len, syscall.EIO)
 }
 
 // walk settles the cuts of file fi up to cut target.

@@ -223,10 +223,10 @@ func TestProbeFooledByEmbeddedFramesGivesEIOWhenTheBlockIsLoaded(t *testing.T) {
 		l.Release(b)
 		t.Fatalf("block 0 (%+v), cut inside record 0 [0, %d), loaded", probed.Blocks[0], starts[1])
 	}
-	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "corgifs index --index full") {
-		t.Fatalf("load of a block cut inside a record: %v; want EIO saying to run corgifs index --index full", err)
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "corgifs index {index} full") {
+		t.Fatalf("load of a block cut inside a record: %v; want EIO saying to run corgifs index {index} full", err)
 	}
-	if !strings.Contains(logs.String(), "corgifs index --index full") {
+	if !strings.Contains(logs.String(), "corgifs index {index} full") {
 		t.Fatalf("no log line says to index in full:\n%s", logs.String())
 	}
 	// The block that ends the record, after the embedded frames, fails too.

@@ -23,7 +23,7 @@ func tooManyLearned(ix *index.Index, e extent, starts []int64) error {
 		}
 		n := len(starts)
 		tables := int64(n) * index.LoadedRecordBytes
-		return fmt.Errorf("%s at offset %d: this block of a probed index holds %d records in %d bytes, whose tables would take %s of memory, more than the block itself: a probed index cuts blocks by bytes only and learns their records as it loads them; index with --index full, which ends a block early where its records are this small (after %d of them), or mount with a smaller --block-size (at most %d bytes a block for records this small): %w",
+		return fmt.Errorf("%s at offset %d: this block of a probed index holds %d records in %d bytes, whose tables would take %s of memory, more than the block itself: a probed index cuts blocks by bytes only and learns their records as it loads them; index with {index} full, which ends a block early where its records are this small (after %d of them), or mount with a smaller {block-size} (at most %d bytes a block for records this small): %w",
 			ix.Path(e.file), e.off, n, e.n, humanize.IBytes(uint64(tables)), index.MaxBlockRecords, int64(index.MaxBlockRecords)*e.n/int64(n), syscall.EIO)
 	}
 	return nil

@@ -67,7 +67,7 @@ func TestProbedBlockOfTooManyTinyRecordsIsRefusedNamingTheRemedy(t *testing.T) {
 		t.Fatal("a probed block of 100,000 empty records loaded")
 	}
 	t.Logf("refusal: %v", err)
-	for _, want := range []string{"a.tfrecord at offset 0", "holds 100000 records", "--index full", "after 65536 of them", "--block-size (at most 1048576 bytes"} {
+	for _, want := range []string{"a.tfrecord at offset 0", "holds 100000 records", "{index} full", "after 65536 of them", "{block-size} (at most 1048576 bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not say %q: %v", want, err)
 		}

@@ -104,7 +104,7 @@ func (sp *splitter) filled(n int64) error {
 // probeHint says what to do when a block of a probed index does not split
 // into whole records: the probe may have taken bytes inside a record for a
 // record start (a payload that embeds whole records).
-const probeHint = "the records of this block of a probed index do not tile it (the probe may have cut inside a record, or the source changed): run `corgifs index --index full` on the source and mount with --index full"
+const probeHint = "the records of this block of a probed index do not tile it (the probe may have cut inside a record, or the source changed): run `corgifs index {index} full` on the source and mount with {index} full"
 
 // learn checks the records of an extent whose count the index does not
 // know against the count learned when it was loaded before, if any, and

@@ -232,12 +232,12 @@ func Open(ix *index.Index, o Options) (*Cache, error) {
 	path, err := cachedir.Resolve(o.Dir, root)
 	if err != nil {
 		// Inside the source: corgifs never writes there.
-		return nil, fmt.Errorf("--disk-cache %s: %w", o.Dir, err)
+		return nil, fmt.Errorf("{disk-cache} %s: %w", o.Dir, err)
 	}
 	c.path = path
 	c.dir, err = cachedir.OpenPath(path)
 	if errors.Is(err, index.ErrUnsafeCacheDir) {
-		return nil, fmt.Errorf("--disk-cache: %w", err)
+		return nil, fmt.Errorf("{disk-cache}: %w", err)
 	}
 	if err != nil {
 		c.dir = nil
@@ -252,7 +252,7 @@ func Open(ix *index.Index, o Options) (*Cache, error) {
 		free, err := freeSpace(c.path)
 		if err != nil {
 			c.dir.Close()
-			return nil, fmt.Errorf("--disk-cache-size %g%%: the free space of %s: %w (give a size such as 20GiB)", o.Percent, c.path, err)
+			return nil, fmt.Errorf("{disk-cache-size} %g%%: the free space of %s: %w (give a size such as 20GiB)", o.Percent, c.path, err)
 		}
 		c.max = int64(float64(free+c.held) * o.Percent / 100)
 	}

@@ -72,7 +72,7 @@ func (s *Store) Coordinate(o CoordinateOptions) (*Coordinator, error) {
 		return nil, errors.New("feedback: no shared place to coordinate in")
 	}
 	if o.Rank < 0 {
-		return nil, fmt.Errorf("--coordinate-rank %d: want 0 (the order server) or more", o.Rank)
+		return nil, fmt.Errorf("{coordinate-rank} %d: want 0 (the order server) or more", o.Rank)
 	}
 	if o.Poll <= 0 {
 		o.Poll = 100 * time.Millisecond
@@ -197,7 +197,7 @@ func (c *Coordinator) follow(ctx context.Context, d *Decision, saved [][]int32, 
 			"orders", what, "node_digest", digest, "decision_digest", d.Digest, "decided_by_rank", d.Rank,
 			"decision", sharedDecisionName(d.Epoch, d.Parts), "shared", c.sh.String())
 		return contentError{fmt.Errorf("epoch %d of %d parts: %s have digest %s, the decision in %s (by rank %d) has %s: refusing to serve orders the other nodes do not serve; "+
-			"a node must not serve an epoch another way than the others (remove this node's cache directory, or use a fresh --coordinate directory for a new run)",
+			"a node must not serve an epoch another way than the others (remove this node's cache directory, or use a fresh {coordinate} directory for a new run)",
 			d.Epoch, d.Parts, what, digest, c.sh, d.Rank, d.Digest)}
 	}
 	if saved != nil {
@@ -248,7 +248,7 @@ func (c *Coordinator) publishDigest(ctx context.Context, d *Decision, digest str
 		case old.Digest != digest:
 			c.log.Error("this rank published other orders for the epoch earlier: refusing to serve the epoch", "epoch", d.Epoch, "parts", d.Parts,
 				"node_digest", digest, "published_digest", old.Digest, "file", name)
-			err = contentError{fmt.Errorf("epoch %d of %d parts: rank %d published digest %s in %s earlier, and would now serve %s: refusing (two nodes given the same --coordinate-rank?)",
+			err = contentError{fmt.Errorf("epoch %d of %d parts: rank %d published digest %s in %s earlier, and would now serve %s: refusing (two nodes given the same {coordinate-rank}?)",
 				d.Epoch, d.Parts, c.rank, old.Digest, name, digest)}
 		default:
 			err = nil
@@ -293,7 +293,7 @@ func (c *Coordinator) Decide(ctx context.Context, epoch, parts int, timeout time
 	for {
 		if transient != nil {
 			if time.Since(start) > 2*timeout {
-				return nil, false, false, fmt.Errorf("epoch %d of %d parts: the shared place %s failed until twice --feedback-timeout: %w", epoch, parts, c.sh, transient)
+				return nil, false, false, fmt.Errorf("epoch %d of %d parts: the shared place %s failed until twice {feedback-timeout}: %w", epoch, parts, c.sh, transient)
 			}
 			if !c.sleep(ctx, deadline.Add(timeout)) {
 				return nil, false, false, ctx.Err()

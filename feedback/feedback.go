@@ -132,18 +132,18 @@ func Open(o Options) (*Store, error) {
 		budget = Bound(o.Records, o.Dim)
 	case o.Dim > 0:
 		if need := Bound(o.Records, o.Dim); need > budget {
-			return nil, fmt.Errorf("feedback vectors of dimension %d for %d records need %s (records × (4·d + 12) bytes = %d), more than the %s (%d bytes) left for them in --max-memory: raise --max-memory by %d bytes or lower the dimension",
+			return nil, fmt.Errorf("feedback vectors of dimension %d for %d records need %s (records × (4·d + 12) bytes = %d), more than the %s (%d bytes) left for them in {max-memory}: raise {max-memory} by %d bytes or lower the dimension",
 				o.Dim, o.Records, humanize.IBytes(uint64(need)), need, humanize.IBytes(uint64(budget)), budget, need-budget)
 		}
 	case budget > 0:
 		maxDim = int(min(int64(math.MaxInt32), (budget/max(1, o.Records)-12)/4))
 	}
 	if maxDim < 1 {
-		return nil, fmt.Errorf("feedback: %s (%d bytes) of memory do not hold one dimension of feedback for %d records (%d bytes needed, records × 16): raise --max-memory",
+		return nil, fmt.Errorf("feedback: %s (%d bytes) of memory do not hold one dimension of feedback for %d records (%d bytes needed, records × 16): raise {max-memory}",
 			humanize.IBytes(uint64(budget)), budget, o.Records, Bound(o.Records, 1))
 	}
 	if o.Dir == "" {
-		return nil, errors.New("feedback: no cache directory to keep the uploads in (pass --cache-dir)")
+		return nil, errors.New("feedback: no cache directory to keep the uploads in (pass {cache-dir})")
 	}
 	dir, err := cachedir.Open(o.Dir, o.Root)
 	if err != nil {

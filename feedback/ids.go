@@ -49,7 +49,7 @@ func (s *Store) makeRoomLocked(want int64) bool {
 // tooManyOpen is the reason of an upload refused because the ids of the
 // uploads being received at once would pass the budget.
 func (s *Store) tooManyOpen(n int) string {
-	return fmt.Sprintf("the uploads open at once already hold the served record ids of %d records, and this part's %d would pass the %d (two epochs' worth, 8 bytes a record of --max-memory) set aside for them: close the open feedback files before opening more",
+	return fmt.Sprintf("the uploads open at once already hold the served record ids of %d records, and this part's %d would pass the %d (two epochs' worth, 8 bytes a record of {max-memory}) set aside for them: close the open feedback files before opening more",
 		s.idsHeldLocked(), n, s.idsBudget())
 }
 

@@ -47,14 +47,14 @@ const tempPrefix = ".tmp-"
 func OpenDirShared(dir string) (*DirShared, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("--coordinate %s: %w", dir, err)
+		return nil, fmt.Errorf("{coordinate} %s: %w", dir, err)
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("--coordinate %s: cannot create the directory: %w (give a directory every node can write)", dir, err)
+		return nil, fmt.Errorf("{coordinate} %s: cannot create the directory: %w (give a directory every node can write)", dir, err)
 	}
 	f, err := os.CreateTemp(abs, tempPrefix+"check-*")
 	if err != nil {
-		return nil, fmt.Errorf("--coordinate %s: cannot write in it: %w (give a directory every node can write)", dir, err)
+		return nil, fmt.Errorf("{coordinate} %s: cannot write in it: %w (give a directory every node can write)", dir, err)
 	}
 	f.Close()
 	os.Remove(f.Name())

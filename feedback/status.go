@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/corgifs/corgifs/option"
 )
 
 // PartStatus is what status.json says of one part of one epoch.
@@ -44,7 +46,7 @@ func (s *Store) Status() Status {
 	st.Parts = make([]PartStatus, 0, len(s.parts))
 	for k, p := range s.parts {
 		st.Parts = append(st.Parts, PartStatus{Epoch: k.epoch, Part: k.part, Parts: k.parts, State: p.state, UID: p.uid,
-			Records: p.records, Dim: p.dim, Bytes: p.bytes, Kept: p.file != "", Reason: p.reason, Time: p.at.UTC()})
+			Records: p.records, Dim: p.dim, Bytes: p.bytes, Kept: p.file != "", Reason: flags(p.reason), Time: p.at.UTC()})
 	}
 	slices.SortFunc(st.Parts, func(a, b PartStatus) int {
 		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Parts, b.Parts), cmp.Compare(a.Part, b.Part))
@@ -53,8 +55,21 @@ func (s *Store) Status() Status {
 	if st.Refusals == nil {
 		st.Refusals = []Refusal{}
 	}
+	for i := range st.Refusals {
+		st.Refusals[i].Reason = flags(st.Refusals[i].Reason)
+	}
+	if c := st.Coordinate; c != nil {
+		for k, v := range c.RefusedShared {
+			c.RefusedShared[k] = flags(v)
+		}
+	}
 	return st
 }
+
+// flags writes the options a reason names as the flags of corgifs mount,
+// {feedback-group} as --feedback-group: status.json is read by the
+// trainers of a mount, which corgifs mount started with those flags.
+func flags(reason string) string { return option.Render(reason, "--") }
 
 // StatusJSON returns Status as indented JSON, for status.json.
 func (s *Store) StatusJSON() ([]byte, error) {

@@ -54,7 +54,7 @@ func (c CSV) Head(r io.ReaderAt, size int64) (Head, error) {
 		}
 	}
 	if len(trimEOL(buf[:k])) == 0 {
-		return Head{}, fmt.Errorf("the first line, the header row, is empty (pass --header=false if the file has no header)")
+		return Head{}, fmt.Errorf("the first line, the header row, is empty (pass {header}=false if the file has no header)")
 	}
 	key := bytes.Clone(buf[:k])
 	if key[len(key)-1] != '\n' {

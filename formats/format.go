@@ -96,7 +96,7 @@ func Agree(f Format, nameA string, a Head, nameB string, b Head) error {
 	if f.Name() == "npy" {
 		what = "dtype and row shape"
 	}
-	return fmt.Errorf("%s: %s has %s %q but %s has %q; every file of a dataset must have the same %s (use --include to pick files that agree)",
+	return fmt.Errorf("%s: %s has %s %q but %s has %q; every file of a dataset must have the same %s (use {include} to pick files that agree)",
 		f.Name(), nameA, what, a.Key, nameB, b.Key, what)
 }
 

@@ -34,7 +34,7 @@ var formatTable = []struct {
 	{"npy", func(Options) (Format, error) { return NPY{}, nil }},
 	{"fixed", func(o Options) (Format, error) {
 		if o.RecordSize <= 0 || o.HeaderBytes < 0 {
-			return nil, fmt.Errorf("format fixed needs --record-size N > 0 (and --header-bytes H >= 0), got %d and %d", o.RecordSize, o.HeaderBytes)
+			return nil, fmt.Errorf("format fixed needs {record-size} N > 0 (and {header-bytes} H >= 0), got %d and %d", o.RecordSize, o.HeaderBytes)
 		}
 		return Fixed{RecordSize: o.RecordSize, HeaderBytes: o.HeaderBytes}, nil
 	}},
@@ -88,7 +88,7 @@ func AllIncludes() []string {
 
 // ErrNoFormat is returned (wrapped) by Detect when no file name tells
 // the format.
-var ErrNoFormat = errors.New("no file has the extension of a known format; pass --format")
+var ErrNoFormat = errors.New("no file has the extension of a known format; pass {format}")
 
 // Detect chooses the format of a dataset from its file names (slash or
 // OS paths), by the default include patterns of each format. Names that
@@ -109,7 +109,7 @@ func Detect(names []string, o Options) (Format, error) {
 		case found == nil:
 			found, first = f, n
 		case f.Name() != found.Name():
-			return nil, fmt.Errorf("the source mixes formats: %s is %s but %s is %s; pass --format, or --include to pick one kind of file", first, found.Name(), n, f.Name())
+			return nil, fmt.Errorf("the source mixes formats: %s is %s but %s is %s; pass {format}, or {include} to pick one kind of file", first, found.Name(), n, f.Name())
 		}
 	}
 	switch {

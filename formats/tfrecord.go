@@ -51,7 +51,7 @@ func (e *CorruptError) Error() string {
 
 // ErrCompressed is returned (wrapped) when a file read as stored looks like
 // compressed TFRecord data.
-var ErrCompressed = errors.New("compressed data where stored TFRecord frames were expected: corgifs reads gzip and zlib files with --compression auto (the default) or gzip or zlib, and a full index")
+var ErrCompressed = errors.New("compressed data where stored TFRecord frames were expected: corgifs reads gzip and zlib files with {compression} auto (the default) or gzip or zlib, and a full index")
 
 // checkHeader validates a 12-byte frame header found at off and returns the
 // data length. limit is the number of bytes from off to the end of the range,

@@ -42,9 +42,9 @@ func (r *rootNode) feedbackCaller(ctx context.Context) (uid uint32, ok bool) {
 // notWriter is the reason a caller who may not write feedback is given.
 func (r *rootNode) notWriter(uid uint32) string {
 	if g := r.cfg.FeedbackGroup; g != nil {
-		return fmt.Sprintf("uid %d may not write feedback: only the mount's owner (uid %d), root and the members of group %d (--feedback-group) may", uid, r.owner, *g)
+		return fmt.Sprintf("uid %d may not write feedback: only the mount's owner (uid %d), root and the members of group %d ({feedback-group}) may", uid, r.owner, *g)
 	}
-	return fmt.Sprintf("uid %d may not write feedback: only the mount's owner (uid %d) and root may; mount with --feedback-group GROUP to let a group's members write it", uid, r.owner)
+	return fmt.Sprintf("uid %d may not write feedback: only the mount's owner (uid %d) and root may; mount with {feedback-group} GROUP to let a group's members write it", uid, r.owner)
 }
 
 // inGroup says whether the process pid, whose file-system uid is uid,

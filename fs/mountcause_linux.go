@@ -40,7 +40,7 @@ func mountCause(allowOther bool) string {
 			}
 		}
 		if !allowed {
-			return "--allow-other needs user_allow_other in /etc/fuse.conf for a user other than root: add that line (as root), or leave --allow-other out"
+			return "{allow-other} needs user_allow_other in /etc/fuse.conf for a user other than root: add that line (as root), or leave {allow-other} out"
 		}
 	}
 	return ""

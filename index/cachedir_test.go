@@ -216,7 +216,7 @@ func TestCacheDirOwnedByAnotherUserOrWritableByOthersIsRefused(t *testing.T) {
 			}
 			tc.make(t, cache)
 			_, _, err := Open(t.Context(), blocktest.Dir(t, root, false), Options{CacheDir: cache})
-			if !errors.Is(err, ErrUnsafeCacheDir) || !strings.Contains(err.Error(), cache+" "+tc.want) || !strings.Contains(err.Error(), "--cache-dir") {
+			if !errors.Is(err, ErrUnsafeCacheDir) || !strings.Contains(err.Error(), cache+" "+tc.want) || !strings.Contains(err.Error(), "{cache-dir}") {
 				t.Fatalf("Open: %v; want a refusal naming %s and saying %q and what to do", err, cache, tc.want)
 			}
 			if len(sidecars(t, cache)) != 0 {
@@ -324,8 +324,8 @@ func TestDefaultCacheDirIsNeverShared(t *testing.T) {
 		if err != nil || d != "/var/cache/corgifs" {
 			t.Fatalf("root without HOME: %q, %v; want /var/cache/corgifs", d, err)
 		}
-	} else if err == nil || !strings.Contains(err.Error(), "--cache-dir") || !strings.Contains(err.Error(), "XDG_CACHE_HOME") {
-		t.Fatalf("without HOME: %q, %v; want an error saying to pass --cache-dir or set XDG_CACHE_HOME", d, err)
+	} else if err == nil || !strings.Contains(err.Error(), "{cache-dir}") || !strings.Contains(err.Error(), "XDG_CACHE_HOME") {
+		t.Fatalf("without HOME: %q, %v; want an error saying to pass {cache-dir} or set XDG_CACHE_HOME", d, err)
 	}
 	t.Setenv("XDG_CACHE_HOME", "relative/cache") // ignored, as the XDG spec says
 	t.Setenv("HOME", "/home/u")

@@ -50,7 +50,7 @@ func CheckCompression(c string) error {
 	if c == "" || slices.Contains(Compressions(), c) {
 		return nil
 	}
-	return fmt.Errorf("unknown --compression %q; known: %s", c, strings.Join(Compressions(), ", "))
+	return fmt.Errorf("unknown {compression} %q; known: %s", c, strings.Join(Compressions(), ", "))
 }
 
 // compressedNames says whether files under compressed names are listed.
@@ -111,7 +111,7 @@ func compressionOf(name string, head []byte, o Options, f formats.Format) (zacce
 	for _, e := range compressedExts {
 		if strings.HasSuffix(name, e.ext) {
 			if e.kind == zaccess.Zlib && !zaccess.IsZlibHeader(head) || e.kind != zaccess.Zlib && magic != e.kind {
-				return 0, fmt.Errorf("%s is named %s but does not start as %s data (first bytes % x); pass --compression none to read it as stored", name, e.ext, e.kind, head[:min(len(head), 4)])
+				return 0, fmt.Errorf("%s is named %s but does not start as %s data (first bytes % x); pass {compression} none to read it as stored", name, e.ext, e.kind, head[:min(len(head), 4)])
 			}
 			return e.kind, nil
 		}

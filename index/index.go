@@ -281,7 +281,7 @@ func Build(ctx context.Context, src source.Source, o Options) (*Index, error) {
 	}
 	if o.Probe {
 		if o.SkipCorrupt {
-			return nil, errors.New("--skip-corrupt needs a full index, which finds the damage: use --index full")
+			return nil, errors.New("{skip-corrupt} needs a full index, which finds the damage: use {index} full")
 		}
 		ix.Probed = true
 		var whole []bool

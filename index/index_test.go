@@ -259,7 +259,7 @@ func TestBuildWithoutMatchingFilesFailsClearly(t *testing.T) {
 		include []string
 		want    []string
 	}{
-		{"empty directory", func(*testing.T, string) {}, nil, []string{"no files matching", "*.tfrecord or *.tfrecords", "--include"}},
+		{"empty directory", func(*testing.T, string) {}, nil, []string{"no files matching", "*.tfrecord or *.tfrecords", "{include}"}},
 		{"only other files", func(t *testing.T, root string) {
 			blocktest.WriteBytes(t, filepath.Join(root, "sub", "notes.md"), []byte("x"))
 		}, nil, []string{"no files matching", "*.tfrecord"}},
@@ -414,7 +414,7 @@ func TestBuildFailsOnCorruptRecordNamingFileAndOffset(t *testing.T) {
 				t.Fatal("Build succeeded on a damaged file")
 			}
 			off := d.errOffset(bad)
-			for _, w := range []string{bad.Path, fmt.Sprintf("offset %d", off), d.reason, "--skip-corrupt"} {
+			for _, w := range []string{bad.Path, fmt.Sprintf("offset %d", off), d.reason, "{skip-corrupt}"} {
 				if !strings.Contains(err.Error(), w) {
 					t.Fatalf("error %q does not mention %q", err, w)
 				}

@@ -42,7 +42,7 @@ func SourceBytes(ctx context.Context, src source.Source, o Options) (int64, erro
 func listSource(ctx context.Context, src source.Source, include []string) ([]File, error) {
 	for _, p := range include {
 		if _, err := filepath.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("bad --include pattern %q: %w", p, err)
+			return nil, fmt.Errorf("bad {include} pattern %q: %w", p, err)
 		}
 	}
 	objs, err := src.List(ctx, func(name string) bool {
@@ -83,7 +83,7 @@ func selectFiles(ctx context.Context, src source.Source, o Options) ([]File, for
 		return nil, nil, err
 	}
 	if len(files) == 0 {
-		return nil, nil, fmt.Errorf("no files matching %s under %s (set --include to choose other names, --format to say the format)", strings.Join(include, " or "), root)
+		return nil, nil, fmt.Errorf("no files matching %s under %s (set {include} to choose other names, {format} to say the format)", strings.Join(include, " or "), root)
 	}
 	f := o.Format
 	if f == nil {

@@ -82,7 +82,7 @@ func maxRecords(o Options) int64 {
 // records, the last at rec of the file named name.
 func tooManyRecords(o Options, name string, limit int64, rec formats.Record) error {
 	per := tableBytes(o.Format)
-	return fmt.Errorf("index: %s: more than %d records by offset %d: the index keeps %d bytes a record in memory, and %d records take %s, the most that --max-memory allows the index (a quarter of it, at least 4 MiB); a file of very many tiny or empty records (such as a decompression bomb) is refused here, before memory grows: if the records are wanted, raise --max-memory (each GiB of it admits %d records of this format), else leave the file out with --include",
+	return fmt.Errorf("index: %s: more than %d records by offset %d: the index keeps %d bytes a record in memory, and %d records take %s, the most that {max-memory} allows the index (a quarter of it, at least 4 MiB); a file of very many tiny or empty records (such as a decompression bomb) is refused here, before memory grows: if the records are wanted, raise {max-memory} (each GiB of it admits %d records of this format), else leave the file out with {include}",
 		name, limit, rec.Offset, per, limit, humanize.IBytes(uint64(limit*per)), TableBudget(1<<30)/per)
 }
 
@@ -157,7 +157,7 @@ func frameStats(frames []uint32) (lo, median, hi uint32) {
 // recordTooLong is the error of a scan of the file named name that found
 // a record longer than Options.MaxRecord.
 func recordTooLong(name string, le *formats.LongRecordError) error {
-	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of --max-memory (at least 4 MiB, at most 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise --max-memory (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with --include",
+	return fmt.Errorf("index: %s: %w: a record may be at most %s, a quarter of {max-memory} (at least 4 MiB, at most 256 MiB), and the scan stops there rather than holding more: if the file's records are that long, raise {max-memory} (to at least %s for a record of %s); if it has no line ends where they belong, it is not a file of this format: fix it or leave it out with {include}",
 		name, le, humanize.IBytes(uint64(le.Max)), humanize.IBytes(uint64(8*le.Max)), humanize.IBytes(uint64(2*le.Max)))
 }
 
@@ -169,7 +169,7 @@ func (ix *Index) checkTables(o Options) error {
 	}
 	per := tableBytes(ix.Fmt())
 	if limit := max(1, o.MaxTables/per); ix.Records > limit {
-		return fmt.Errorf("index of %s: %d records, whose tables take %s (%d bytes a record), more than --max-memory allows the index (a quarter of it, at least 4 MiB: %d records): raise --max-memory (each GiB of it admits %d records of this format)",
+		return fmt.Errorf("index of %s: %d records, whose tables take %s (%d bytes a record), more than {max-memory} allows the index (a quarter of it, at least 4 MiB: %d records): raise {max-memory} (each GiB of it admits %d records of this format)",
 			ix.Root, ix.Records, humanize.IBytes(uint64(ix.Records*per)), per, limit, TableBudget(1<<30)/per)
 	}
 	return nil

@@ -144,7 +144,7 @@ func (c *blockCutter) scan(sc formats.RecordScanner, o Options, file, path strin
 			return fmt.Errorf("index: %s: %w", name, err)
 		}
 		if !o.SkipCorrupt {
-			return fmt.Errorf("index: %s: %w (pass --skip-corrupt to leave damaged records out)", name, err)
+			return fmt.Errorf("index: %s: %w (pass {skip-corrupt} to leave damaged records out)", name, err)
 		}
 		dfrom, dto, rerr := rs.Resync()
 		if rerr != nil {

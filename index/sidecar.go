@@ -79,7 +79,7 @@ func DefaultCacheDir() (string, error) {
 	if os.Geteuid() == 0 {
 		return "/var/cache/corgifs", nil
 	}
-	return "", errors.New("no directory for the index cache: HOME and XDG_CACHE_HOME are both unset, and corgifs does not fall back to a shared directory such as /tmp, where another user could plant an index; pass --cache-dir DIR (a directory that only you can write) or set XDG_CACHE_HOME")
+	return "", errors.New("no directory for the index cache: HOME and XDG_CACHE_HOME are both unset, and corgifs does not fall back to a shared directory such as /tmp, where another user could plant an index; pass {cache-dir} DIR (a directory that only you can write) or set XDG_CACHE_HOME")
 }
 
 // name is the file name of the sidecar in the cache directory.
@@ -118,7 +118,7 @@ func Open(ctx context.Context, src source.Source, o Options) (ix *Index, fromCac
 		}
 		dir, noDir = cachedir.OpenPath(path)
 		if errors.Is(noDir, ErrUnsafeCacheDir) {
-			return nil, false, cachedir.ForFlag(noDir, "--cache-dir", "its index")
+			return nil, false, cachedir.ForFlag(noDir, "{cache-dir}", "its index")
 		}
 		if dir != nil {
 			defer dir.Close()
@@ -231,7 +231,7 @@ func openRootCacheDir(src source.Source, o Options) (*cachedir.Dir, Options, err
 func MarkStale(src source.Source, o Options, reason string) error {
 	dir, o, err := openRootCacheDir(src, o)
 	if dir == nil || err != nil {
-		return cachedir.ForFlag(err, "--cache-dir", "its index")
+		return cachedir.ForFlag(err, "{cache-dir}", "its index")
 	}
 	defer dir.Close()
 	h := header(src.ID(), o)

@@ -11,6 +11,7 @@ import (
 	"github.com/corgifs/corgifs/fs"
 	"github.com/corgifs/corgifs/grab"
 	"github.com/corgifs/corgifs/index"
+	hint "github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/source/s3"
 )
@@ -127,38 +128,11 @@ func Defaults() Config {
 	}
 }
 
-// OptionError is an option of a Config that cannot work. Its Reason
-// names options in braces, {strategy}: Error writes them bare, and a CLI
-// writes them as its flags with Text.
-type OptionError struct {
-	Option string
-	Reason string
-	// Err is the cause, if any, already said in Reason.
-	Err error
-}
-
-func (e *OptionError) Error() string { return e.Text("") }
-func (e *OptionError) Unwrap() error { return e.Err }
-
-// Text is the message with every {option} written as prefix+option,
-// such as --strategy.
-func (e *OptionError) Text(prefix string) string {
-	var b strings.Builder
-	s := e.Reason
-	for {
-		i := strings.IndexByte(s, '{')
-		j := strings.IndexByte(s[i+1:], '}')
-		if i < 0 || j < 0 {
-			break
-		}
-		b.WriteString(s[:i])
-		b.WriteString(prefix)
-		b.WriteString(s[i+1 : i+1+j])
-		s = s[i+2+j:]
-	}
-	b.WriteString(s)
-	return b.String()
-}
+// OptionError is an option of a Config that cannot work: an
+// *option.Error, whose Reason names options in braces, {strategy}, as
+// every library of corgifs does; a CLI writes them as its flags with Text
+// or option.Render.
+type OptionError = hint.Error
 
 func optionErrorf(option, format string, a ...any) error {
 	return &OptionError{Option: option, Reason: fmt.Sprintf(format, a...)}

@@ -17,6 +17,7 @@ import (
 	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/feedback"
 	"github.com/corgifs/corgifs/index"
+	hint "github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -264,10 +265,12 @@ func (c *Config) ChooseSizes(ctx context.Context, src *s3.Source, recordStrategy
 }
 
 // SizingInfo is config.json's account of the block size and the buffer.
+// Its texts name options as the flags of corgifs mount, whose settings
+// config.json records: {max-memory} as --max-memory.
 func (d *Dataset) SizingInfo() *api.Sizing {
 	c := d.Sizes
 	return &api.Sizing{BlockSizeGiven: d.blockSizeGiven, BufferGiven: d.bufferGiven, BlocksPerBuffer: c.BlocksPerBuffer,
-		WholePart: c.WholePart, ExpectedTV: c.ExpectedTV, Reason: c.Reason, Warning: c.Warning}
+		WholePart: c.WholePart, ExpectedTV: c.ExpectedTV, Reason: hint.Render(c.Reason, "--"), Warning: hint.Render(c.Warning, "--")}
 }
 
 // openFeedback opens the feedback store of a feedback strategy, and

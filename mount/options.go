@@ -12,6 +12,7 @@ import (
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/grab"
 	"github.com/corgifs/corgifs/index"
+	hint "github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
 )
@@ -538,7 +539,7 @@ func strategyHelp() string {
 		w = max(w, len(n))
 	}
 	for _, n := range shuffler.Strategies() {
-		fmt.Fprintf(&b, "\n  %-*s %s", w, n, shuffler.Description(n))
+		fmt.Fprintf(&b, "\n  %-*s %s", w, n, hint.Render(shuffler.Description(n), "--"))
 	}
 	return b.String()
 }

@@ -34,7 +34,7 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 		})
 	}
 	if target, capped := pl.BufferTarget(ix.Bytes / int64(c.Parts)); capped {
-		log.Info("buffer lowered so that a part's double buffer fits in --max-memory",
+		log.Info("buffer lowered so that a part's double buffer fits in {max-memory}",
 			"buffer", humanize.IBytes(uint64(target)), "max_memory", humanize.IBytes(uint64(c.MaxMemory)))
 	}
 	// Without a soft limit the heap could double between collections.

@@ -199,16 +199,16 @@ type strategyInfo struct {
 var strategies = map[string]strategyInfo{
 	"corgipile":         {corgipile, false, "random blocks, records shuffled inside each buffer (CorgiPile)"},
 	"corgipile-balance": {corgipileBalance, false, "corgipile's blocks and buffers; each buffer's records in PairBalance order of their latest feedback vectors"},
-	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback. A part of at most half of --max-memory has its blocks read once per epoch (through --disk-cache) and its records gathered; a larger part is read record by record like full: one read per record (one GET on S3), and --disk-cache neither serves nor keeps those reads"},
-	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback); reads as grab: a part larger than half of --max-memory is read record by record, bypassing --disk-cache"},
+	"grab":              {grabOrder, false, "part i keeps its blocks as local; its records in GraB order of the previous epoch's feedback. A part of at most half of {max-memory} has its blocks read once per epoch (through {disk-cache}) and its records gathered; a larger part is read record by record like full: one read per record (one GET on S3), and {disk-cache} neither serves nor keeps those reads"},
+	"cdgrab":            {grabOrder, false, "as grab, all parts balanced together by CD-GraB (one PairBalance over all parts' feedback); reads as grab: a part larger than half of {max-memory} is read record by record, bypassing {disk-cache}"},
 	"block":             {blockOnly, false, "random blocks, records in source order inside each block"},
 	"none":              {none, false, "source order"},
 	"window":            {window, true, "sliding-window shuffle as tf.data's shuffle(buffer): reads records one by one, slow on cold storage"},
 	"full":              {full, true, "a new uniform permutation of all records every epoch: reads records one by one, slow on cold storage"},
 	"once":              {full, true, "one uniform permutation reused every epoch: reads records one by one, slow on cold storage"},
-	"local":             {local, false, "part i keeps the same blocks every epoch (--partition), in a fresh CorgiPile order (D-RR)"},
-	"pls":               {local, false, "partial local shuffling: as local, and each part sends a fraction --exchange of its blocks to the others before each epoch"},
-	"mrs":               {mrs, true, "multiplexed reservoir sampling (Bismarck): a scan in source order serves the records that fall out of a reservoir of --buffer, mixed with the previous epoch's reservoir, so a record comes 0, 1 or 2 times in an epoch (once in it or the next); reads records one by one"},
+	"local":             {local, false, "part i keeps the same blocks every epoch ({partition}), in a fresh CorgiPile order (D-RR)"},
+	"pls":               {local, false, "partial local shuffling: as local, and each part sends a fraction {exchange} of its blocks to the others before each epoch"},
+	"mrs":               {mrs, true, "multiplexed reservoir sampling (Bismarck): a scan in source order serves the records that fall out of a reservoir of {buffer}, mixed with the previous epoch's reservoir, so a record comes 0, 1 or 2 times in an epoch (once in it or the next); reads records one by one"},
 }
 
 // Description says in one line what strategy does, for --help; "" for an
@@ -266,7 +266,7 @@ func NewPlanner(ix *index.Index, p Params) (*Planner, error) {
 	if m := ix.MaxBlock(); p.MaxMemory < m {
 		// The smallest workable value in bytes: a rounded size such as
 		// "65 KiB" could be just below the block.
-		return nil, fmt.Errorf("--max-memory %s is smaller than the largest block (%s): use at least --max-memory %d",
+		return nil, fmt.Errorf("{max-memory} %s is smaller than the largest block (%s): use at least {max-memory} %d",
 			humanize.IBytes(uint64(p.MaxMemory)), humanize.IBytes(uint64(m)), m)
 	}
 	if IsFeedback(p.Strategy) && p.FeedbackTimeout <= 0 {

@@ -23,11 +23,11 @@ func checkProbed(ix *index.Index, p Params, s strategyInfo) error {
 	switch {
 	case !ix.Probed:
 	case s.records:
-		return fmt.Errorf("strategy %s reads records one at a time, which needs every record indexed: use --index full (this index was probed)", p.Strategy)
+		return fmt.Errorf("strategy %s reads records one at a time, which needs every record indexed: use {index} full (this index was probed)", p.Strategy)
 	case IsFeedback(p.Strategy):
-		return fmt.Errorf("strategy %s orders records by their feedback, which needs every record indexed: use --index full (this index was probed)", p.Strategy)
+		return fmt.Errorf("strategy %s orders records by their feedback, which needs every record indexed: use {index} full (this index was probed)", p.Strategy)
 	case p.EqualParts:
-		return fmt.Errorf("--equal-parts pads parts to the same record count, which needs every record indexed: use --index full (this index was probed)")
+		return fmt.Errorf("{equal-parts} pads parts to the same record count, which needs every record indexed: use {index} full (this index was probed)")
 	}
 	return nil
 }

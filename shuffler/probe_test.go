@@ -82,8 +82,8 @@ func TestProbedIndexRefusesRecordStrategiesAndEqualParts(t *testing.T) {
 	}
 	for _, p := range []Params{{Strategy: "full"}, {Strategy: "window"}, {Strategy: "once"}, {Strategy: "mrs"}, {Strategy: "grab"}, {Strategy: "cdgrab"}, {Strategy: "corgipile-balance"}, {Strategy: "corgipile", EqualParts: true}} {
 		p.Seed, p.Buffer, p.MaxMemory = 1, BufferSize{Percent: 10}, streamMemory
-		if _, err := NewPlanner(probed, p); err == nil || !strings.Contains(err.Error(), "--index full") {
-			t.Fatalf("%+v on a probed index: %v, want an error naming --index full", p, err)
+		if _, err := NewPlanner(probed, p); err == nil || !strings.Contains(err.Error(), "{index} full") {
+			t.Fatalf("%+v on a probed index: %v, want an error naming {index} full", p, err)
 		}
 	}
 	pl, err := NewPlanner(probed, Params{Strategy: "corgipile", Seed: 1, Buffer: BufferSize{Percent: 10}, MaxMemory: streamMemory})
@@ -97,7 +97,7 @@ func TestProbedIndexRefusesRecordStrategiesAndEqualParts(t *testing.T) {
 	if plan.Records != -1 || plan.Buffers[0].Count != -1 {
 		t.Fatalf("plan of a probed index: %d records, first buffer %d; want -1 (unknown)", plan.Records, plan.Buffers[0].Count)
 	}
-	if err := pl.Walk(t.Context(), plan, func(RecordRef) error { return nil }); err == nil || !strings.Contains(err.Error(), "--index full") {
-		t.Fatalf("Walk of a probed plan: %v, want an error naming --index full", err)
+	if err := pl.Walk(t.Context(), plan, func(RecordRef) error { return nil }); err == nil || !strings.Contains(err.Error(), "{index} full") {
+		t.Fatalf("Walk of a probed plan: %v, want an error naming {index} full", err)
 	}
 }

@@ -193,7 +193,7 @@ func (pl *Planner) Resume(epoch int, chain ...ResumeToken) (*Resume, error) {
 			"the feedback strategies order the next epoch from this one's feedback, by part): resume with the same K", epoch, s, ErrNoResume)
 	}
 	if pl.ix.Probed {
-		return nil, fmt.Errorf("epoch %d: a resume lists the records of the epoch's parts, which a probed index lacks: mount with --index full", epoch)
+		return nil, fmt.Errorf("epoch %d: a resume lists the records of the epoch's parts, which a probed index lacks: mount with {index} full", epoch)
 	}
 	if len(chain) == 0 {
 		return nil, fmt.Errorf("epoch %d: a resume needs a checkpoint", epoch)

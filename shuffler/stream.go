@@ -422,7 +422,7 @@ func (s *Stream) Walk(ctx context.Context, fn func(RecordRef) error) error {
 func (pl *Planner) Walk(ctx context.Context, plan *Plan, fn func(RecordRef) error) error {
 	ix := pl.ix
 	if ix.Probed {
-		return fmt.Errorf("the records of a plan are listed from the index of every record, which a probed index lacks: use --index full")
+		return fmt.Errorf("the records of a plan are listed from the index of every record, which a probed index lacks: use {index} full")
 	}
 	var perm []uint32
 	var ids []int32

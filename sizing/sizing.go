@@ -131,12 +131,12 @@ func Choose(in Input) Choice {
 	switch {
 	case in.Buffer != (shuffler.BufferSize{}):
 		blockBuf = in.Buffer
-		why = append(why, "--buffer given")
+		why = append(why, "{buffer} given")
 	case part <= limit/k:
 		// --max-memory is shared by the parts a node reads at once: all
 		// K parts, two buffers each, fit.
 		blockBuf = shuffler.BufferSize{Percent: 100}
-		why = append(why, fmt.Sprintf("buffer 100%%: the %d part(s) of %s each fit twice in half of --max-memory %s, so each part is an exact shuffle of its records",
+		why = append(why, fmt.Sprintf("buffer 100%%: the %d part(s) of %s each fit twice in half of {max-memory} %s, so each part is an exact shuffle of its records",
 			k, humanize.IBytes(uint64(part)), humanize.IBytes(uint64(in.MaxMemory))))
 	default:
 		// The share of one of K parts read at once, but at least the
@@ -145,7 +145,7 @@ func Choose(in Input) Choice {
 		// one part may take.
 		b := min(limit, max(limit/k, TargetBlocks*floor))
 		blockBuf = shuffler.BufferSize{Bytes: b}
-		why = append(why, fmt.Sprintf("buffer %s: of which two for each of %d part(s) read at once fit in half of --max-memory %s (at least %d blocks of %s, at most what one part may take; a part is %s)",
+		why = append(why, fmt.Sprintf("buffer %s: of which two for each of %d part(s) read at once fit in half of {max-memory} %s (at least %d blocks of %s, at most what one part may take; a part is %s)",
 			humanize.IBytes(uint64(b)), k, humanize.IBytes(uint64(in.MaxMemory)), TargetBlocks, humanize.IBytes(uint64(floor)), humanize.IBytes(uint64(part))))
 	}
 	c.Buffer = blockBuf
@@ -166,7 +166,7 @@ func Choose(in Input) Choice {
 	// The block size.
 	if in.BlockSize > 0 {
 		c.BlockSize = in.BlockSize
-		why = append(why, "--block-size given")
+		why = append(why, "{block-size} given")
 	} else {
 		bs := floorPow2(max(1, bytesOf(blockBuf)/TargetBlocks))
 		c.BlockSize = min(max(bs, floor), Ceiling)
@@ -204,15 +204,15 @@ func warning(in Input, c Choice, floor, limit int64) string {
 	bs := c.BlockSize
 	switch {
 	case in.BlockSize > floor && c.BufferBytes/floor >= MinBlocks:
-		fix = fmt.Sprintf("use --block-size %s or less (or leave it out)", humanize.IBytes(uint64(floorPow2(c.BufferBytes/MinBlocks))))
+		fix = fmt.Sprintf("use {block-size} %s or less (or leave it out)", humanize.IBytes(uint64(floorPow2(c.BufferBytes/MinBlocks))))
 	case in.Buffer != (shuffler.BufferSize{}) && c.BufferBytes < limit:
-		fix = fmt.Sprintf("use a larger --buffer (at least %s)", humanize.IBytes(uint64(MinBlocks*bs)))
+		fix = fmt.Sprintf("use a larger {buffer} (at least %s)", humanize.IBytes(uint64(MinBlocks*bs)))
 	default:
 		if in.BlockSize == 0 {
 			bs = floor
 		}
 		need := MemoryFor(MinBlocks * bs)
-		fix = fmt.Sprintf("use --max-memory %s or more", humanize.IBytes(uint64(need)))
+		fix = fmt.Sprintf("use {max-memory} %s or more", humanize.IBytes(uint64(need)))
 	}
 	return fmt.Sprintf("a buffer holds %d blocks of %s (at least %d keep the shuffle close to a full one): on data sorted by label a buffer's class mix is off by a total-variation distance of about %.2f, which cost points of accuracy in measurements; %s",
 		c.BlocksPerBuffer, humanize.IBytes(uint64(c.BlockSize)), MinBlocks, c.ExpectedTV, fix)

@@ -46,10 +46,10 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 		// K parts read on one node share the memory: 1 GiB in 8 parts
 		// does not fit whole, so each gets an eighth of the buffer room.
 		{"1 GiB local K=8", Input{DatasetBytes: gib, Parts: 8, MaxMemory: gib}, 64 * kib, shuffler.BufferSize{Bytes: BufferLimit(gib/2) / 8}, false, ""},
-		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use --max-memory 516 MiB or more"},
+		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use {max-memory} 516 MiB or more"},
 		// Given flags are kept; the rule says what they cost.
-		{"given block", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, BlockSize: 8 * mib}, 8 * mib, shuffler.BufferSize{Bytes: BufferLimit(gib / 2)}, false, "use --block-size 1.0 MiB or less"},
-		{"given buffer", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 256 * kib}}, LocalFloor, shuffler.BufferSize{Bytes: 256 * kib}, false, "use a larger --buffer (at least 512 KiB)"},
+		{"given block", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, BlockSize: 8 * mib}, 8 * mib, shuffler.BufferSize{Bytes: BufferLimit(gib / 2)}, false, "use {block-size} 1.0 MiB or less"},
+		{"given buffer", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 256 * kib}}, LocalFloor, shuffler.BufferSize{Bytes: 256 * kib}, false, "use a larger {buffer} (at least 512 KiB)"},
 		{"given 10%", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, Buffer: pct(10)}, 16 * kib, pct(10), false, ""},
 		// Record strategies keep their small window, and the block size
 		// of the other strategies (one index for all).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
 	"github.com/corgifs/corgifs/source"
@@ -30,7 +31,9 @@ type DefaultsMix struct {
 	// then has no --buffer.
 	MixTV  float64 `json:"mix_tv"`
 	Enough bool    `json:"enough"`
-	Reason string  `json:"reason"`
+	// Reason is sizing's, its options written as the flags of the mount
+	// line (--max-memory), as config.json's.
+	Reason string `json:"reason"`
 }
 
 // DefaultsAdvice measures the mix of the buffer the mount would choose for
@@ -43,7 +46,7 @@ func DefaultsAdvice(objectStore bool, maxMemory int64, rep DataReport, ix *index
 	if !c.WholePart && len(ix.Blocks) > 0 {
 		blocks = int(c.BufferBytes / max(1, ix.Bytes/int64(len(ix.Blocks))))
 	}
-	m := &DefaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: c.Reason}
+	m := &DefaultsMix{Buffer: c.Buffer.String(), Blocks: blocks, WholePart: c.WholePart, Reason: option.Render(c.Reason, "--")}
 	if rep.Mix != nil {
 		m.MixTV = rep.Mix.ExpectedTV(blocks)
 	}
@@ -167,11 +170,11 @@ func PlannedBuffer(ix *index.Index, parts int, p float64) (mean, fewest int, err
 	pl, err := shuffler.NewPlanner(ix, shuffler.Params{Strategy: "corgipile", Seed: 1,
 		Buffer: shuffler.BufferSize{Percent: p}, MaxMemory: math.MaxInt64 / 4})
 	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+		return 0, 0, fmt.Errorf("plan the buffers of {buffer} %g%%: %w", p, err)
 	}
 	plan, err := pl.Plan(0, 0, parts)
 	if err != nil {
-		return 0, 0, fmt.Errorf("plan the buffers of --buffer %g%%: %w", p, err)
+		return 0, 0, fmt.Errorf("plan the buffers of {buffer} %g%%: %w", p, err)
 	}
 	if len(plan.Buffers) == 0 {
 		return 0, 0, nil
@@ -249,7 +252,7 @@ func ProbeRemoteSource(ctx context.Context, src source.Source, include []string,
 		files = append(files, RemoteFile{Name: f.Name(), Size: ob.Size, R: f})
 	}
 	if len(files) == 0 {
-		return StorageReport{}, fmt.Errorf("no objects under %s match --include %s", src, strings.Join(include, ","))
+		return StorageReport{}, fmt.Errorf("no objects under %s match {include} %s", src, strings.Join(include, ","))
 	}
 	return ProbeRemote(ctx, files, o)
 }
@@ -283,7 +286,7 @@ func ProbeFiles(src string, include []string, follow bool) ([]ProbeFile, error) 
 		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no files under %s match --include %s", src, strings.Join(include, ","))
+		return nil, fmt.Errorf("no files under %s match {include} %s", src, strings.Join(include, ","))
 	}
 	return files, nil
 }

@@ -186,7 +186,7 @@ func TestProbeFilesListsTheFilesAMountWouldIndex(t *testing.T) {
 			t.Errorf("follow %v: %s, want %s", tc.follow, got, tc.want)
 		}
 	}
-	if _, err := ProbeFiles(dir, []string{"*.csv"}, false); err == nil || !strings.Contains(err.Error(), "match --include *.csv") {
+	if _, err := ProbeFiles(dir, []string{"*.csv"}, false); err == nil || !strings.Contains(err.Error(), "match {include} *.csv") {
 		t.Errorf("no csv files: err = %v", err)
 	}
 }

@@ -80,7 +80,7 @@ func (d *CSVDecoder) resolve(cols int) error {
 	var ok bool
 	if d.label, ok = d.column(label, cols); !ok {
 		if d.header != nil {
-			return fmt.Errorf("csv: no label column %q in the header %q (pass --label-column NAME or a number from 0)", label, d.header)
+			return fmt.Errorf("csv: no label column %q in the header %q (pass {label-column} NAME or a number from 0)", label, d.header)
 		}
 		return fmt.Errorf("csv: label column %q is not a column number from 0 to %d (the files have no header)", label, cols-1)
 	}
@@ -137,7 +137,7 @@ func (d *CSVDecoder) Decode(row []byte, n int64, x []float32) (int, []float32, e
 		}
 		v, err := strconv.ParseFloat(string(f), 32)
 		if err != nil {
-			return 0, x, fmt.Errorf("row %d: column %s is not a number (leave it out with --ignore-columns): %w", n, d.name(i), err)
+			return 0, x, fmt.Errorf("row %d: column %s is not a number (leave it out with {ignore-columns}): %w", n, d.name(i), err)
 		}
 		out = append(out, divide(float32(v), d.Divide))
 	}
@@ -215,7 +215,7 @@ func (d *LibSVMDecoder) Format() formats.Format { return formats.LibSVM{} }
 
 func (d *LibSVMDecoder) Begin([]byte) error {
 	if d.Dim < 1 {
-		return fmt.Errorf("libsvm: the number of features must be given (--features N), got %d", d.Dim)
+		return fmt.Errorf("libsvm: the number of features must be given ({features} N), got %d", d.Dim)
 	}
 	return nil
 }
@@ -247,7 +247,7 @@ func (d *LibSVMDecoder) Decode(line []byte, n int64, x []float32) (int, []float3
 			return 0, x, fmt.Errorf("line %d: index %q is not an integer from 1", n, k)
 		}
 		if idx > d.Dim {
-			return 0, x, fmt.Errorf("line %d: index %d is beyond the %d features (pass --features N)", n, idx, d.Dim)
+			return 0, x, fmt.Errorf("line %d: index %d is beyond the %d features (pass {features} N)", n, idx, d.Dim)
 		}
 		f, err := strconv.ParseFloat(string(val), 32)
 		if err != nil {

@@ -167,7 +167,7 @@ type WindowError struct {
 }
 
 func (e *WindowError) Error() string {
-	return fmt.Sprintf("zstd frame at byte %d needs a window of %s (window log %d, as zstd --long=%d writes), more than the %s (window log %d, zstd --long's default) corgifs decodes, so that each decoder fits beside --max-memory: recompress the file without --long, or with --long=%d or less",
+	return fmt.Sprintf("zstd frame at byte %d needs a window of %s (window log %d, as zstd --long=%d writes), more than the %s (window log %d, zstd --long's default) corgifs decodes, so that each decoder fits beside {max-memory}: recompress the file without --long, or with --long=%d or less",
 		e.Offset, humanize.IBytes(uint64(e.Window)), e.Log, e.Log, humanize.IBytes(MaxZstdWindow), maxZstdWindowLog, maxZstdWindowLog)
 }
 

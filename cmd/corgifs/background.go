@@ -154,7 +154,7 @@ func (s *sysFlags) daemonize(args []string, cacheDir, mnt string, stdout, stderr
 		// The daemon is the service now: a Type=notify unit that runs
 		// mount --background hands its main PID over.
 		if err := sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=%s", cmd.Process.Pid, line)); err != nil {
-			fmt.Fprintf(stderr, "corgifs: %v\n", err)
+			fmt.Fprintf(stderr, "corgifs: %s\n", flagText(err))
 		}
 		cmd.Process.Release()
 		return nil
@@ -285,7 +285,7 @@ func (r *readiness) ready(stdout, stderr io.Writer, mnt, line string) {
 	select {
 	case err := <-answered:
 		if err != nil {
-			fmt.Fprintf(stderr, "corgifs: the new mount does not answer: %v\n", err)
+			fmt.Fprintf(stderr, "corgifs: the new mount does not answer: %s\n", flagText(err))
 		}
 	case <-time.After(10 * time.Second):
 		fmt.Fprintf(stderr, "corgifs: the new mount did not answer a lookup within 10s\n")
@@ -299,7 +299,7 @@ func (r *readiness) ready(stdout, stderr io.Writer, mnt, line string) {
 		fmt.Fprintln(stdout, line)
 	}
 	if err := sdNotify("READY=1\nSTATUS=" + line); err != nil {
-		fmt.Fprintf(stderr, "corgifs: %v\n", err)
+		fmt.Fprintf(stderr, "corgifs: %s\n", flagText(err))
 	}
 }
 

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"errors"
-	"strings"
-
 	"github.com/corgifs/corgifs/mount"
 )
 
@@ -32,7 +29,7 @@ func (d *datasetFlags) config(src string) mount.Config {
 	return c
 }
 
-// cliError is an error of package mount in the words of the CLI.
+// cliError is an error of a library in the words of the CLI.
 type cliError struct {
 	text string
 	err  error
@@ -41,12 +38,11 @@ type cliError struct {
 func (e *cliError) Error() string { return e.text }
 func (e *cliError) Unwrap() error { return e.err }
 
-// flagError writes the options a mount.OptionError in err names as the
-// flags that set them: {strategy} as --strategy.
+// flagError writes the options err names as the flags that set them:
+// {strategy} as --strategy.
 func flagError(err error) error {
-	var oe *mount.OptionError
-	if !errors.As(err, &oe) {
-		return err
+	if err == nil {
+		return nil
 	}
-	return &cliError{text: strings.Replace(err.Error(), oe.Error(), oe.Text("--"), 1), err: err}
+	return &cliError{text: flagText(err), err: err}
 }

@@ -44,7 +44,7 @@ writes the plot of the first seed and cleans up.`, stderr)
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(flagHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *plot != "" {

@@ -158,7 +158,7 @@ user, users, _netdev, nofail, x-* and the like are left to mount(8).
 	}
 	margs, fake, err := helperArgs(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", helperName, err)
+		fmt.Fprintf(stderr, "%s: %s\n", helperName, flagText(err))
 		return errUsage
 	}
 	if fake {

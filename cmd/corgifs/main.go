@@ -91,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if e, ok := errors.AsType[errExit](err); ok {
 				return e.code
 			}
-			fmt.Fprintf(stderr, "corgifs %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "corgifs %s: %s\n", c.name, flagText(err))
 			return 1
 		}
 	}
@@ -108,5 +108,5 @@ func newLogger(w io.Writer, debug bool) *slog.Logger {
 	if debug {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(flagHandler{slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})})
 }

@@ -42,7 +42,8 @@ func (e *unsafeDirError) Error() string {
 
 func (e *unsafeDirError) Unwrap() error { return ErrUnsafe }
 
-// ForFlag makes an unsafeDirError in err name flag and what corgifs keeps
+// ForFlag makes an unsafeDirError in err name flag (a placeholder of
+// package option, {cache-dir}) and what corgifs keeps
 // in the directory; other errors are returned as they are.
 func ForFlag(err error, flag, keeps string) error {
 	var u *unsafeDirError

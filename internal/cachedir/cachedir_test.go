@@ -39,7 +39,7 @@ func TestOpenRefusesADirectoryOthersCanWriteNamingCacheDir(t *testing.T) {
 	if !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("Open of a mode 0777 directory: %v, want ErrUnsafe", err)
 	}
-	for _, want := range []string{"writable by its group and others", "--cache-dir", "chmod go-w"} {
+	for _, want := range []string{"writable by its group and others", "{cache-dir}", "chmod go-w"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -49,8 +49,8 @@ func TestOpenRefusesADirectoryOthersCanWriteNamingCacheDir(t *testing.T) {
 	if !errors.Is(err, ErrUnsafe) || strings.Contains(err.Error(), "--") {
 		t.Fatalf("OpenPath: %v, want ErrUnsafe naming no flag", err)
 	}
-	if err := ForFlag(err, "--disk-cache", "blocks"); !strings.Contains(err.Error(), "--disk-cache") || !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("ForFlag: %v, want ErrUnsafe naming --disk-cache", err)
+	if err := ForFlag(err, "{disk-cache}", "blocks"); !strings.Contains(err.Error(), "{disk-cache}") || !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("ForFlag: %v, want ErrUnsafe naming {disk-cache}", err)
 	}
 }
 

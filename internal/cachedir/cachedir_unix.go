@@ -221,7 +221,7 @@ func Resolve(dir, root string) (string, error) {
 	}
 	for p := existing; ; p = filepath.Dir(p) {
 		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, rootFI) {
-			return "", fmt.Errorf("cache directory %s is inside the source %s (it resolves to %s); corgifs never writes inside the source (choose another --cache-dir)", dir, root, resolved)
+			return "", fmt.Errorf("cache directory %s is inside the source %s (it resolves to %s); corgifs never writes inside the source (choose another {cache-dir})", dir, root, resolved)
 		}
 		if p == "/" {
 			break

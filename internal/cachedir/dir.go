@@ -28,7 +28,7 @@ func Open(dir, root string) (*Dir, error) {
 	d, err := openCacheDir(path)
 	if err != nil {
 		// Its users keep their directories inside --cache-dir.
-		return nil, ForFlag(err, "--cache-dir", "files of this mount (feedback, orders)")
+		return nil, ForFlag(err, "{cache-dir}", "files of this mount (feedback, orders)")
 	}
 	return &Dir{d: d}, nil
 }

@@ -206,7 +206,7 @@ func (s *Source) explain(err error) error {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: cannot reach the S3 endpoint %s (set --s3-endpoint or AWS_ENDPOINT_URL): %w", s, s.endpoint, err)
+		return fmt.Errorf("%s: cannot reach the S3 endpoint %s (set {s3-endpoint} or AWS_ENDPOINT_URL): %w", s, s.endpoint, err)
 	}
 	return fmt.Errorf("%s at %s: %w", s, s.endpoint, err)
 }
