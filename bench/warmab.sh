@@ -15,7 +15,8 @@
 # targets rotate so that none always follows the same one. A corgifs epoch's
 # pages are dropped afterwards (POSIX_FADV_DONTNEED), as bench/bench.go does.
 # Prints one line per run (MB/s, daemon CPU s/GiB, cat CPU s/GiB) and, per target, the median
-# and min–max MB/s and the median ratio to the first target of each run.
+# and min–max MB/s and the median ratio to the first target of each run,
+# leaving out runs after which the source was no longer wholly resident.
 # Work files go to $WORK (default /tmp/warmab).
 set -euo pipefail
 runs=5 k=1 prof=
@@ -32,8 +33,9 @@ src=$(realpath "$1")
 shift
 work=${WORK:-/tmp/warmab}
 mkdir -p "$work"
-names=() mnts=() pids=() kinds=()
+names=() mnts=() pids=() kinds=() pin=
 cleanup() {
+	[[ -z $pin ]] || kill -TERM "$pin" 2>/dev/null || true
 	for i in "${!pids[@]}"; do
 		kill -TERM "${pids[$i]}" 2>/dev/null || true
 	done
@@ -42,6 +44,21 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
+# Other tenants of a shared machine may drop the page cache (echo 3 >
+# drop_caches) at any time; that spares pages someone has mapped, so a
+# helper maps every source file and touches its pages for the whole run.
+python3 -c 'import mmap, os, signal, sys
+maps = []
+for p in sys.argv[1:]:
+    with open(p, "rb") as f:
+        if os.fstat(f.fileno()).st_size:
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            sum(m[i] for i in range(0, len(m), 4096))
+            maps.append(m)
+print("mapped", flush=True)
+signal.pause()' "$src"/* >"$work/pin.log" 2>&1 &
+pin=$!
+until grep -q mapped "$work/pin.log" 2>/dev/null; do sleep 0.2; done
 for spec in "$@"; do
 	name=${spec%%=*} bin=${spec#*=}
 	mnt=$work/mnt-$name
@@ -106,9 +123,10 @@ for ((r = 1; r <= runs; r++)); do
 		c1=$(cpu "${pids[$i]}")
 		[[ ${kinds[$i]} == corgifs ]] && drop "${f[@]}"
 		res=$(fincore -b -n -o RES "$src"/* | awk '{s += $1} END {print s}')
-		((res < bytes)) && echo "# run $r ${names[$i]}: the source was dropped from the page cache ($res of $bytes bytes resident)"
-		awk -v r="$r" -v name="${names[$i]}" -v b="$bytes" -v s="$secs" -v c="$((c1 - c0))" -v rc="$rcpu" \
-			'BEGIN { g = b/2^30; printf "%d %s %.0f %.2f %.2f\n", r, name, b/s/1e6, c/100/g, rc/g }' | tee -a "$results"
+		cold=0
+		((res < bytes)) && cold=1 && echo "# run $r ${names[$i]}: the source was dropped from the page cache ($res of $bytes bytes resident): left out"
+		awk -v r="$r" -v name="${names[$i]}" -v b="$bytes" -v s="$secs" -v c="$((c1 - c0))" -v rc="$rcpu" -v cold="$cold" \
+			'BEGIN { g = b/2^30; printf "%d %s %.0f %.2f %.2f %d\n", r, name, b/s/1e6, c/100/g, rc/g, cold }' | tee -a "$results"
 	done
 done
 echo "# load after $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -116,15 +134,19 @@ python3 - "$results" <<'PY'
 import statistics, sys
 mb, cpu, order = {}, {}, []
 for line in open(sys.argv[1]):
-    r, name, m, c, rc = line.split()
+    r, name, m, c, rc, cold = line.split()
     if name not in mb:
         order.append(name); mb[name], cpu[name] = {}, {}
-    mb[name][r], cpu[name][r] = float(m), (float(c), float(rc))
+    if cold == "0":
+        mb[name][r], cpu[name][r] = float(m), (float(c), float(rc))
 first = order[0]
 print(f"{'target':12s} {'MB/s':>7s} {'min-max':>11s} {'daemon CPU s/GiB':>16s} {'cat CPU s/GiB':>13s} {'x '+first:>10s} {'min-max':>10s}")
 for t in order:
     v = list(mb[t].values())
-    rat = [mb[t][r] / mb[first][r] for r in mb[t]]
+    rat = [mb[t][r] / mb[first][r] for r in mb[t] if r in mb[first]]
+    if not v or not rat:
+        print(f"{t:12s} no run with the source wholly in the page cache")
+        continue
     print(f"{t:12s} {statistics.median(v):7.0f} {min(v):5.0f}-{max(v):<5.0f} {statistics.median(c[0] for c in cpu[t].values()):16.2f} {statistics.median(c[1] for c in cpu[t].values()):13.2f} "
           f"{statistics.median(rat):10.2f} {min(rat):.2f}-{max(rat):.2f}")
 PY
