@@ -66,7 +66,7 @@ def source_loader(files, batch):
             for name in files:
                 with r.open(name) as f:
                     for rec, _ in r.records_for(f, 0, r.decode):
-                        yield rec
+                        yield r.decode(rec)
 
     def run():
         return sum(len(b["id"]) for b in tud.DataLoader(Source(), batch_size=batch, num_workers=0))
