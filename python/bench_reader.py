@@ -12,6 +12,14 @@ may drop it).
 SRC is a directory of .tfrecord files (corgifs gen synthetic). With
 --bin-b, a second binary is mounted beside the first and every row is
 measured for both, alternated, so that the two builds see the same load.
+
+Besides records/s (wall time), each row gives the reader's own CPU time
+per record on the source over that through the mount ("CPU ratio"): what
+the wall ratio would be for a reader bound by its CPU with the daemon on
+another core. On a machine loaded past its cores the wall ratio measures
+the scheduler as much as the reader: the daemon's threads take CPU time
+of their own for the copies a reader of the source makes itself. The
+daemon's CPU per record through the mount is printed too ("daemon us").
 """
 
 import argparse
@@ -80,6 +88,12 @@ def mount_loader(mnt, batch, epochs):
     return run
 
 
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mount(binary, src, tmp, name):
     mnt = os.path.join(tmp, "mnt-" + name)
     os.mkdir(mnt)
@@ -127,29 +141,38 @@ def main():
                          source_loader(files, args.batch)))
         for name in mounts:  # the first epoch of each mount loads its blocks once
             mount_reader(mounts[name], False, False, iter([0]))()
-        print(f"{'':36s} {'source rec/s':>13s}" + "".join(f" {name + ' rec/s':>12s} {name + ' ratio':>8s} {'min-max':>9s}"
-                                                           for name in mounts))
+        print(f"{'':36s} {'source rec/s':>13s}" + "".join(
+            f" {name + ' rec/s':>12s} {name + ' ratio':>8s} {'min-max':>9s} {name + ' CPU ratio':>12s} {'min-max':>9s} {name + ' daemon us':>12s}"
+            for name in mounts))
+        daemons = dict(zip(mounts, procs))
         for what, on_mount, on_source in rows:
-            src_rates, rates, ratios = [], {n: [] for n in mounts}, {n: [] for n in mounts}
+            src_rates = []
+            rates, ratios, cpu_ratios, daemon_us = ({n: [] for n in mounts} for _ in range(4))
             for _ in range(args.repeat):
                 warm(files)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 n_src = on_source()
                 src_rate = n_src / (time.perf_counter() - t)
+                src_cpu = time.process_time() - c
                 src_rates.append(src_rate)
                 for name, mnt in mounts.items():
                     warm(files)
                     run = on_mount(mnt)
-                    t = time.perf_counter()
+                    d = cpu_seconds(daemons[name].pid)
+                    t, c = time.perf_counter(), time.process_time()
                     n = run()
                     rate = n / (time.perf_counter() - t)
+                    cpu = time.process_time() - c
                     assert n == n_src, (n, n_src)
                     rates[name].append(rate)
                     ratios[name].append(rate / src_rate)
+                    cpu_ratios[name].append(src_cpu / cpu)
+                    daemon_us[name].append((cpu_seconds(daemons[name].pid) - d) / n * 1e6)
             line = f"{what:36s} {statistics.median(src_rates):13,.0f}"
             for name in mounts:
-                r = ratios[name]
-                line += f" {statistics.median(rates[name]):12,.0f} {statistics.median(r):8.2f} {min(r):4.2f}-{max(r):4.2f}"
+                r, cr = ratios[name], cpu_ratios[name]
+                line += (f" {statistics.median(rates[name]):12,.0f} {statistics.median(r):8.2f} {min(r):4.2f}-{max(r):4.2f}"
+                         f" {statistics.median(cr):12.2f} {min(cr):4.2f}-{max(cr):4.2f} {statistics.median(daemon_us[name]):12.2f}")
             print(line, flush=True)
         print(f"load after {' '.join(open('/proc/loadavg').read().split()[:3])}")
     finally:
