@@ -47,6 +47,11 @@ type Config struct {
 	// and root may (see feedback_perm.go).
 	FeedbackGroup *uint32
 	Debug         bool
+	// PageCache has the kernel keep the parts' pages in its page cache and
+	// read ahead of each reader, as before direct I/O was the default:
+	// faster for readers of a few KiB at a time, slower for readers of 64
+	// KiB or more (see rootNode.openFlags).
+	PageCache bool
 
 	// PanicOnLookup is a test hook, never set in normal use: when it is not
 	// empty, a lookup of exactly this name in the root panics, so that the
@@ -150,6 +155,9 @@ func Mount(ctx context.Context, cfg Config) (*Server, error) {
 			// path would only add a copy and, with a small pipe-max-size, log
 			// an error on every 1 MiB reply.
 			DisableSplice: true,
+			// Parts are opened with direct I/O (rootNode.openFlags); this
+			// lets readers map them all the same, through the page cache.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 			// Root can mount without the setuid helper.
 			DirectMount: os.Geteuid() == 0,
 			AllowOther:  cfg.AllowOther,

@@ -37,6 +37,8 @@ type rootNode struct {
 	served, sliced atomic.Int64
 	// inodes counts the live nodes below the root (see counted).
 	inodes atomic.Int64
+	// direct counts the parts open with direct I/O (openFlags).
+	direct atomic.Int64
 	forget *forgetter
 }
 
@@ -224,10 +226,49 @@ func (p *partNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		p.root.cfg.Logger.Error("open: no plan", "err", err)
 		return nil, 0, syscall.EIO
 	}
+	h := &partHandle{s: s, log: p.root.cfg.Logger, node: p}
+	return h, p.root.openFlags(h), 0
+}
+
+// openFlags are the flags of the part h opens: direct I/O while fewer
+// than maxDirect parts are open so, else (and always with
+// Config.PageCache) the kernel's page cache.
+//
+// With direct I/O the kernel copies a reply straight into the reader's
+// buffer. Through the page cache it first takes a fresh page for every 4
+// KiB its readahead asks for, copies the reply into it, copies it again to
+// the reader, and frees it when dropBehind asks: on warm epochs of 1 KiB
+// records the reader's CPU was mostly page allocation and a tenth of the
+// daemon's went to freeing, and direct I/O served epochs several times
+// faster (BENCHMARKS.md, "Issue 25: the reader's side"). The price is a
+// round trip per read(2): a reader of 4 KiB at a time is slower, one of 64
+// KiB or more (a part's st_blksize is 1 MiB, which stdio, Python and cat
+// read by) faster. A mapped part is still read through the page cache
+// (CAP_DIRECT_IO_ALLOW_MMAP), and dropBehind drops its passed pages.
+//
+// The kernel bounds the reads it sends for the page cache's readahead
+// (maxBackground), but not direct reads: one each per reader. Beyond
+// maxDirect open parts, 256 direct readers at --max-memory 16MiB took the
+// daemon's heap to its soft limit and past the memory bound (81 MiB, 568
+// MiB with the race detector, against 63 and 205 through the page
+// cache), so further parts go through the page cache.
+func (r *rootNode) openFlags(h *partHandle) uint32 {
+	if !r.cfg.PageCache && r.direct.Add(1) <= maxDirect {
+		h.direct = true
+		return fuse.FOPEN_DIRECT_IO
+	}
+	if !r.cfg.PageCache {
+		r.direct.Add(-1)
+	}
 	// The bytes of a part never change, so pages cached by the kernel from
 	// an earlier open stay valid.
-	return &partHandle{s: s, log: p.root.cfg.Logger, node: p}, fuse.FOPEN_KEEP_CACHE, 0
+	return fuse.FOPEN_KEEP_CACHE
 }
+
+// maxDirect bounds the parts open with direct I/O at once (openFlags): as
+// many as the kernel sends readahead requests at once, so that direct
+// readers have no more reads in flight than cached ones.
+const maxDirect = maxBackground
 
 type partHandle struct {
 	s    *shuffler.Stream
@@ -236,6 +277,9 @@ type partHandle struct {
 	// dropped is the end of the range of the part that Read last asked
 	// the kernel to drop from its cache.
 	dropped atomic.Int64
+	// direct is set when the part was opened with direct I/O, and counted
+	// in its root's direct.
+	direct bool
 }
 
 var (
@@ -243,14 +287,19 @@ var (
 	_ gofs.FileReleaser = (*partHandle)(nil)
 )
 
-// The kernel keeps every page of a part it has read until the file is
-// closed: a whole epoch, gigabytes, that nobody reads again, pushing the
-// source files out of the page cache. Worse, each reply is then copied into
-// pages the kernel has to find anew, which measured slower than the rest of
+// Pages of a part that the kernel caches (past maxDirect open parts, with
+// Config.PageCache, or a mapped part) stay until the file is closed: a
+// whole epoch, gigabytes, that nobody reads again, pushing the source
+// files out of the page cache. Worse, each reply is then copied into pages
+// the kernel has to find anew, which measured slower than the rest of
 // serving the read (BENCHMARKS.md). So Read has the kernel drop what lies
 // more than keepBehind behind the furthest read, in steps of dropStep,
 // and the kernel copies replies into pages it just freed. A reader that
 // steps back further is served again by the daemon, with the same bytes.
+// Larger steps make the notification a smaller share of the daemon's CPU
+// (17% at 32 MiB, 1% at 1 GiB) but not the epoch faster, since the kernel
+// frees each page whoever asks, and let a part hold more of the page
+// cache (BENCHMARKS.md, "Issue 25: the reader's side").
 const (
 	keepBehind = 16 << 20
 	dropStep   = 32 << 20
@@ -338,6 +387,9 @@ func (h *partHandle) dropBehind(end int64) {
 
 func (h *partHandle) Release(ctx context.Context) syscall.Errno {
 	h.s.Close()
+	if h.direct {
+		h.node.root.direct.Add(-1)
+	}
 	// An epoch is read once: keeping its pages in the kernel's cache after
 	// the reader is done would only push out the source files' pages, which
 	// the next epoch needs. Dropped from a goroutine, since the kernel may
