@@ -33,8 +33,9 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 	ix := &index.Index{Root: root, Files: []index.File{{Path: "f", Size: 100_000, Mtime: 1}}}
 	data := bytes.Repeat([]byte{7}, 100)
 	for i := range 10 {
-		// Every block holds data, as its CRC says.
-		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
+		// Every block holds data, as its CRC says; each starts a page,
+		// so that their entries take the same room.
+		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(4096 * (3 + i)), Len: 100, CRC: formats.UpdateChecksum(0, data)})
 	}
 	c, err := Open(ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
 	if err != nil {
@@ -45,16 +46,16 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 		b := ix.Blocks[id]
 		return Extent{File: 0, Block: id, Off: b.Offset, Len: b.Len}
 	}
-	c.max = int64(capacity) * int64(diskHeader+len(c.key(ext(0)))+100)
+	c.max = int64(capacity) * entrySize(len(c.key(ext(0))), ext(0))
 	dst := make([]byte, 100)
 	for e, blocks := range plan {
 		for _, id := range blocks {
-			if c.read(ext(id), dst) {
+			if c.read(ext(id), dst, nil) {
 				hits++
 				continue
 			}
 			key := c.key(ext(id))
-			c.store(diskJob{name: nameOf(key), key: key, block: id, epoch: e, data: data})
+			c.store(diskJob{name: nameOf(key), key: key, ext: ext(id), epoch: e, data: data})
 		}
 	}
 	for _, ent := range c.entries {

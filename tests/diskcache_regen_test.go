@@ -167,20 +167,22 @@ func TestDiskCacheEntryWithItsRecordsSwappedIsRefetchedNeverServed(t *testing.T)
 }
 
 // swapFirstRecords swaps the first two TFRecord frames of the data of the
-// disk-cache entry at path (magic, CRC32C, key length, data length, key,
-// data) and writes the entry's CRC of the new data, as a cache filled from
-// other valid records under the same key would hold it.
+// disk-cache entry at path (magic, CRC32C, key length, data length, lead,
+// key, zeros to a page boundary, lead zeros, data) and writes the entry's
+// CRC of the new data, as a cache filled from other valid records under
+// the same key would hold it.
 func swapFirstRecords(t *testing.T, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) < 24 || string(b[:8]) != "corgidc1" {
+	if len(b) < 28 || string(b[:8]) != "corgidc2" {
 		t.Fatalf("%s is not a disk-cache entry", path)
 	}
 	klen := int(binary.LittleEndian.Uint32(b[12:]))
-	data := b[24+klen:]
+	lead := int(binary.LittleEndian.Uint32(b[24:]))
+	data := b[(28+klen+4095)&^4095+lead:]
 	if int(binary.LittleEndian.Uint64(b[16:])) != len(data) {
 		t.Fatalf("%s: data length differs from its header", path)
 	}
