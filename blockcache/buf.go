@@ -123,7 +123,7 @@ func MinMemory(ix *index.Index, o LoaderOptions, records bool) int64 {
 		}
 		return m
 	}
-	direct := readsDirect(ix, o) || pagesFor(o.DiskCache)
+	direct := readsDirect(ix, o) || pagesFor(ix, o.DiskCache)
 	for _, blk := range ix.Blocks {
 		_, span := placeBlock(blk, int64(len(ix.Tail(blk))), direct)
 		m = max(m, span)

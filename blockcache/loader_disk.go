@@ -44,7 +44,7 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 	}
 	de := diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}
 	var ok bool
-	if pt, pages := l.tier.disk.(diskcache.PageTier); pages {
+	if pt, pages := l.tier.disk.(diskcache.PageTier); pages && l.placesPages() {
 		lead := e.off - index.AlignDown(e.off)
 		ok = pt.ReadExtentPages(de, b.Data[e.at-lead:e.at-lead+index.AlignUp(lead+e.n)])
 	} else {
@@ -64,12 +64,14 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 // its own at its offset within a page of its file (placeBlock): for reads
 // with O_DIRECT, from the source or from a disk cache that reads into
 // pages.
-func (l *Loader) placesPages() bool { return l.fetch.direct || pagesFor(l.tier.disk) }
+func (l *Loader) placesPages() bool { return l.fetch.direct || pagesFor(l.ix, l.tier.disk) }
 
-// pagesFor reports whether t, a loader's disk cache, reads into pages.
-func pagesFor(t diskcache.Tier) bool {
+// pagesFor reports whether t, a loader's disk cache, reads the blocks of
+// ix into pages: blocks of index.MinDirectBlock or more, as for direct
+// reads from a local source; smaller ones would pay too many pages.
+func pagesFor(ix *index.Index, t diskcache.Tier) bool {
 	_, ok := t.(diskcache.PageTier)
-	return ok
+	return ok && ix.BlockSize >= index.MinDirectBlock
 }
 
 // fetched counts a read of extent e of b from the source that made gets

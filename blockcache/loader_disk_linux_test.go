@@ -11,13 +11,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A loader with a disk cache places every block in pages of its own, at
-// its offset within a page of its file, and the cache reads an entry that
-// is not in the page cache straight into them with O_DIRECT: every byte of
-// every block is served from there, as the source has it, none read from
-// the source.
+// A loader with a disk cache and blocks of index.MinDirectBlock places
+// every block in pages of its own, at its offset within a page of its
+// file, and the cache reads an entry that is not in the page cache
+// straight into them with O_DIRECT (those of half a MinDirectBlock or more;
+// a file's shorter last block is read through the page cache): every
+// byte of every block is served from there, as the source has it, none
+// read from the source.
 func TestDiskCacheReadsColdEntriesStraightIntoTheBlocksPages(t *testing.T) {
-	f := newLoaderFixture(t)
+	root, files := blocktest.Dataset(t, 25, 4, 450, 10000)
+	f := &loaderFixture{root, files, build(t, root, index.Options{BlockSize: index.MinDirectBlock})}
+	var paged int64
+	for _, b := range f.ix.Blocks {
+		if b.Len >= index.MinDirectBlock/2 {
+			paged += b.Len
+		}
+	}
+	if paged == 0 || paged == f.total() {
+		t.Fatalf("%d of %d bytes in paged entries: the test needs paged and compact ones", paged, f.total())
+	}
 	dir := filepath.Join(t.TempDir(), "dc")
 	var log blocktest.LockedBuffer
 	l, dc := diskLoader(t, f, dir, &log)
@@ -58,7 +70,8 @@ func TestDiskCacheReadsColdEntriesStraightIntoTheBlocksPages(t *testing.T) {
 		}
 	}
 	s := l2.Stats()
-	if s.SourceRequests != 0 || s.DiskCache.DirectBytes != f.total() || s.DiskCache.Damaged != 0 {
-		t.Fatalf("%d source requests, disk cache %+v: want every block's %d bytes read directly from the cache", s.SourceRequests, *s.DiskCache, f.total())
+	if s.SourceRequests != 0 || s.DiskCache.HitBytes != f.total() || s.DiskCache.DirectBytes != paged || s.DiskCache.Damaged != 0 {
+		t.Fatalf("%d source requests, disk cache %+v: want every block's %d bytes from the cache, the %d of paged entries read directly",
+			s.SourceRequests, *s.DiskCache, f.total(), paged)
 	}
 }

@@ -36,29 +36,30 @@ import (
 //	crc     4 bytes, CRC32C of the data (little endian)
 //	keylen  4 bytes
 //	datalen 8 bytes
-//	lead    4 bytes, the block's offset within a page of its source file
+//	lead    4 bytes
 //	key     keylen bytes
-//	zeros   up to a page boundary (headerSize)
-//	zeros   lead bytes
+//	zeros   up to a page boundary, and lead more (paged entries only)
 //	data    datalen bytes
 //
 // and is written as a new file renamed into place (cacheDir.write). A torn,
 // truncated or rotten entry fails its length or CRC check when read; it is
 // then removed, logged and the block read from the source again.
 //
-// The data sits at the same offset within a page as the block in its
-// source file, where a loader that reads directly places it in its slab
-// (blockcache's placeBlock): so a cold entry is read with O_DIRECT, header
-// and data in one preadv, straight into the block's own pages of the slab
-// (ReadExtentPages). Read through the page cache, as the first format
+// An entry of a block of at least half index.MinDirectBlock is paged
+// (layout): its data sits at the same offset within a page (lead) as the
+// block in its source file, where a loader of such blocks places it in its
+// slab (blockcache's placeBlock), so that a cold entry is read with
+// O_DIRECT, header and data in one preadv, straight into the block's own
+// pages (ReadExtentPages). Read through the page cache, as the first format
 // ("corgidc1": the data right after the key) was, a cold entry cost the
-// kernel twice the CPU of a local block (page-cache pages allocated and
-// copied: issue 25's profile, 85% pread), and an epoch from the cache ran at
-// 0.41–1.04× a cold local one. An entry found mostly in the page cache (just
-// written) is still copied from there. Entries of the first format are
-// never read: names are hashed with the magic (nameOf), so theirs name no
-// block of this format; they are evicted before any other (no plan reads
-// them) and so re-filled in the new format.
+// kernel three times the CPU (page-cache pages allocated, then copied:
+// issue 25's profile, 85% pread) and ran at a third of the speed
+// (BenchmarkColdEntries). An entry found mostly in the page cache (just
+// written) is still copied from there. A smaller block's entry is compact
+// (lead 0, no padding): a page of padding would double it. Entries of the
+// first format are never read: names are hashed with the magic (nameOf),
+// so theirs name no block of this format; they are evicted before any
+// other (no plan reads them) and their blocks cached again.
 //
 // Entries are written by a few goroutines from copies of the loaded bytes,
 // so a load does not wait for each write. The copies waiting are bounded

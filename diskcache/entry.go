@@ -14,39 +14,54 @@ import (
 	"github.com/corgifs/corgifs/source"
 )
 
-// headerSize is the bytes of an entry before its lead: the fixed fields
-// and a key of keyLen bytes, rounded up to a page, so that the data's page
-// starts at a page boundary of the file.
-func headerSize(keyLen int) int { return int(index.AlignUp(int64(diskHeader + keyLen))) }
+// pagedMin is the length from which an extent's entry is laid out in
+// pages: its header padded to a page, its data at the block's offset
+// within a page, so that it can be read with O_DIRECT into a loader's
+// slab. A loader places blocks that way from index.MinDirectBlock on;
+// blocks are cut at record boundaries, so those of such an index may be a
+// little shorter, and half of it keeps them. A shorter extent's entry is
+// compact (its data right after its key): a page of padding would double
+// the entry of a block of a few KiB.
+const pagedMin = index.MinDirectBlock / 2
 
-// leadOf is the offset of extent e's first byte within its page, in its
-// source file and in its entry: that of a loader's slab that reads directly
-// (blockcache's placeBlock).
-func leadOf(e Extent) int { return int(e.Off - index.AlignDown(e.Off)) }
+// layout returns the bytes of the entry of extent e under a key of keyLen
+// bytes before its lead (the header, padded to a page if paged), and its
+// lead: the zeros between the header and the data, the offset of e's first
+// byte within its page in its source file, as in a loader's slab that
+// reads directly (blockcache's placeBlock); 0 for a compact entry.
+func layout(keyLen int, e Extent) (header, lead int) {
+	if e.Len < pagedMin {
+		return diskHeader + keyLen, 0
+	}
+	return int(index.AlignUp(int64(diskHeader + keyLen))), int(e.Off - index.AlignDown(e.Off))
+}
 
 // entrySize is the size of the file of the entry of extent e under a key
 // of keyLen bytes.
 func entrySize(keyLen int, e Extent) int64 {
-	return int64(headerSize(keyLen)+leadOf(e)) + e.Len
+	h, lead := layout(keyLen, e)
+	return int64(h+lead) + e.Len
 }
 
-// putHeader fills hdr, headerSize(len(key))+lead bytes, with the header
-// of an entry holding data of extent e under key, padding included.
+// putHeader fills hdr, the bytes before the data of the entry of extent e
+// under key (layout), with its header and padding.
 func putHeader(hdr, key []byte, e Extent, crc uint32) {
+	_, lead := layout(len(key), e)
 	clear(hdr)
 	copy(hdr, diskMagic)
 	binary.LittleEndian.PutUint32(hdr[8:], crc)
 	binary.LittleEndian.PutUint32(hdr[12:], uint32(len(key)))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(e.Len))
-	binary.LittleEndian.PutUint32(hdr[24:], uint32(leadOf(e)))
+	binary.LittleEndian.PutUint32(hdr[24:], uint32(lead))
 	copy(hdr[diskHeader:], key)
 }
 
-// checkHeader checks hdr, the headerSize(len(key)) bytes read from the
-// start of an entry, and pad, the lead bytes before its data, for an entry
-// of extent e under key; it returns the CRC32C the header holds, and why
-// the entry cannot be used, or "".
+// checkHeader checks hdr, the header bytes read from the start of an
+// entry (layout), and pad, the lead bytes before its data, for an entry of
+// extent e under key; it returns the CRC32C the header holds, and why the
+// entry cannot be used, or "".
 func checkHeader(hdr, pad, key []byte, e Extent) (uint32, string) {
+	_, want := layout(len(key), e)
 	if string(hdr[:8]) != diskMagic {
 		return 0, "not an entry of this format (bad magic)"
 	}
@@ -60,8 +75,8 @@ func checkHeader(hdr, pad, key []byte, e Extent) (uint32, string) {
 	if dlen != uint64(e.Len) {
 		return 0, fmt.Sprintf("holds %d bytes, the block has %d", dlen, e.Len)
 	}
-	if int(lead) != leadOf(e) {
-		return 0, fmt.Sprintf("its data starts %d bytes into a page, the block's %d", lead, leadOf(e))
+	if int(lead) != want {
+		return 0, fmt.Sprintf("its data starts %d bytes into a page, want %d", lead, want)
 	}
 	if !zeros(hdr[diskHeader+len(key):]) || !zeros(pad) {
 		return 0, "its padding is not zeros"

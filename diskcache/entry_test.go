@@ -15,9 +15,39 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/slab"
 	"golang.org/x/sys/unix"
 )
+
+// newPagedFixture is a dataset of four files of about 2 MiB indexed in
+// blocks of 1 MiB: each file has two blocks with paged entries and a
+// shorter last one with a compact entry.
+func newPagedFixture(t *testing.T) *diskFixture {
+	t.Helper()
+	root, files := blocktest.Dataset(t, 25, 4, 450, 10000)
+	ix, err := index.Build(t.Context(), blocktest.Dir(t, root, false), index.Options{BlockSize: index.MinDirectBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &diskFixture{files, ix}
+	var paged, compact int
+	for id := range ix.Blocks {
+		if f.ext(id).Len >= pagedMin {
+			paged++
+		} else {
+			compact++
+		}
+	}
+	if paged == 0 || compact == 0 {
+		t.Fatalf("%d paged and %d compact entries: the test needs both", paged, compact)
+	}
+	return f
+}
+
+// pageLead is the offset of e's first byte within its page, in its file
+// and in a slab that places blocks in pages.
+func pageLead(e Extent) int64 { return e.Off - index.AlignDown(e.Off) }
 
 // fill stores every block of f in c, as the writers do.
 func (f *diskFixture) fill(c *Cache) {
@@ -47,7 +77,7 @@ func (f *diskFixture) pages(t *testing.T) *pages {
 	for id := range f.ix.Blocks {
 		e := f.ext(id)
 		p.at = append(p.at, n)
-		n += index.AlignUp(int64(leadOf(e)) + e.Len)
+		n += index.AlignUp(pageLead(e) + e.Len)
 	}
 	var err error
 	if p.mem, err = slab.Map(n); err != nil {
@@ -58,13 +88,13 @@ func (f *diskFixture) pages(t *testing.T) *pages {
 }
 
 // read reads block id from c into its pages with ReadExtentPages, after
-// dropping its entry from the page cache, so that it is read directly, or
-// with ReadExtent if buffered; it returns whether c served it and the
-// bytes there.
+// dropping its entry from the page cache, so that a paged one is read
+// directly, or with ReadExtent if buffered; it returns whether c served it
+// and the bytes there.
 func (p *pages) read(t *testing.T, c *Cache, f *diskFixture, id int, buffered bool) (bool, []byte) {
 	t.Helper()
 	e := f.ext(id)
-	lead := int64(leadOf(e))
+	lead := pageLead(e)
 	win := p.mem[p.at[id] : p.at[id]+index.AlignUp(lead+e.Len)]
 	dst := win[lead : lead+e.Len]
 	clear(win)
@@ -106,93 +136,87 @@ func olderEntry(key, data []byte) (string, []byte) {
 }
 
 // TestDiskCacheServesAnEntryOnlyIntactAndOfItsOwnBlockReadDirectlyOrNot
-// damages the entries of every block in one of many ways — cut inside its
-// header or its data, bytes added, a byte flipped anywhere, replaced by
-// another block's entry, by the block's entry in the older format, or by
-// zeros — and reads each, directly into pages and through the page cache:
-// an intact entry is served with the block's bytes (read directly when
-// not in the page cache), any other is refused, counted as damaged and
-// removed, and, offered again as a fetch from the source would, is served
-// again.
+// damages the entries of every block, paged and compact, in one of many
+// ways — cut inside its header or its data, a byte added, a byte flipped
+// anywhere, replaced by another block's entry, by the block's entry in the
+// older format, or by zeros — and reads each, directly into pages and
+// through the page cache: an intact entry is served with the block's bytes
+// (a paged one not in the page cache read directly), any other is refused,
+// counted as damaged and removed, and, offered again as a fetch from the
+// source would, is served again.
 func TestDiskCacheServesAnEntryOnlyIntactAndOfItsOwnBlockReadDirectlyOrNot(t *testing.T) {
-	f := newDiskFixture(t)
+	f := newPagedFixture(t)
 	c, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	f.fill(c)
 	p := f.pages(t)
 	r := rand.New(rand.NewPCG(25, 3))
 	damages := []string{"intact", "cut in header", "cut in data", "appended", "flipped byte", "another block's", "older format", "zeros"}
 	var damaged, direct int64
-	for id := range f.ix.Blocks {
-		e := f.ext(id)
-		key := c.key(e)
-		path := filepath.Join(c.path, nameOf(key).String())
-		old, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := headerSize(len(key)) + leadOf(e)
-		var b []byte
-		kind := damages[id%len(damages)]
-		switch kind {
-		case "intact":
-			b = old
-		case "cut in header":
-			b = old[:r.IntN(h)]
-		case "cut in data":
-			b = old[:h+r.IntN(int(e.Len))]
-		case "appended":
-			b = append(old, 0)
-		case "flipped byte":
-			b = bytes.Clone(old)
-			b[r.IntN(len(b))] ^= 1 << r.IntN(8)
-		case "another block's":
-			other := (id + 1 + r.IntN(len(f.ix.Blocks)-1)) % len(f.ix.Blocks)
-			if b, err = os.ReadFile(filepath.Join(c.path, nameOf(c.key(f.ext(other))).String())); err != nil {
+	for round, buffered := range []bool{false, true} {
+		f.fill(c)
+		for id := range f.ix.Blocks {
+			e := f.ext(id)
+			key := c.key(e)
+			path := filepath.Join(c.path, nameOf(key).String())
+			old, err := os.ReadFile(path)
+			if err != nil {
 				t.Fatal(err)
 			}
-		case "older format":
-			_, b = olderEntry(key, f.bytes(f.ix.Blocks[id]))
-		case "zeros":
-			b = make([]byte, len(old))
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		buffered := id%2 == 1
-		ok, got := p.read(t, c, f, id, buffered)
-		want := f.bytes(f.ix.Blocks[id])
-		what := fmt.Sprintf("block %d, entry %s, buffered %v", id, kind, buffered)
-		if kind == "intact" {
-			if !ok || !bytes.Equal(got, want) {
+			h, lead := layout(len(key), e)
+			var b []byte
+			kind := damages[(id+round)%len(damages)]
+			switch kind {
+			case "intact":
+				b = old
+			case "cut in header":
+				b = old[:r.IntN(h+lead)]
+			case "cut in data":
+				b = old[:h+lead+r.IntN(int(e.Len))]
+			case "appended":
+				b = append(old, 0)
+			case "flipped byte":
+				b = bytes.Clone(old)
+				b[r.IntN(len(b))] ^= 1 << r.IntN(8)
+			case "another block's":
+				other := (id + 1 + r.IntN(len(f.ix.Blocks)-1)) % len(f.ix.Blocks)
+				if b, err = os.ReadFile(filepath.Join(c.path, nameOf(c.key(f.ext(other))).String())); err != nil {
+					t.Fatal(err)
+				}
+			case "older format":
+				_, b = olderEntry(key, f.bytes(f.ix.Blocks[id]))
+			case "zeros":
+				b = make([]byte, len(old))
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			paged := e.Len >= pagedMin
+			want := f.bytes(f.ix.Blocks[id])
+			what := fmt.Sprintf("block %d (paged %v), entry %s, buffered %v", id, paged, kind, buffered)
+			if kind != "intact" {
+				damaged++
+				if ok, _ := p.read(t, c, f, id, buffered); ok {
+					t.Fatalf("%s: served", what)
+				}
+				if _, err := os.Stat(path); !os.IsNotExist(err) {
+					t.Fatalf("%s: the refused entry is still there (%v)", what, err)
+				}
+				// Fetched from the source again, it is cached again.
+				c.store(diskJob{name: nameOf(key), key: key, ext: e, data: want})
+			}
+			if ok, got := p.read(t, c, f, id, buffered); !ok || !bytes.Equal(got, want) {
 				t.Fatalf("%s: served %v, bytes equal %v; want the block's bytes", what, ok, bytes.Equal(got, want))
 			}
-			if !buffered {
+			if paged && !buffered {
 				direct += e.Len
 			}
-			continue
-		}
-		damaged++
-		if ok {
-			t.Fatalf("%s: served", what)
-		}
-		if _, err := os.Stat(path); !os.IsNotExist(err) {
-			t.Fatalf("%s: the refused entry is still there (%v)", what, err)
-		}
-		// Fetched from the source again, it is cached and served again.
-		c.store(diskJob{name: nameOf(key), key: key, ext: e, data: want})
-		if ok, got := p.read(t, c, f, id, buffered); !ok || !bytes.Equal(got, want) {
-			t.Fatalf("%s, written again: served %v, bytes equal %v", what, ok, bytes.Equal(got, want))
-		}
-		if !buffered {
-			direct += e.Len
 		}
 	}
 	s := c.Stats()
-	if s.Damaged != damaged || s.Mismatched != 0 || s.DirectBytes != direct {
+	if s.Damaged != damaged || s.Mismatched != 0 || s.DirectBytes != direct || direct == 0 {
 		t.Fatalf("stats %+v: want %d damaged, 0 mismatched, %d bytes read directly", s, damaged, direct)
 	}
 }
@@ -204,7 +228,7 @@ func TestDiskCacheServesAnEntryOnlyIntactAndOfItsOwnBlockReadDirectlyOrNot(t *te
 // is served), and entries of this format written in their place evict
 // them, all of them, before any entry of this format.
 func TestDiskCacheNeverReadsEntriesOfTheOlderFormatAndEvictsThemFirst(t *testing.T) {
-	f := newDiskFixture(t)
+	f := newPagedFixture(t)
 	dir := filepath.Join(t.TempDir(), "dc")
 	c, err := Open(f.ix, Options{Dir: dir, MaxBytes: 1 << 30})
 	if err != nil {

@@ -33,9 +33,8 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 	ix := &index.Index{Root: root, Files: []index.File{{Path: "f", Size: 100_000, Mtime: 1}}}
 	data := bytes.Repeat([]byte{7}, 100)
 	for i := range 10 {
-		// Every block holds data, as its CRC says; each starts a page,
-		// so that their entries take the same room.
-		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(4096 * (3 + i)), Len: 100, CRC: formats.UpdateChecksum(0, data)})
+		// Every block holds data, as its CRC says.
+		ix.Blocks = append(ix.Blocks, index.Block{File: 0, Offset: int64(10_000 + 1000*i), Len: 100, CRC: formats.UpdateChecksum(0, data)})
 	}
 	c, err := Open(ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, NextUse: nu})
 	if err != nil {

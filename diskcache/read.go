@@ -105,8 +105,8 @@ func (c *Cache) scan() {
 // read fills dst with the bytes of extent e from the cache and reports
 // whether it did: false if there is no entry, or if the entry was damaged
 // (it is then removed, with a log line). If win is not nil, dst is
-// win[leadOf(e):][:e.Len], and win, page-aligned and e's own, may be
-// filled by a direct read (readEntry).
+// win[e.Off%source.DirectAlign:][:e.Len], and win, page-aligned and e's
+// own, may be filled by a direct read (readEntry).
 func (c *Cache) read(e Extent, dst, win []byte) bool {
 	if c == nil || c.dir == nil {
 		return false
@@ -169,13 +169,14 @@ func (c *Cache) read(e Extent, dst, win []byte) bool {
 }
 
 // readEntry reads entry name, of extent e, into dst and checks it against
-// key; it returns the CRC32C of the bytes read and why the entry cannot be
-// used, or "". With win (see read), an entry that is mostly not in the
-// page cache is read with O_DIRECT, header and data in one preadv into a
-// page-aligned header buffer and win; any other is read through the page
-// cache, header and data in one preadv too: on a cold entry the kernel sees
-// the whole entry asked for at once, not a small read, whose readahead
-// window is small, then the rest.
+// key; it returns the CRC32C of the bytes read, whether they were read
+// directly, and why the entry cannot be used, or "". With win (see read),
+// an entry laid out in pages (layout) that is mostly not in the page cache
+// is read with O_DIRECT, header and data in one preadv into a page-aligned
+// header buffer and win; any other is read through the page cache, header
+// and data in one preadv too: on a cold entry the kernel sees the whole
+// entry asked for at once, not a small read, whose readahead window is
+// small, then the rest.
 func (c *Cache) readEntry(name diskName, key []byte, e Extent, dst, win []byte) (crc uint32, direct bool, why string) {
 	f, err := c.dir.Open(name.String())
 	if err != nil {
@@ -185,7 +186,7 @@ func (c *Cache) readEntry(name diskName, key []byte, e Extent, dst, win []byte) 
 		return 0, false, err.Error()
 	}
 	defer f.Close()
-	h, lead := headerSize(len(key)), leadOf(e)
+	h, lead := layout(len(key), e)
 	size := int64(h+lead) + e.Len
 	buf, pooled := c.hdrs.get(h + lead)
 	if pooled {
@@ -195,7 +196,7 @@ func (c *Cache) readEntry(name diskName, key []byte, e Extent, dst, win []byte) 
 	var pad []byte
 	var got int
 	var rerr error
-	if win != nil && !c.noDirect.Load() && uncached(f, size) {
+	if win != nil && e.Len >= pagedMin && !c.noDirect.Load() && uncached(f, size) {
 		switch got, rerr = readEntryDirect(f, hdr, win[:index.AlignUp(int64(lead)+e.Len)]); {
 		case errors.Is(rerr, source.ErrNoDirect):
 			if c.noDirect.CompareAndSwap(false, true) {

@@ -55,7 +55,7 @@ func BenchmarkColdEntries(b *testing.B) {
 	var span int64
 	at := make([]int64, blocks)
 	for id := range blocks {
-		lead := int64(leadOf(ext(id)))
+		lead := pageLead(ext(id))
 		at[id] = span + lead
 		span += index.AlignUp(lead + size)
 	}
@@ -100,7 +100,7 @@ func BenchmarkColdEntries(b *testing.B) {
 							dst := mem[at[id] : at[id]+size]
 							var ok bool
 							if mode == "pages" {
-								lead := int64(leadOf(e))
+								lead := pageLead(e)
 								ok = c.ReadExtentPages(e, mem[at[id]-lead:at[id]-lead+index.AlignUp(lead+size)])
 							} else {
 								ok = c.ReadExtent(e, dst)

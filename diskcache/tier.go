@@ -1,5 +1,7 @@
 package diskcache
 
+import "github.com/corgifs/corgifs/index"
+
 // Tier is the disk cache as the loader sees it (Cache is one):
 // where it looks for the stored bytes of an extent before it reads them
 // from the source, and where it offers those it read and checked.
@@ -17,9 +19,10 @@ type Tier interface {
 
 // PageTier is a Tier that can read an extent straight from its disk into
 // whole pages of the loader's memory, around the page cache (Cache is
-// one). A loader that has one places every block at the offset within a
-// page it has in its file, with pages of its own (blockcache's placeBlock),
-// and reads it with ReadExtentPages.
+// one). A loader that has one, with blocks of at least
+// index.MinDirectBlock, places every block at the offset within a page it
+// has in its file, with pages of its own (blockcache's placeBlock), and
+// reads it with ReadExtentPages.
 type PageTier interface {
 	Tier
 	// ReadExtentPages is ReadExtent into win[e.Off%source.DirectAlign:]
@@ -47,8 +50,8 @@ func (c *Cache) ReadExtent(e Extent, dst []byte) bool { return c.read(e, dst, ni
 
 // ReadExtentPages implements PageTier.
 func (c *Cache) ReadExtentPages(e Extent, win []byte) bool {
-	lead := leadOf(e)
-	return c.read(e, win[lead:int64(lead)+e.Len], win)
+	lead := e.Off - index.AlignDown(e.Off)
+	return c.read(e, win[lead:lead+e.Len], win)
 }
 
 // OfferExtent queues data, the bytes of e, for writing (see offer).

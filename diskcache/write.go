@@ -145,7 +145,8 @@ func (c *Cache) store(j diskJob) {
 		return
 	}
 	err := c.dir.WriteFile(j.name.String(), func(w io.Writer) error {
-		hdr := make([]byte, headerSize(len(j.key))+leadOf(j.ext))
+		h, lead := layout(len(j.key), j.ext)
+		hdr := make([]byte, h+lead)
 		putHeader(hdr, j.key, j.ext, formats.UpdateChecksum(0, j.data))
 		if _, err := w.Write(hdr); err != nil {
 			return err
