@@ -14,6 +14,7 @@ import (
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/slab"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkColdEntries reads entries of 1 MiB blocks that are not in the
@@ -65,17 +66,23 @@ func BenchmarkColdEntries(b *testing.B) {
 	}
 	defer func() { slab.Unmap(mem) }()
 	for _, v := range []struct {
-		mode    string
-		readers int
-		fresh   bool
-	}{{"pages", 8, false}, {"pages", 24, false}, {"pages", 64, false}, {"buffered", 4, false}, {"buffered", 24, false}, {"buffered", 64, false},
-		{"pages", 24, true}, {"buffered", 24, true}} {
+		mode          string
+		readers       int
+		fresh, advise bool
+	}{{"pages", 8, false, false}, {"pages", 24, false, false}, {"pages", 64, false, false},
+		{"buffered", 4, false, false}, {"buffered", 24, false, false}, {"buffered", 64, false, false},
+		{"buffered", 24, false, true}, {"pages", 24, true, false}, {"buffered", 24, true, false}} {
 		mode, readers := v.mode, v.readers
 		name := fmt.Sprintf("%s-%d", mode, readers)
 		if v.fresh {
 			// A new slab each time, as a loader maps one per buffer: the
 			// reads fault its pages in.
 			name += "-fresh-slab"
+		}
+		if v.advise {
+			// Every entry of the buffer hinted (POSIX_FADV_WILLNEED)
+			// before the reads, as a loader could when a load starts.
+			name += "-willneed"
 		}
 		b.Run(name, func(b *testing.B) {
 			var cpu float64
@@ -91,6 +98,9 @@ func BenchmarkColdEntries(b *testing.B) {
 				var ru0, ru1 syscall.Rusage
 				syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 				b.StartTimer()
+				if v.advise {
+					willNeed(b, dir)
+				}
 				var next, failed atomic.Int64
 				var wg sync.WaitGroup
 				for range readers {
@@ -138,5 +148,23 @@ func evict(b *testing.B, dir string) {
 	}
 	for _, de := range des {
 		dropPages(b, filepath.Join(dir, de.Name()))
+	}
+}
+
+// willNeed asks the kernel to read every entry in dir into the page cache,
+// without waiting for it.
+func willNeed(b *testing.B, dir string) {
+	b.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, de := range des {
+		fd, err := unix.Open(filepath.Join(dir, de.Name()), unix.O_RDONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Fadvise(fd, 0, 0, unix.FADV_WILLNEED)
+		unix.Close(fd)
 	}
 }
