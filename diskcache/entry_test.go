@@ -8,15 +8,18 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/internal/slab"
+	"github.com/corgifs/corgifs/source"
 	"golang.org/x/sys/unix"
 )
 
@@ -279,5 +282,47 @@ func TestDiskCacheNeverReadsEntriesOfTheOlderFormatAndEvictsThemFirst(t *testing
 	}
 	if s := c.Stats(); s.Written != int64(len(olds)) || s.NotAdmitted != 0 {
 		t.Fatalf("stats %+v: want every block written", s)
+	}
+}
+
+// TestDiskCacheReadsThroughThePageCacheOnceADirectReadIsRefused: a direct
+// read the kernel refuses (here memory a byte off a page boundary, as a
+// file system without O_DIRECT refuses every one) is made again through
+// the page cache and served, logged once; later entries are read through
+// the page cache without trying.
+func TestDiskCacheReadsThroughThePageCacheOnceADirectReadIsRefused(t *testing.T) {
+	f := newPagedFixture(t)
+	var log blocktest.LockedBuffer
+	c, err := Open(f.ix, Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f.fill(c)
+	var n int
+	for id := range f.ix.Blocks {
+		e := f.ext(id)
+		if e.Len < pagedMin {
+			continue
+		}
+		n++
+		dropPages(t, filepath.Join(c.path, nameOf(c.key(e)).String()))
+		lead := pageLead(e)
+		mem, err := slab.Map(index.AlignUp(lead+e.Len) + 2*source.DirectAlign)
+		if err != nil {
+			t.Fatal(err)
+		}
+		win := mem[1 : 1+index.AlignUp(lead+e.Len)]
+		if !c.read(e, win[lead:lead+e.Len], win) || !bytes.Equal(win[lead:lead+e.Len], f.bytes(f.ix.Blocks[id])) {
+			t.Fatalf("block %d: not served, or not its bytes", id)
+		}
+		slab.Unmap(mem)
+	}
+	s := c.Stats()
+	if s.Hits != int64(n) || s.DirectBytes != 0 || s.Damaged != 0 {
+		t.Fatalf("stats %+v: want %d hits, none read directly, no damage", s, n)
+	}
+	if got := strings.Count(log.String(), "refused a direct read"); n < 2 || got != 1 {
+		t.Fatalf("%d log lines about refused direct reads after %d entries, want 1:\n%s", got, n, log.String())
 	}
 }

@@ -75,15 +75,15 @@ func uncached(f *os.File, size int64) bool {
 // readEntryDirect reads hdr then win, both page-aligned and whole pages,
 // from the start of f with O_DIRECT, in one preadv (more only if the
 // kernel returns less before the end of the file), and returns the bytes
-// read. It leaves f in O_DIRECT mode: f is closed after. An error
-// wrapping source.ErrNoDirect says that f's file system refuses direct
-// reads, and nothing was read.
+// read. It leaves f in O_DIRECT mode (f is closed after) but when it
+// returns an error wrapping source.ErrNoDirect: f's file system refuses
+// direct reads, nothing was read, and f reads through the page cache.
 func readEntryDirect(f *os.File, hdr, win []byte) (int, error) {
 	fd := int(f.Fd())
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err == nil {
-		// Without O_NONBLOCK, which cachedir opens with (a fifo put in
-		// place of an entry must not block the open).
+		// Without O_NONBLOCK, which cachedir opens with: a direct read
+		// waits for the disk.
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, (fl|unix.O_DIRECT)&^unix.O_NONBLOCK)
 	}
 	if err != nil {
@@ -103,6 +103,9 @@ func readEntryDirect(f *os.File, hdr, win []byte) (int, error) {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EINVAL) && got == 0:
+			// Back to reads through the page cache, which the caller
+			// makes next.
+			unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
 			return 0, fmt.Errorf("direct read of %s: %w: %w", f.Name(), err, source.ErrNoDirect)
 		case err != nil:
 			return got, err
