@@ -104,8 +104,11 @@ type variant struct {
 	// Per run: the seconds of the epoch from the disk cache, those to its
 	// first byte, and the daemon's CPU seconds.
 	secs, first, cpu []float64
-	gets             []int64 // per run: source bytes of that epoch (0 when every block came from the cache)
-	direct           []int64 // per run: bytes of that epoch read from the disk cache with O_DIRECT
+	// Per run: the bytes of the epoch read from the source (0 when every
+	// block came from the cache), and those the mount read from the
+	// cache with O_DIRECT by the epoch's end (the next epoch's prefetched
+	// buffers included).
+	sourceBytes, direct []int64
 }
 
 func run(o options) error {
@@ -191,7 +194,7 @@ func run(o options) error {
 					return err
 				}
 				v.secs, v.first, v.cpu = append(v.secs, secs), append(v.first, first), append(v.cpu, cpu)
-				v.gets = append(v.gets, st.Epochs[epoch].SourceBytes)
+				v.sourceBytes = append(v.sourceBytes, st.Epochs[epoch].SourceBytes)
 				if st.DiskCache != nil {
 					v.direct = append(v.direct, st.DiskCache.DirectBytes)
 				}
@@ -255,9 +258,9 @@ func run(o options) error {
 	for i, v := range vs {
 		med, lo, hi := summary(ratios[i])
 		d := v.fillStats.DiskCache
-		fmt.Printf("- %s: disk cache ÷ local cold **%.2f×** median (%.2f–%.2f) of %d runs (target ≥ 0.9×); source bytes in the disk-cache epochs %v, read with O_DIRECT %v; "+
+		fmt.Printf("- %s: disk cache ÷ local cold **%.2f×** median (%.2f–%.2f) of %d runs (target ≥ 0.9×); source bytes in the disk-cache epochs %v, bytes the mounts read directly from the cache %v; "+
 			"first epoch from S3 %.0f MB/s wrote %d of %d blocks fetched (%d skipped, %d not admitted, %.1f s waited for the write queue).\n",
-			v.name, med, lo, hi, len(ratios[i]), v.gets, v.direct, mb(v.fill), d.Written, v.fillStats.SourceRequests, d.WriteSkipped, d.NotAdmitted, d.WriteWaitSeconds)
+			v.name, med, lo, hi, len(ratios[i]), v.sourceBytes, v.direct, mb(v.fill), d.Written, v.fillStats.SourceRequests, d.WriteSkipped, d.NotAdmitted, d.WriteWaitSeconds)
 	}
 	if len(vs) == 2 {
 		var ab []float64
