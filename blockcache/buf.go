@@ -89,7 +89,7 @@ func (l *Loader) extents(u Unit, exts []extent) ([]extent, int64) {
 // placeBlock returns where blk starts in its share of a slab, and the size
 // of that share.
 func (l *Loader) placeBlock(blk index.Block) (lead, span int64) {
-	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.fetch.direct)
+	return placeBlock(blk, int64(len(l.ix.Tail(blk))), l.placesPages())
 }
 
 // placeBlock returns where blk, followed by tail bytes, starts in its
@@ -123,7 +123,7 @@ func MinMemory(ix *index.Index, o LoaderOptions, records bool) int64 {
 		}
 		return m
 	}
-	direct := readsDirect(ix, o)
+	direct := readsDirect(ix, o) || pagesFor(ix, o.DiskCache)
 	for _, blk := range ix.Blocks {
 		_, span := placeBlock(blk, int64(len(ix.Tail(blk))), direct)
 		m = max(m, span)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/corgifs/corgifs/diskcache"
+	"github.com/corgifs/corgifs/index"
 )
 
 // EpochStats are the bytes loaded for one epoch's units, by where they
@@ -34,9 +35,22 @@ type diskTier struct {
 }
 
 // readCachedExtent serves extent e of b from the disk cache if it holds
-// it, and reports whether it did; err is then the check of its bytes.
+// it, and reports whether it did; err is then the check of its bytes. A
+// disk cache that reads into whole pages (diskcache.PageTier) gets the
+// block's pages, where it is placed as for a direct read (placesPages).
 func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
-	if l.tier.disk == nil || e.block < 0 || !l.tier.disk.ReadExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.Data[e.at:e.at+e.n]) {
+	if l.tier.disk == nil || e.block < 0 {
+		return false, nil
+	}
+	de := diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}
+	var ok bool
+	if pt, pages := l.tier.disk.(diskcache.PageTier); pages && l.placesPages() {
+		lead := e.off - index.AlignDown(e.off)
+		ok = pt.ReadExtentPages(de, b.Data[e.at-lead:e.at-lead+index.AlignUp(lead+e.n)])
+	} else {
+		ok = l.tier.disk.ReadExtent(de, b.Data[e.at:e.at+e.n])
+	}
+	if !ok {
 		return false, nil
 	}
 	if err := check(e.n); err != nil {
@@ -44,6 +58,20 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 	}
 	l.addEpoch(b.unit.Epoch, EpochStats{DiskCacheBytes: e.n})
 	return true, nil
+}
+
+// placesPages reports whether the loader places every block in pages of
+// its own at its offset within a page of its file (placeBlock): for reads
+// with O_DIRECT, from the source or from a disk cache that reads into
+// pages.
+func (l *Loader) placesPages() bool { return l.fetch.direct || pagesFor(l.ix, l.tier.disk) }
+
+// pagesFor reports whether t, a loader's disk cache, reads the blocks of
+// ix into pages: blocks of index.MinDirectBlock or more, as for direct
+// reads from a local source; smaller ones would pay too many pages.
+func pagesFor(ix *index.Index, t diskcache.Tier) bool {
+	_, ok := t.(diskcache.PageTier)
+	return ok && ix.BlockSize >= index.MinDirectBlock
 }
 
 // fetched counts a read of extent e of b from the source that made gets

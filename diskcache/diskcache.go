@@ -32,16 +32,34 @@ import (
 //
 // An entry is
 //
-//	magic   8 bytes "corgidc1"
+//	magic   8 bytes "corgidc2"
 //	crc     4 bytes, CRC32C of the data (little endian)
 //	keylen  4 bytes
 //	datalen 8 bytes
+//	lead    4 bytes
 //	key     keylen bytes
+//	zeros   up to a page boundary, and lead more (paged entries only)
 //	data    datalen bytes
 //
 // and is written as a new file renamed into place (cacheDir.write). A torn,
 // truncated or rotten entry fails its length or CRC check when read; it is
 // then removed, logged and the block read from the source again.
+//
+// An entry of a block of at least half index.MinDirectBlock is paged
+// (layout): its data sits at the same offset within a page (lead) as the
+// block in its source file, where a loader of such blocks places it in its
+// slab (blockcache's placeBlock), so that a cold entry is read with
+// O_DIRECT, header and data in one preadv, straight into the block's own
+// pages (ReadExtentPages). Read through the page cache, as the first format
+// ("corgidc1": the data right after the key) was, a cold entry cost the
+// kernel three times the CPU (page-cache pages allocated, then copied:
+// issue 25's profile, 85% pread) and ran at a third of the speed
+// (BenchmarkColdEntries). An entry found mostly in the page cache (just
+// written) is still copied from there. A smaller block's entry is compact
+// (lead 0, no padding): a page of padding would double it. Entries of the
+// first format are never read: names are hashed with the magic (nameOf),
+// so theirs name no block of this format; they are evicted before any
+// other (no plan reads them) and their blocks cached again.
 //
 // Entries are written by a few goroutines from copies of the loaded bytes,
 // so a load does not wait for each write. The copies waiting are bounded
@@ -56,8 +74,8 @@ import (
 // writes with one log line: the entries already kept are still served.
 
 const (
-	diskMagic     = "corgidc1"
-	diskHeader    = 24
+	diskMagic     = "corgidc2"
+	diskHeader    = 28  // the fixed fields, before the key
 	diskEntryName = "b" // + 32 hex digits
 	// DefaultQueue bounds the memory of the block copies waiting to
 	// be written to the disk cache.
@@ -99,7 +117,11 @@ type Stats struct {
 	Hits     int64  `json:"hits"`
 	HitBytes int64  `json:"hit_bytes"`
 	Misses   int64  `json:"misses"`
-	Written  int64  `json:"written"`
+	// DirectBytes are the HitBytes read with O_DIRECT, around the page
+	// cache (the rest were copied from it, or from a copy waiting to be
+	// written).
+	DirectBytes int64 `json:"direct_bytes"`
+	Written     int64 `json:"written"`
 	// WriteSkipped are the blocks not cached because the write queue
 	// stayed full for MaxWait (the disk slower than the source), or a
 	// copy of the block could not be mapped; the first is logged.
@@ -146,6 +168,10 @@ type Cache struct {
 	closed  bool
 	queue   writeQueue
 	count   counters
+	// hdrs are the aligned buffers of headers read with O_DIRECT;
+	// noDirect is set once the file system refused such a read.
+	hdrs     headers
+	noDirect atomic.Bool
 }
 
 // writeQueue holds the copies of blocks waiting for the writers
@@ -167,7 +193,7 @@ type writeQueue struct {
 
 // counters are the cache's counts for Stats.
 type counters struct {
-	hits, hitBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
+	hits, hitBytes, directBytes, misses, written, skipped, notAdmitted, evictions, damaged, mismatched atomic.Int64
 	// mismatchLogged: the first entry of other bytes is logged, the
 	// rest only counted; skipLogged likewise for skipped writes.
 	mismatchLogged, skipLogged atomic.Bool
@@ -196,7 +222,7 @@ type diskEntry struct {
 type diskJob struct {
 	name  diskName
 	key   []byte
-	block int32
+	ext   Extent
 	epoch int
 	data  []byte
 	copy  *pendingCopy
@@ -303,7 +329,7 @@ func (c *Cache) Close() error {
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Dir: c.path, Hits: c.count.hits.Load(), HitBytes: c.count.hitBytes.Load(), Misses: c.count.misses.Load(),
+	return Stats{Dir: c.path, Hits: c.count.hits.Load(), HitBytes: c.count.hitBytes.Load(), Misses: c.count.misses.Load(), DirectBytes: c.count.directBytes.Load(),
 		Written: c.count.written.Load(), WriteSkipped: c.count.skipped.Load(), WriteWaitSeconds: time.Duration(c.queue.waited.Load()).Seconds(), NotAdmitted: c.count.notAdmitted.Load(), Evictions: c.count.evictions.Load(),
 		Damaged: c.count.damaged.Load(), Mismatched: c.count.mismatched.Load(), Entries: len(c.entries), BytesHeld: c.held, PeakHeld: c.peak, MaxBytes: c.max, Disabled: c.offWhy}
 }

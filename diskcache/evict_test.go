@@ -45,16 +45,16 @@ func simulate(t *testing.T, plan [][]int32, nu NextUse, capacity int) (hits int,
 		b := ix.Blocks[id]
 		return Extent{File: 0, Block: id, Off: b.Offset, Len: b.Len}
 	}
-	c.max = int64(capacity) * int64(diskHeader+len(c.key(ext(0)))+100)
+	c.max = int64(capacity) * entrySize(len(c.key(ext(0))), ext(0))
 	dst := make([]byte, 100)
 	for e, blocks := range plan {
 		for _, id := range blocks {
-			if c.read(ext(id), dst) {
+			if c.read(ext(id), dst, nil) {
 				hits++
 				continue
 			}
 			key := c.key(ext(id))
-			c.store(diskJob{name: nameOf(key), key: key, block: id, epoch: e, data: data})
+			c.store(diskJob{name: nameOf(key), key: key, ext: ext(id), epoch: e, data: data})
 		}
 	}
 	for _, ent := range c.entries {

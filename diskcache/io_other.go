@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+
+	"github.com/corgifs/corgifs/source"
 )
 
 // freeSpace is not known here: a --disk-cache-size must be a size.
@@ -23,4 +25,12 @@ func readEntryAt(f *os.File, hdr, dst []byte) (int, error) {
 	}
 	m, err := f.ReadAt(dst, int64(len(hdr)))
 	return n + m, err
+}
+
+// uncached is false here: entries are read through the page cache.
+func uncached(*os.File, int64) bool { return false }
+
+// readEntryDirect is never called here (uncached is false).
+func readEntryDirect(f *os.File, _, _ []byte) (int, error) {
+	return 0, fmt.Errorf("direct read of %s on %s: %w", f.Name(), runtime.GOOS, source.ErrNoDirect)
 }

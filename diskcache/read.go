@@ -4,8 +4,6 @@ package diskcache
 // the reads of entries, each checked.
 
 import (
-	"bytes"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/source"
 )
 
 // key returns the key of the stored bytes of extent e.
@@ -38,8 +38,13 @@ func (c *Cache) key(e Extent) []byte {
 	return k
 }
 
+// nameOf names the entry of key. The magic is hashed with the key, so
+// that an entry of another format has another name: a cache filled by an
+// older corgifs is never read as this format, and its entries, which name
+// no block, are evicted first.
 func nameOf(key []byte) diskName {
 	h := fnv.New128a()
+	h.Write([]byte(diskMagic))
 	h.Write(key)
 	var n diskName
 	h.Sum(n[:0])
@@ -99,8 +104,10 @@ func (c *Cache) scan() {
 
 // read fills dst with the bytes of extent e from the cache and reports
 // whether it did: false if there is no entry, or if the entry was damaged
-// (it is then removed, with a log line).
-func (c *Cache) read(e Extent, dst []byte) bool {
+// (it is then removed, with a log line). If win is not nil, dst is
+// win[e.Off%source.DirectAlign:][:e.Len], and win, page-aligned and e's
+// own, may be filled by a direct read (readEntry).
+func (c *Cache) read(e Extent, dst, win []byte) bool {
 	if c == nil || c.dir == nil {
 		return false
 	}
@@ -135,7 +142,7 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 		c.count.misses.Add(1)
 		return false
 	}
-	crc, why := c.readEntry(name, key, dst)
+	crc, direct, why := c.readEntry(name, key, e, dst, win)
 	if why != "" {
 		c.count.misses.Add(1)
 		if why == entryGone {
@@ -155,52 +162,72 @@ func (c *Cache) read(e Extent, dst []byte) bool {
 	}
 	c.count.hits.Add(1)
 	c.count.hitBytes.Add(e.Len)
+	if direct {
+		c.count.directBytes.Add(e.Len)
+	}
 	return true
 }
 
-// readEntry reads entry name into dst and checks it against key; it
-// returns the CRC32C of the bytes read and why the entry cannot be used,
-// or "".
-func (c *Cache) readEntry(name diskName, key, dst []byte) (uint32, string) {
+// readEntry reads entry name, of extent e, into dst and checks it against
+// key; it returns the CRC32C of the bytes read, whether they were read
+// directly, and why the entry cannot be used, or "". With win (see read),
+// an entry laid out in pages (layout) that is mostly not in the page cache
+// is read with O_DIRECT, header and data in one preadv into a page-aligned
+// header buffer and win; any other is read through the page cache, header
+// and data in one preadv too: on a cold entry the kernel sees the whole
+// entry asked for at once, not a small read, whose readahead window is
+// small, then the rest.
+func (c *Cache) readEntry(name diskName, key []byte, e Extent, dst, win []byte) (crc uint32, direct bool, why string) {
 	f, err := c.dir.Open(name.String())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0, entryGone
+			return 0, false, entryGone
 		}
-		return 0, err.Error()
+		return 0, false, err.Error()
 	}
 	defer f.Close()
-	hdr := make([]byte, diskHeader+len(key))
-	// Header and data in one read: on a cold entry the kernel sees the
-	// whole entry asked for at once, not a small read, whose readahead
-	// window is small, then the rest.
-	got, rerr := readEntryAt(f, hdr, dst)
-	if got < len(hdr) {
-		return 0, fmt.Sprintf("header: read %d of %d bytes (%v)", got, len(hdr), rerr)
+	h, lead := layout(len(key), e)
+	size := int64(h+lead) + e.Len
+	buf, pooled := c.hdrs.get(h + lead)
+	if pooled {
+		defer c.hdrs.put(buf)
 	}
-	if string(hdr[:8]) != diskMagic {
-		return 0, "not an entry (bad magic)"
+	hdr := (*buf)[:h]
+	var pad []byte
+	var got int
+	var rerr error
+	if win != nil && e.Len >= pagedMin && !c.noDirect.Load() && uncached(f, size) {
+		switch got, rerr = readEntryDirect(f, hdr, win[:index.AlignUp(int64(lead)+e.Len)]); {
+		case errors.Is(rerr, source.ErrNoDirect):
+			if c.noDirect.CompareAndSwap(false, true) {
+				c.log.Info("disk cache: its file system refused a direct read; entries are read through the page cache from now on", "dir", c.path, "err", rerr)
+			}
+		default:
+			direct, pad = true, win[:lead]
+		}
 	}
-	crc := binary.LittleEndian.Uint32(hdr[8:])
-	klen := binary.LittleEndian.Uint32(hdr[12:])
-	dlen := binary.LittleEndian.Uint64(hdr[16:])
-	if int(klen) != len(key) || !bytes.Equal(hdr[diskHeader:], key) {
-		return 0, "holds another block (key differs)"
+	if !direct {
+		pad = (*buf)[h : h+lead]
+		got, rerr = readEntryAt(f, (*buf)[:h+lead], dst)
 	}
-	if dlen != uint64(len(dst)) {
-		return 0, fmt.Sprintf("holds %d bytes, the block has %d", dlen, len(dst))
+	if got < h+lead {
+		return 0, false, fmt.Sprintf("header: read %d of %d bytes (%v)", got, h+lead, rerr)
 	}
-	if n := got - len(hdr); n < len(dst) {
-		return 0, fmt.Sprintf("short: %d of %d bytes (%v)", n, len(dst), rerr)
+	crc, why = checkHeader(hdr, pad, key, e)
+	if why != "" {
+		return 0, false, why
 	}
-	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(hdr)+len(dst)) {
-		return 0, "its length does not match its header"
+	if n := int64(got - h - lead); n < e.Len {
+		return 0, false, fmt.Sprintf("short: %d of %d bytes (%v)", n, e.Len, rerr)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != size {
+		return 0, false, "its length does not match its header"
 	}
 	sum := formats.UpdateChecksum(0, dst)
 	if sum != crc {
-		return 0, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", sum, crc)
+		return 0, false, fmt.Sprintf("bad checksum: CRC32C %08x, header says %08x", sum, crc)
 	}
-	return sum, ""
+	return sum, direct, ""
 }
 
 // entryGone is readEntry's answer for an entry whose file is not there.

@@ -4,7 +4,6 @@ package diskcache
 // writers, which stop at the first failure.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +76,7 @@ func (c *Cache) offer(e Extent, epoch int, data []byte) {
 		return
 	}
 	p := &pendingCopy{data: buf[:n]}
-	c.queue.jobs = append(c.queue.jobs, diskJob{name: name, key: key, block: e.Block, epoch: epoch, data: buf[:n], copy: p})
+	c.queue.jobs = append(c.queue.jobs, diskJob{name: name, key: key, ext: e, epoch: epoch, data: buf[:n], copy: p})
 	c.queue.pending[name] = p
 	c.queue.work.Signal()
 	c.mu.Unlock()
@@ -133,7 +132,7 @@ func (c *Cache) unmapDoneLocked(p *pendingCopy) {
 
 // store writes job j as an entry, evicting others to make room.
 func (c *Cache) store(j diskJob) {
-	size := int64(diskHeader + len(j.key) + len(j.data))
+	size := entrySize(len(j.key), j.ext)
 	c.mu.Lock()
 	if c.closed || c.offWhy != "" || c.entries[j.name] != nil {
 		// Closed: the mount is going away, and must go in seconds.
@@ -141,17 +140,15 @@ func (c *Cache) store(j diskJob) {
 		return
 	}
 	c.mu.Unlock()
-	if size > c.max || !c.reserve(j.block, j.epoch, size) {
+	if size > c.max || !c.reserve(j.ext.Block, j.epoch, size) {
 		c.count.notAdmitted.Add(1)
 		return
 	}
 	err := c.dir.WriteFile(j.name.String(), func(w io.Writer) error {
-		var hdr [diskHeader]byte
-		copy(hdr[:], diskMagic)
-		binary.LittleEndian.PutUint32(hdr[8:], formats.UpdateChecksum(0, j.data))
-		binary.LittleEndian.PutUint32(hdr[12:], uint32(len(j.key)))
-		binary.LittleEndian.PutUint64(hdr[16:], uint64(len(j.data)))
-		if _, err := w.Write(append(hdr[:], j.key...)); err != nil {
+		h, lead := layout(len(j.key), j.ext)
+		hdr := make([]byte, h+lead)
+		putHeader(hdr, j.key, j.ext, formats.UpdateChecksum(0, j.data))
+		if _, err := w.Write(hdr); err != nil {
 			return err
 		}
 		_, err := w.Write(j.data)
@@ -165,7 +162,7 @@ func (c *Cache) store(j diskJob) {
 		return
 	}
 	c.tick++
-	c.entries[j.name] = &diskEntry{block: j.block, size: size, used: c.tick}
+	c.entries[j.name] = &diskEntry{block: j.ext.Block, size: size, used: c.tick}
 	c.peak = max(c.peak, c.held)
 	c.count.written.Add(1)
 }

@@ -167,23 +167,24 @@ func TestDiskCacheEntryWithItsRecordsSwappedIsRefetchedNeverServed(t *testing.T)
 }
 
 // swapFirstRecords swaps the first two TFRecord frames of the data of the
-// disk-cache entry at path (magic, CRC32C, key length, data length, key,
-// data) and writes the entry's CRC of the new data, as a cache filled from
-// other valid records under the same key would hold it.
+// disk-cache entry at path (magic, CRC32C, key length, data length, lead,
+// key, padding, data: the data ends the file) and writes the entry's CRC
+// of the new data, as a cache filled from other valid records under the
+// same key would hold it.
 func swapFirstRecords(t *testing.T, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) < 24 || string(b[:8]) != "corgidc1" {
+	if len(b) < 28 || string(b[:8]) != "corgidc2" {
 		t.Fatalf("%s is not a disk-cache entry", path)
 	}
-	klen := int(binary.LittleEndian.Uint32(b[12:]))
-	data := b[24+klen:]
-	if int(binary.LittleEndian.Uint64(b[16:])) != len(data) {
+	klen, dlen := int(binary.LittleEndian.Uint32(b[12:])), int(binary.LittleEndian.Uint64(b[16:]))
+	if 28+klen+dlen > len(b) {
 		t.Fatalf("%s: data length differs from its header", path)
 	}
+	data := b[len(b)-dlen:]
 	n1 := 16 + int(binary.LittleEndian.Uint64(data))
 	n2 := 16 + int(binary.LittleEndian.Uint64(data[n1:]))
 	first, second := slices.Clone(data[:n1]), slices.Clone(data[n1:n1+n2])
