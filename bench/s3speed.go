@@ -51,6 +51,7 @@ type s3SpeedRun struct {
 
 type s3SpeedResults struct {
 	endpoint  string
+	server    string // s3Versitygw or s3MinIO
 	load      [2]string
 	blockSize int64
 	blocks    int
@@ -118,17 +119,17 @@ func (s *s3Server) wholeGETs(ctx context.Context, keys []string, n int) (int64, 
 }
 
 // runS3Speed measures issue 25's targets on one dataset, served by
-// versitygw from this machine's disk.
+// --s3-server (MinIO or versitygw) from this machine's disk.
 func (e *runEnv) runS3Speed(ctx context.Context) error {
 	dir := filepath.Join(e.work, "s3-speed")
-	srv, err := startS3Server(ctx, dir)
+	srv, err := startS3Server(ctx, dir, e.o.s3Server)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
-	res := &s3SpeedResults{endpoint: srv.endpoint}
+	res := &s3SpeedResults{endpoint: srv.endpoint, server: srv.kind}
 	e.s3speed = res
-	e.logf("versitygw at %s; uploading the dataset", srv.endpoint)
+	e.logf("%s at %s; uploading the dataset", srv.kind, srv.endpoint)
 	if err := srv.upload(ctx, e.ds); err != nil {
 		return err
 	}
@@ -329,8 +330,8 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 	for _, v := range h.o.recordSizes {
 		rs = append(rs, strings.ReplaceAll(fmtBytes(v), " ", ""))
 	}
-	p("Reproduce: `go run ./bench --s3speed --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
-		strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
+	p("Reproduce: `go run ./bench --s3speed --s3-server %s --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
+		h.o.s3Server, strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
 	p("Each run reads the same objects, in turn and cold (page cache dropped before each): %d whole-object GETs at once and "+
 		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a corgifs mount at the defaults and with "+
 		"`--block-size 8MiB` (each block fetched as ranged GETs of at most 2 MiB at once, as many as GET slots are free), a first epoch through a new `--disk-cache`, "+
@@ -341,7 +342,7 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 		if res == nil {
 			continue
 		}
-		p("%s; versitygw on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
+		p("%s; %s on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.server, res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
 		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: corgifs; 8 MiB | first epoch with --disk-cache MB/s | blocks written / fetched (skipped, wait s) | from the disk cache MB/s (GETs) | local cold MB/s | disk cache ÷ local |\n")
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		var r1, r8, rd []float64
