@@ -222,5 +222,6 @@ func (l *Loader) reuseLocked(n int64) *Buf {
 func (l *Loader) ready(b *Buf, n int64) *Buf {
 	b.Data = b.Data[:n]
 	b.ready = make(chan struct{})
+	b.laid = make(chan struct{})
 	return b
 }

@@ -39,6 +39,12 @@ func prefetchDepth(o int) int {
 // done. The first unit is in the table when Prefetch returns, so a Get right
 // after finds it.
 func (l *Loader) Prefetch(ctx context.Context, units ...Unit) {
+	l.prefetchUnits(ctx, nil, units)
+}
+
+// prefetchUnits is Prefetch, whose loads begin once after is closed (at once
+// if it is nil).
+func (l *Loader) prefetchUnits(ctx context.Context, after <-chan struct{}, units []Unit) {
 	if len(units) == 0 {
 		return
 	}
@@ -47,6 +53,9 @@ func (l *Loader) Prefetch(ctx context.Context, units ...Unit) {
 		return
 	}
 	go func() {
+		if after != nil {
+			<-after // a load always ends
+		}
 		for _, u := range units[1:] {
 			if b != nil {
 				l.load(b)
