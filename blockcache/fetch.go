@@ -47,10 +47,12 @@ func (l *Loader) load(b *Buf) {
 	if b.partial && err == nil {
 		b.arr.complete.Store(true)
 	}
-	if !b.partial {
-		close(b.laid) // a partial Buf's was closed by read
-	}
 	close(b.ready)
+	if !b.partial {
+		// After ready: a Begin woken by laid finds b loaded. A partial
+		// Buf's was closed by read.
+		close(b.laid)
+	}
 	if err != nil && b.refs == 0 && !b.dropped {
 		// A failed prefetch that nobody holds: forget it, so that the
 		// next Get reads again instead of returning a stale error.

@@ -125,9 +125,19 @@ func (l *Loader) acquireLocked(b *Buf, epoch int) {
 func (l *Loader) waitLaid(ctx context.Context, b *Buf) (*Buf, error) {
 	select {
 	case <-b.laid:
-	case <-ctx.Done():
-		l.Release(b)
-		return nil, ctx.Err()
+	default:
+		start := time.Now()
+		select {
+		case <-b.laid:
+		case <-ctx.Done():
+			l.Release(b)
+			return nil, ctx.Err()
+		}
+		if !b.partial {
+			// The whole load was waited for; a partial Buf's reader
+			// waits for its records in Await.
+			l.stalled(b, time.Since(start), "still loading")
+		}
 	}
 	if !b.partial || isReady(b) {
 		return l.wait(ctx, b)

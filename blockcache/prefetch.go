@@ -12,6 +12,16 @@ import (
 // while the reader catches up.
 const DefaultPrefetch = 2
 
+// PrefetchBytes bounds the bytes of the buffers a stream loads ahead
+// beyond the first: the next buffer is always prefetched, and more, up to
+// the prefetch depth, while the buffers ahead hold at most this many
+// bytes. With buffers of a few MiB the depth of two rides out a slow
+// load; with buffers of hundreds of MiB (a part that fits memory is one or
+// two buffers), the first one ahead keeps every read slot busy, and a
+// second would read most of the next epoch while this one is served
+// (issue 25: 894 MB read from the store for a cold epoch of 537 MB).
+const PrefetchBytes = 128 << 20
+
 // NoPrefetch as LoaderOptions.Prefetch turns prefetching off: a buffer
 // is loaded when a reader reaches it.
 const NoPrefetch = -1

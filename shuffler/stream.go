@@ -505,24 +505,42 @@ func (s *Stream) release(v *view, buf bool) {
 
 // prefetch starts loading what a sequential reader needs after buffer g,
 // once buf, g's, has loaded: the next ld.PrefetchDepth() buffers, and past
-// the last one, the first ones of the same part of the next epoch.
+// the last one, the first ones of the same part of the next epoch. Beyond
+// the first buffer ahead, which keeps every read slot busy while g is
+// served, the depth is counted in bytes too (blockcache.PrefetchBytes): a
+// second buffer of hundreds of MiB ahead only takes memory and, on a
+// loaded machine, CPU from the one being served.
 func (s *Stream) prefetch(g int, buf *blockcache.Buf) {
 	depth := s.ld.PrefetchDepth()
 	if depth == 0 {
 		return
 	}
 	units := make([]blockcache.Unit, 0, min(depth, 8))
-	for i := g + 1; i < len(s.plan.Buffers) && len(units) < depth; i++ {
-		units = append(units, s.unit(&s.plan.Buffers[i]))
+	var ahead int64
+	more := func(b *Buffer) bool {
+		if len(units) >= depth || (len(units) > 0 && ahead+b.Size > blockcache.PrefetchBytes) {
+			return false
+		}
+		ahead += b.Size
+		units = append(units, s.unit(b))
+		return true
 	}
-	if len(units) < depth {
+	i := g + 1
+	for i < len(s.plan.Buffers) && more(&s.plan.Buffers[i]) {
+		i++
+	}
+	if i == len(s.plan.Buffers) && len(units) < depth {
 		// A feedback strategy's next epoch is planned once its feedback is
 		// complete: asking earlier would wait, under s.mu (grab.go).
 		if s.next == nil && !s.closed && s.pl.Ready(s.plan.Epoch+1, s.plan.Parts) {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
-		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < depth; i++ {
-			units = append(units, s.unit(&s.next.Buffers[i]))
+		if s.next != nil {
+			for i := range s.next.Buffers {
+				if !more(&s.next.Buffers[i]) {
+					break
+				}
+			}
 		}
 	}
 	s.ld.PrefetchAfter(s.ctx, buf, units...)
