@@ -507,7 +507,7 @@ func (s *Stream) release(v *view, buf bool) {
 // once buf, g's, has loaded: the next ld.PrefetchDepth() buffers, and past
 // the last one, the first ones of the same part of the next epoch. Beyond
 // the first buffer ahead, which keeps every read slot busy while g is
-// served, the depth is counted in bytes too (blockcache.PrefetchBytes): a
+// served, the depth is counted in bytes too (Loader.PrefetchBytes): a
 // second buffer of hundreds of MiB ahead only takes memory and, on a
 // loaded machine, CPU from the one being served.
 func (s *Stream) prefetch(g int, buf *blockcache.Buf) {
@@ -518,7 +518,7 @@ func (s *Stream) prefetch(g int, buf *blockcache.Buf) {
 	units := make([]blockcache.Unit, 0, min(depth, 8))
 	var ahead int64
 	more := func(b *Buffer) bool {
-		if len(units) >= depth || (len(units) > 0 && ahead+b.Size > blockcache.PrefetchBytes) {
+		if len(units) >= depth || (len(units) > 0 && ahead+b.Size > s.ld.PrefetchBytes()) {
 			return false
 		}
 		ahead += b.Size
