@@ -71,6 +71,8 @@ type options struct {
 	compressed  bool // run the compressed section (issue 18)
 	probe       bool // run the probe index section (issue 14)
 
+	s3Server string // the S3 server --s3 and --s3speed start: versitygw or minio
+
 	// Which sections to run (default only warm); --all sets them all.
 	warm, cold, e2e, fio, latency, memory bool
 	prefetch                              bool // double buffering against --prefetch (issue 15)
@@ -132,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		"whole-object GETs and 24 parallel ranged GETs of the block size, and an epoch from --disk-cache\n"+
 		"against a cold local directory, alternated run by run (issue 25; drops the page cache; alone it\n"+
 		"skips --warm unless given) (default false)")
+	fs.StringVar(&o.s3Server, "s3-server", s3Versitygw, "the S3 `server` --s3 and --s3speed start on 127.0.0.1: versitygw or minio (on PATH)")
 	fs.BoolVar(&o.prefetch, "prefetch", false, "run cold epochs through mounts with --prefetch 0, 1, 2 and 4, read by a reader that\n"+
 		"works on every MiB for as long as its cold read takes (waiting, or spinning a CPU), and\n"+
 		"without work (issue 15; drops the page cache; 12 epochs per run, 2 minutes with --size\n"+

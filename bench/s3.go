@@ -13,9 +13,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,21 +91,49 @@ type recordGETs struct {
 
 func (r recordGETs) perSec() float64 { return float64(r.gets) / r.secs }
 
-// s3Server is a versitygw serving a directory (DIR/root), with an access log the
-// GETs are counted in.
+// s3Server is an S3 server on 127.0.0.1 serving a directory (DIR/root):
+// versitygw, whose access log the GETs are counted in, or MinIO, whose
+// request counters are read from its metrics.
 type s3Server struct {
+	kind     string // s3Versitygw or s3MinIO
 	cmd      *exec.Cmd
 	endpoint string
 	logPath  string
 	client   *minio.Client
 }
 
-func startS3Server(ctx context.Context, dir string) (*s3Server, error) {
-	gw, err := exec.LookPath("versitygw")
-	if err != nil {
-		return nil, errors.New("no versitygw on PATH: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
+// The S3 servers the benchmarks can start (--s3-server).
+const (
+	s3Versitygw = "versitygw"
+	s3MinIO     = "minio"
+)
+
+// startS3Server starts a server of kind on a free port of 127.0.0.1,
+// serving dir/root, and waits until it answers.
+func startS3Server(ctx context.Context, dir, kind string) (*s3Server, error) {
+	var bin string
+	var err error
+	switch kind {
+	case s3Versitygw, "":
+		kind = s3Versitygw
+		bin, err = exec.LookPath("versitygw")
+		if err != nil {
+			return nil, errors.New("no versitygw on PATH: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
+		}
+	case s3MinIO:
+		bin, err = exec.LookPath("minio")
+		if err != nil {
+			return nil, errors.New("no minio on PATH: GOBIN=/usr/local/bin go install github.com/minio/minio@latest (.ci/run builds it)")
+		}
+	default:
+		return nil, fmt.Errorf("unknown S3 server %q: want %s or %s", kind, s3Versitygw, s3MinIO)
 	}
 	root := filepath.Join(dir, "root")
+	if kind == s3MinIO {
+		// MinIO keeps its own layout (xl.meta and parts): a directory of
+		// its own, apart from versitygw's plain files.
+		root = filepath.Join(dir, "minio-root")
+	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
@@ -113,15 +143,23 @@ func startS3Server(ctx context.Context, dir string) (*s3Server, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &s3Server{endpoint: "http://" + addr, logPath: filepath.Join(dir, "access.log")}
+	s := &s3Server{kind: kind, endpoint: "http://" + addr, logPath: filepath.Join(dir, "access.log")}
 	os.Remove(s.logPath)
-	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	logf, err := os.Create(filepath.Join(dir, kind+".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	s.cmd = exec.CommandContext(ctx, gw, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet",
-		"--access-log", s.logPath, "posix", root)
+	if kind == s3MinIO {
+		s.cmd = exec.CommandContext(ctx, bin, "server", root, "--address", addr, "--quiet")
+		s.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s3Access, "MINIO_ROOT_PASSWORD="+s3Secret,
+			// The GET counters are read from the metrics, unauthenticated;
+			// no console, no update checks.
+			"MINIO_PROMETHEUS_AUTH_TYPE=public", "MINIO_BROWSER=off", "MINIO_UPDATE=off")
+	} else {
+		s.cmd = exec.CommandContext(ctx, bin, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet",
+			"--access-log", s.logPath, "posix", root)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -133,12 +171,12 @@ func startS3Server(ctx context.Context, dir string) (*s3Server, error) {
 		s.stop()
 		return nil, err
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := s.client.ListBuckets(ctx); err == nil {
 			return s, nil
 		} else if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("versitygw did not answer at %s: %w", s.endpoint, err)
+			return nil, fmt.Errorf("%s did not answer at %s: %w", kind, s.endpoint, err)
 		}
 	}
 }
@@ -148,11 +186,14 @@ func (s *s3Server) stop() {
 	s.cmd.Wait()
 }
 
-// gets counts the GetObject requests in the server's access log so far.
-// The log is written as requests end: a short wait first lets the last
-// ones in.
+// gets counts the GetObject requests the server has answered so far.
+// versitygw's access log is written as requests end: a short wait first
+// lets the last ones in. MinIO counts them in its metrics.
 func (s *s3Server) gets() (int64, error) {
 	time.Sleep(300 * time.Millisecond)
+	if s.kind == s3MinIO {
+		return s.minioGETs()
+	}
 	f, err := os.Open(s.logPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -170,6 +211,35 @@ func (s *s3Server) gets() (int64, error) {
 		}
 	}
 	return n, sc.Err()
+}
+
+// minioGETs reads MinIO's count of GetObject requests from its
+// Prometheus metrics (minio_s3_requests_total{api="getobject"}).
+func (s *s3Server) minioGETs() (int64, error) {
+	resp, err := http.Get(s.endpoint + "/minio/v2/metrics/node")
+	if err != nil {
+		return 0, fmt.Errorf("MinIO metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("MinIO metrics: %s", resp.Status)
+	}
+	var n float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "minio_s3_requests_total{") || !strings.Contains(line, `api="getobject"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("MinIO metrics line %q: %w", line, err)
+		}
+		n += v
+	}
+	return int64(n), sc.Err()
 }
 
 // upload puts the dataset's files under bench/data/, unless they are
@@ -215,14 +285,14 @@ func (s *s3Server) getWhole(ctx context.Context, key string, buf []byte) (int64,
 // the disk cache is compared with a cold epoch of the local directory.
 func (e *runEnv) runS3(ctx context.Context) error {
 	dir := filepath.Join(e.work, "s3-epoch")
-	srv, err := startS3Server(ctx, dir)
+	srv, err := startS3Server(ctx, dir, e.o.s3Server)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
 	res := &s3Results{endpoint: srv.endpoint, serverCPU: map[string][]float64{}, clientCPU: map[string][]float64{}}
 	e.s3 = res
-	e.logf("versitygw at %s serving %s; uploading the dataset", srv.endpoint, filepath.Join(dir, "root"))
+	e.logf("%s at %s serving %s; uploading the dataset", srv.kind, srv.endpoint, filepath.Join(dir, "root"))
 	if err := srv.upload(ctx, e.ds); err != nil {
 		return err
 	}

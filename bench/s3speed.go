@@ -43,14 +43,25 @@ const (
 type s3SpeedRun struct {
 	whole, ranged, mount, mount8, fill, disk, local float64
 	mountCPU, mountSrvCPU, mount8CPU, mount8SrvCPU  float64
-	wholeSrvCPU, rangedSrvCPU                       float64 // the server's CPU seconds per GiB
-	written, skipped, fetched                       int64
-	waitSecs                                        float64
-	diskGETs                                        int64
+	// later is a cold epoch (page cache dropped, every block from the
+	// store) read by the default mount after its first: its slabs are
+	// recycled, not fresh memory the kernel must zero. full is a fresh
+	// mount with --index full, whose buffers are served while they load.
+	later, laterCPU, laterSrvCPU float64
+	// warm is the later epoch read again, from the daemon's memory (no
+	// GETs): what the FUSE path and the reader cost alone.
+	warm                      float64
+	full, fullCPU, fullSrvCPU float64
+	mapped, laterMapped       int64   // stats.json memory_mapped after the first epoch, and after the later one
+	wholeSrvCPU, rangedSrvCPU float64 // the server's CPU seconds per GiB
+	written, skipped, fetched int64
+	waitSecs                  float64
+	diskGETs                  int64
 }
 
 type s3SpeedResults struct {
 	endpoint  string
+	server    string // s3Versitygw or s3MinIO
 	load      [2]string
 	blockSize int64
 	blocks    int
@@ -118,17 +129,17 @@ func (s *s3Server) wholeGETs(ctx context.Context, keys []string, n int) (int64, 
 }
 
 // runS3Speed measures issue 25's targets on one dataset, served by
-// versitygw from this machine's disk.
+// --s3-server (MinIO or versitygw) from this machine's disk.
 func (e *runEnv) runS3Speed(ctx context.Context) error {
 	dir := filepath.Join(e.work, "s3-speed")
-	srv, err := startS3Server(ctx, dir)
+	srv, err := startS3Server(ctx, dir, e.o.s3Server)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
-	res := &s3SpeedResults{endpoint: srv.endpoint}
+	res := &s3SpeedResults{endpoint: srv.endpoint, server: srv.kind}
 	e.s3speed = res
-	e.logf("versitygw at %s; uploading the dataset", srv.endpoint)
+	e.logf("%s at %s; uploading the dataset", srv.kind, srv.endpoint)
 	if err := srv.upload(ctx, e.ds); err != nil {
 		return err
 	}
@@ -152,7 +163,11 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 	gib := float64(e.ds.Bytes) / (1 << 30)
 	mount := func(name string, args ...string) (*daemon, error) {
 		mnt := filepath.Join(dir, "mnt", name)
-		argv := append([]string{e.bins.corgifs, "mount", url, mnt, "--seed", "1", "--cache-dir", cache, "--s3-endpoint", srv.endpoint}, args...)
+		c := cache
+		if slices.Contains(args, "full") {
+			c += "-full" // its own sidecar, apart from the probed one
+		}
+		argv := append([]string{e.bins.corgifs, "mount", url, mnt, "--seed", "1", "--cache-dir", c, "--s3-endpoint", srv.endpoint}, args...)
 		if e.o.profile {
 			argv = append(argv, "--cpuprofile", filepath.Join(dir, "cpu-"+name+".pprof"))
 		}
@@ -228,8 +243,18 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 		run.ranged = mbps(time.Since(start).Seconds())
 		run.rangedSrvCPU = (srvCPU() - s0) / gib
 
-		// corgifs at the defaults, and with 8 MiB blocks (each fetched
-		// as ranged GETs of at most 2 MiB while GET slots are free).
+		// corgifs at the defaults (a first epoch, then a later one of
+		// the same mount: epoch r+2, none of whose buffers the first
+		// prefetched), with --index full, and with 8 MiB blocks (each
+		// fetched as ranged GETs of at most 2 MiB while GET slots are
+		// free).
+		mapped := func(d *daemon) int64 {
+			var st struct {
+				Mapped int64 `json:"memory_mapped"`
+			}
+			readJSON(filepath.Join(d.mnt, ".corgifs", "stats.json"), &st)
+			return st.Mapped
+		}
 		for _, v := range []struct {
 			name     string
 			args     []string
@@ -237,6 +262,7 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			cpu, srv *float64
 		}{
 			{"default", nil, &run.mount, &run.mountCPU, &run.mountSrvCPU},
+			{"full", []string{"--index", "full"}, &run.full, &run.fullCPU, &run.fullSrvCPU},
 			{"block8", []string{"--block-size", "8MiB"}, &run.mount8, &run.mount8CPU, &run.mount8SrvCPU},
 		} {
 			d, err := mount(fmt.Sprintf("%s-%d", v.name, r), v.args...)
@@ -245,6 +271,19 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			}
 			if *v.mbps, *v.cpu, *v.srv, err = cold(d, r); err != nil {
 				return err
+			}
+			if v.name == "default" {
+				run.mapped = mapped(d)
+				if run.later, run.laterCPU, run.laterSrvCPU, err = cold(d, r+2); err != nil {
+					return err
+				}
+				run.laterMapped = mapped(d)
+				secs, err := timeCmd(ctx, nil, "cat", partPath(d.mnt, r+2, 0, 1))
+				if err != nil {
+					d.kill()
+					return err
+				}
+				run.warm = mbps(secs)
 			}
 			if err := d.stop(); err != nil {
 				return err
@@ -312,9 +351,9 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			return err
 		}
 		res.runs = append(res.runs, run)
-		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s, 8 MiB blocks %.0f MB/s; "+
+		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s (later epoch %.0f, --index full %.0f), 8 MiB blocks %.0f MB/s; "+
 			"first epoch with --disk-cache %.0f MB/s (%d of %d written, %d skipped), from the disk cache %.0f MB/s (%d GETs), local %.0f MB/s",
-			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.mount8, run.fill, run.written, run.fetched, run.skipped,
+			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.later, run.full, run.mount8, run.fill, run.written, run.fetched, run.skipped,
 			run.disk, run.diskGETs, run.local)
 	}
 	res.load[1] = loadAverage()
@@ -329,10 +368,12 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 	for _, v := range h.o.recordSizes {
 		rs = append(rs, strings.ReplaceAll(fmtBytes(v), " ", ""))
 	}
-	p("Reproduce: `go run ./bench --s3speed --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
-		strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
+	p("Reproduce: `go run ./bench --s3speed --s3-server %s --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
+		h.o.s3Server, strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
 	p("Each run reads the same objects, in turn and cold (page cache dropped before each): %d whole-object GETs at once and "+
-		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a corgifs mount at the defaults and with "+
+		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a fresh corgifs mount at the defaults (its first epoch, then "+
+		"a later epoch of the same mount, none of whose blocks the first prefetched: every block from the store again, into recycled slabs; then that epoch again, from the daemon's memory), a fresh mount with `--index full` "+
+		"(every block's record count known: a buffer is served while it loads), and one with "+
 		"`--block-size 8MiB` (each block fetched as ranged GETs of at most 2 MiB at once, as many as GET slots are free), a first epoch through a new `--disk-cache`, "+
 		"a remount reading the next epoch from it, and a cold epoch of the local directory. Ratios are taken within each run.\n\n",
 		s3SpeedWhole, s3SpeedRanged)
@@ -341,20 +382,32 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 		if res == nil {
 			continue
 		}
-		p("%s; versitygw on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
-		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: corgifs; 8 MiB | first epoch with --disk-cache MB/s | blocks written / fetched (skipped, wait s) | from the disk cache MB/s (GETs) | local cold MB/s | disk cache ÷ local |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		var r1, r8, rd []float64
+		p("%s; %s on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.server, res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
+		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs first epoch MB/s | ÷ best plain | later epoch MB/s | ÷ best plain | it again, from memory MB/s | `--index full` MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: first; later; full; 8 MiB | slabs mapped MB: first, +later |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		var r1, rl, rf, r8, rd []float64
 		for i, r := range res.runs {
 			best := max(r.whole, r.ranged)
-			r1, r8, rd = append(r1, r.mount/best), append(r8, r.mount8/best), append(rd, r.disk/r.local)
-			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f | %.0f | %d / %d (%d, %.1f) | %.0f (%d) | %.0f | %.2f× |\n",
-				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.mount8, r.mount8/best, r.mountCPU, r.mountSrvCPU, r.mount8CPU, r.mount8SrvCPU,
-				r.fill, r.written, r.fetched, r.skipped, r.waitSecs, r.disk, r.diskGETs, r.local, r.disk/r.local)
+			r1, rl, rf, r8 = append(r1, r.mount/best), append(rl, r.later/best), append(rf, r.full/best), append(r8, r.mount8/best)
+			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f | %.0f, +%.0f |\n",
+				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.later, r.later/best, r.warm, r.full, r.full/best, r.mount8, r.mount8/best,
+				r.mountCPU, r.mountSrvCPU, r.laterCPU, r.laterSrvCPU, r.fullCPU, r.fullSrvCPU, r.mount8CPU, r.mount8SrvCPU,
+				float64(r.mapped)/1e6, float64(r.laterMapped-r.mapped)/1e6)
 		}
-		med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-		p("\nMedian ratios: corgifs ÷ best plain client %.2f×, with 8 MiB blocks %.2f×; disk cache ÷ local cold %.2f×.\n\n",
-			med(r1), med(r8), med(rd))
+		p("\n| run | first epoch with --disk-cache MB/s | blocks written / fetched (skipped, wait s) | from the disk cache MB/s (GETs) | local cold MB/s | disk cache ÷ local |\n")
+		p("|---|---|---|---|---|---|\n")
+		for i, r := range res.runs {
+			rd = append(rd, r.disk/r.local)
+			p("| %d | %.0f | %d / %d (%d, %.1f) | %.0f (%d) | %.0f | %.2f× |\n",
+				i, r.fill, r.written, r.fetched, r.skipped, r.waitSecs, r.disk, r.diskGETs, r.local, r.disk/r.local)
+		}
+		med := func(v []float64) string {
+			v = slices.Clone(v)
+			slices.Sort(v)
+			return fmt.Sprintf("%.2f× (%.2f–%.2f)", v[len(v)/2], v[0], v[len(v)-1])
+		}
+		p("\nMedian (min–max) ratios to the best plain client: corgifs first epoch %s, a later epoch of the same mount %s, `--index full` %s, 8 MiB blocks %s; disk cache ÷ local cold %s.\n\n",
+			med(r1), med(rl), med(rf), med(r8), med(rd))
 	}
 	return b.String()
 }

@@ -53,17 +53,23 @@ func (l *Loader) reserveLocked(n int64, evict bool) *Buf {
 	// requests for a buffer after the first ones for the next. Recycling
 	// that one costs a load, whose Get then evicts a prefetched Buf, which
 	// costs another.
+	// The one before is kept only while those late requests may still
+	// come (serveGrace): a reader that left it longer ago is done with it,
+	// and its slab spares a fresh one the system must fault in and zero
+	// (half of a cold epoch's daemon CPU, BENCHMARKS.md, issue 25).
 	// Failing that, when a new slab fits in the budget anyway, retire the
 	// oldest such Buf whose slab is too small, so that the new slab
 	// replaces it instead of adding to it.
+	now := l.clock()
 	var keep [2]*Buf
 	for v, i := l.idle.tail, 0; v != nil && i < len(keep); v = v.prev {
 		if !v.prefetched {
-			keep[i] = v
+			if i == 0 || now-v.used < serveGrace {
+				keep[i] = v
+			}
 			i++
 		}
 	}
-	now := l.clock()
 	var small *Buf
 	for v := l.idle.head; v != nil; v = v.next {
 		if v != keep[0] && v != keep[1] && !v.prefetched && isReady(v) && !l.protectedLocked(v, now) {
@@ -222,5 +228,6 @@ func (l *Loader) reuseLocked(n int64) *Buf {
 func (l *Loader) ready(b *Buf, n int64) *Buf {
 	b.Data = b.Data[:n]
 	b.ready = make(chan struct{})
+	b.laid = make(chan struct{})
 	return b
 }

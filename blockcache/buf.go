@@ -21,6 +21,11 @@ type Unit struct {
 	// counted under it (Stats.Epochs). It is no part of the unit's
 	// identity: epochs share loaded units.
 	Epoch int
+	// Order, if set, lists the unit's blocks or records (by their index
+	// in it) in the order they are read: the order a reader first needs
+	// them in (see Begin). No part of the identity either; ignored
+	// unless it lists each of them once.
+	Order []int32
 }
 
 func (u Unit) ids() []int32 {
@@ -35,7 +40,7 @@ func (u Unit) equal(v Unit) bool {
 }
 
 func (u Unit) clone() Unit {
-	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records), Epoch: u.Epoch}
+	return Unit{Blocks: slices.Clone(u.Blocks), Records: slices.Clone(u.Records), Epoch: u.Epoch, Order: slices.Clone(u.Order)}
 }
 
 // extent is one pread: a byte range of a file holding whole records, and
@@ -151,6 +156,12 @@ type Buf struct {
 	refs  int
 	ready chan struct{}
 	err   error
+	// laid is closed once Starts has its length and, if partial, the
+	// extents' first records are known (arrival.go); at the latest when
+	// the load ends. partial is set before.
+	laid    chan struct{}
+	partial bool
+	arr     arrivals
 	// prefetched is set while a Buf loaded ahead of time waits for its first
 	// user, so that the first Get counts as a prefetch hit.
 	prefetched bool

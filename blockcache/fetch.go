@@ -44,7 +44,15 @@ func (l *Loader) load(b *Buf) {
 	// Under l.mu: a Get cancelled while it waited releases b, and Release
 	// reads the error, while this load may be finishing.
 	b.err = err
+	if b.partial && err == nil {
+		b.arr.complete.Store(true)
+	}
 	close(b.ready)
+	if !b.partial {
+		// After ready: a Begin woken by laid finds b loaded. A partial
+		// Buf's was closed by read.
+		close(b.laid)
+	}
 	if err != nil && b.refs == 0 && !b.dropped {
 		// A failed prefetch that nobody holds: forget it, so that the
 		// next Get reads again instead of returning a stale error.
@@ -76,6 +84,11 @@ func (l *Loader) read(b *Buf) error {
 	if own == nil {
 		b.Starts = slices.Grow(b.Starts[:0], pos[len(exts)])[:pos[len(exts)]]
 		b.lens = slices.Grow(b.lens[:0], pos[len(exts)])[:pos[len(exts)]]
+		// Every record has its place: a reader may take each extent's
+		// records as soon as it arrives (arrival.go).
+		b.arr.layOut(pos, len(exts))
+		b.partial = true
+		close(b.laid)
 	}
 	// A few workers, each issuing one pread at a time under the loader-wide
 	// limit, keep the disk busy without a goroutine per record. A worker
@@ -92,12 +105,22 @@ func (l *Loader) read(b *Buf) error {
 		workers = min(workers, 4)
 	}
 	var order []int // the extents in the order they are read, if not theirs
+	if own == nil && isOrder(b.unit.Order, len(exts)) {
+		order = make([]int, len(exts))
+		for k, i := range b.unit.Order {
+			order[k] = int(i)
+		}
+	}
 	if l.compressed(exts) {
 		// Decompressing keeps a core busy: more workers than cores would
 		// only hold more decoders.
 		workers = min(workers, max(2, runtime.GOMAXPROCS(0)))
 		if b.unit.Records != nil {
 			order = decodeOrder(exts)
+		} else {
+			// A compressed file decodes on from the last access point:
+			// in file order, not the reader's.
+			order = nil
 		}
 	}
 	var failed atomic.Bool
@@ -139,6 +162,8 @@ func (l *Loader) read(b *Buf) error {
 				if err != nil {
 					errs[i] = err
 					failed.Store(true)
+				} else if b.partial {
+					b.arr.arrive(i)
 				}
 			}
 		})
@@ -164,6 +189,21 @@ func (l *Loader) read(b *Buf) error {
 		}
 	}
 	return nil
+}
+
+// isOrder reports whether order lists each of 0..n-1 once.
+func isOrder(order []int32, n int) bool {
+	if len(order) != n {
+		return false
+	}
+	seen := make([]bool, n)
+	for _, i := range order {
+		if i < 0 || int(i) >= n || seen[i] {
+			return false
+		}
+		seen[i] = true
+	}
+	return true
 }
 
 // proveRead proves the probed boundaries of the blocks of exts, read and

@@ -48,6 +48,11 @@ func (l *Loader) lookupLocked(h uint64, u Unit) *Buf {
 // Get returns the Buf holding u, reading it unless it is loaded or being
 // loaded already. It waits for memory when the budget is spent.
 func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
+	return l.get(ctx, u, false)
+}
+
+// get is Get, and with partial set Begin.
+func (l *Loader) get(ctx context.Context, u Unit, partial bool) (*Buf, error) {
 	h := l.hash(u)
 	n := l.size(u)
 	if n > l.mem.budget {
@@ -58,12 +63,21 @@ func (l *Loader) Get(ctx context.Context, u Unit) (*Buf, error) {
 		if b := l.lookupLocked(h, u); b != nil {
 			l.acquireLocked(b, u.Epoch)
 			l.mu.Unlock()
+			if partial {
+				return l.waitLaid(ctx, b)
+			}
 			return l.wait(ctx, b)
 		}
 		if b := l.reserveLocked(n, true); b != nil {
 			b.unit, b.hash, b.refs, b.used = u.clone(), h, 1, l.clock()
 			l.bufs[h] = append(l.bufs[h], b)
 			l.mu.Unlock()
+			if partial {
+				// The load runs on, like a prefetch; its reader waits
+				// for the records it needs (Await).
+				go l.load(b)
+				return l.waitLaid(ctx, b)
+			}
 			start := time.Now()
 			l.load(b)
 			l.stalled(b, time.Since(start), "not prefetched")
@@ -104,6 +118,31 @@ func (l *Loader) acquireLocked(b *Buf, epoch int) {
 		l.count.cacheHits.Add(1)
 		l.fromMemory(epoch, b.unit)
 	}
+}
+
+// waitLaid waits for b's layout; a Buf that cannot be served while it
+// loads is waited for whole (wait). On failure it drops the reference.
+func (l *Loader) waitLaid(ctx context.Context, b *Buf) (*Buf, error) {
+	select {
+	case <-b.laid:
+	default:
+		start := time.Now()
+		select {
+		case <-b.laid:
+		case <-ctx.Done():
+			l.Release(b)
+			return nil, ctx.Err()
+		}
+		if !b.partial {
+			// The whole load was waited for; a partial Buf's reader
+			// waits for its records in Await.
+			l.stalled(b, time.Since(start), "still loading")
+		}
+	}
+	if !b.partial || isReady(b) {
+		return l.wait(ctx, b)
+	}
+	return b, nil
 }
 
 // wait waits for b to be loaded; on failure it drops the reference.

@@ -6,6 +6,7 @@
 package blockcache
 
 import (
+	"cmp"
 	"errors"
 	"hash/maphash"
 	"log/slog"
@@ -50,6 +51,9 @@ type LoaderOptions struct {
 	// serves: 0 means DefaultPrefetch, NoPrefetch none. Prefetches never
 	// wait for memory, so a deep one only uses what is free.
 	Prefetch int
+	// PrefetchBytes bounds the bytes of the buffers loaded ahead beyond
+	// the first (see DefaultPrefetchBytes); 0 means the default.
+	PrefetchBytes int64
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -65,6 +69,7 @@ type Loader struct {
 	seed     maphash.Seed
 	start    time.Time // of Loader.clock
 	prefetch int       // buffers a stream loads ahead (PrefetchDepth)
+	ahead    int64     // PrefetchBytes
 	damage   damage
 	fetch    fetcher  // the reads from the source (fetch.go)
 	tier     diskTier // the disk cache, and the bytes counted per epoch (loader_disk.go)
@@ -105,7 +110,7 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 		learned = make([]atomic.Int32, len(ix.Blocks))
 	}
 	l := &Loader{
-		ix: ix, src: ix.Source(), log: o.Logger, seed: maphash.MakeSeed(), start: time.Now(), prefetch: prefetchDepth(o.Prefetch),
+		ix: ix, src: ix.Source(), log: o.Logger, seed: maphash.MakeSeed(), start: time.Now(), prefetch: prefetchDepth(o.Prefetch), ahead: cmp.Or(o.PrefetchBytes, DefaultPrefetchBytes),
 		damage: damage{report: o.OnDamage},
 		fetch: fetcher{
 			direct: readsDirect(ix, o),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/corgifs/corgifs/blockcache"
 )
@@ -39,6 +40,37 @@ func TestStreamPrefetchesAsManyBuffersAsTheLoaderSays(t *testing.T) {
 				if st := ld.Stats(); st.PrefetchIssued != 0 || st.BuffersLoaded != int64(len(plan.Buffers)) {
 					t.Fatalf("without prefetch: %d prefetches issued, %d buffers loaded for %d", st.PrefetchIssued, st.BuffersLoaded, len(plan.Buffers))
 				}
+			}
+		})
+	}
+}
+
+func TestStreamPrefetchesBeyondTheNextBufferOnlyWhileTheBuffersAheadFitPrefetchBytes(t *testing.T) {
+	f := newStreamFixture(t)
+	pl := f.planner(t, "corgipile", streamBuffer)
+	plan, _ := pl.Plan(0, 0, 1)
+	want, _ := f.expected(t, plan)
+	b := plan.Buffers
+	// Room for the next two buffers but not three, and for less than one:
+	// the next buffer is always prefetched.
+	for _, c := range []struct {
+		bytes int64
+		depth int
+	}{{b[1].Size + b[2].Size + b[3].Size/2, 2}, {b[1].Size / 2, 1}} {
+		t.Run(fmt.Sprint(c.bytes), func(t *testing.T) {
+			ld := blockcache.NewLoader(f.ix, blockcache.LoaderOptions{MaxMemory: streamMemory, Prefetch: 4, PrefetchBytes: c.bytes})
+			s := NewStream(pl, ld, plan)
+			defer s.Close()
+			if _, err := s.ReadAt(t.Context(), make([]byte, 1), 0); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, func() bool { return ld.Stats().BuffersLoaded == int64(1+c.depth) })
+			time.Sleep(50 * time.Millisecond) // no more come
+			if st := ld.Stats(); st.PrefetchIssued != int64(c.depth) {
+				t.Fatalf("after the first read: %d prefetches issued, want %d", st.PrefetchIssued, c.depth)
+			}
+			if got := readAll(t, s, 64<<10, 0, plan.Size); !bytes.Equal(got, want) {
+				t.Fatalf("bytes differ from the plan's at %d", firstDiff(got, want))
 			}
 		})
 	}

@@ -13,7 +13,11 @@ import (
 // Stream serves one planned part as a byte stream that can be read at any
 // offset. It serves one buffer at a time: the buffer's blocks, read back to
 // back into one slab by the loader, and a view that lists the slab's
-// records in permuted order with their offsets in the part. A read copies
+// records in permuted order with their offsets in the part. When the index
+// knows every block's record count, a buffer is served while it loads: the
+// loader reads its blocks in the order the permutation first needs them,
+// and the view grows as they arrive, so a read waits only for the blocks
+// its own records come from (the bytes served are the same). A read copies
 // straight from the slab into the caller's buffer, so records are copied
 // once, and views are reused from buffer to buffer: nothing is allocated
 // per record. When a buffer is entered, the next ones are prefetched; past
@@ -41,7 +45,10 @@ type Stream struct {
 	closed bool
 	cur    *view   // the buffer entered last
 	views  []*view // every view made so far, for reuse
-	perm   []uint32
+	// firsts, order and seen are unit's scratch, under mu.
+	firsts []int32
+	order  []uint32
+	seen   []bool
 
 	// served is the Buf of buffer servedG, the furthest the stream has
 	// entered, which the loader keeps from other streams (Loader.Serve)
@@ -50,13 +57,19 @@ type Stream struct {
 	servedG int
 }
 
-// view is one loaded buffer as reads see it. Its tables are written only
-// while no read uses it.
+// view is one loaded buffer as reads see it. Its tables are set up only
+// while no read uses it; while its Buf loads, they grow (grow) past the
+// entries reads use, which never change once set.
 type view struct {
-	g   int
-	buf *blockcache.Buf // nil once the stream let go of it
-	src []int64         // slab offset of output record k
-	out []int64         // offset of output record k in the buffer; out[n] is its size
+	g    int
+	buf  *blockcache.Buf // nil once the stream let go of it
+	perm []uint32        // the Buf's record served as output record k
+	src  []int64         // slab offset of output record k
+	out  []int64         // offset of output record k in the buffer; out[n] is its size
+	// built counts the output records whose src and out entries are set
+	// (out[built] too): all of them unless the Buf is still arriving.
+	built atomic.Int64
+	grow  sync.Mutex // held while src and out grow
 	// users counts the reads using the tables now. It goes up only under
 	// Stream.mu but down without it: a read that waits for memory in
 	// acquire holds the lock, and the memory may be what another read of
@@ -148,12 +161,23 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return n, err
 		}
 		rel := off - s.plan.Buffers[g].Start
-		c := v.copyTo(p[n:], rel, min(v.size(), rel+int64(len(p)-n)))
+		want := rel + int64(len(p)-n)
+		have, err := v.ensure(ctx, s.ld, want)
+		if err != nil {
+			s.release(v, true)
+			return n, s.failed(g, err)
+		}
+		c := v.copyTo(p[n:], rel, min(have, want))
 		s.release(v, true)
 		n += c
 		off += int64(c)
 	}
 	return n, nil
+}
+
+// failed names the buffer in err, a failure to load it.
+func (s *Stream) failed(g int, err error) error {
+	return fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
 }
 
 // MaxSlices bounds the slices ReadSlices returns. The kernel pins the
@@ -187,6 +211,12 @@ func (s *Stream) ReadSlices(ctx context.Context, p []byte, vecs [][]byte, off in
 	if err != nil {
 		return vecs, 0, nil, err
 	}
+	have, err := v.ensure(ctx, s.ld, end)
+	if err != nil {
+		s.release(v, true)
+		return vecs, 0, nil, s.failed(g, err)
+	}
+	end = min(end, have)
 	base := len(vecs)
 	var first, last int64 = -1, -1 // slab range of the last slice
 	for from, to := range v.pieces(rel, end) {
@@ -216,7 +246,7 @@ func (s *Stream) ReadSlices(ctx context.Context, p []byte, vecs [][]byte, off in
 // in served order: a range per record, the first and last cut to fit.
 func (v *view) pieces(rel, end int64) func(yield func(from, to int64) bool) {
 	return func(yield func(from, to int64) bool) {
-		k, found := slices.BinarySearch(v.out, rel)
+		k, found := slices.BinarySearch(v.out[:v.built.Load()+1], rel)
 		if !found {
 			k--
 		}
@@ -240,8 +270,36 @@ func (v *view) copyTo(p []byte, rel, end int64) int {
 	return n
 }
 
-// size returns the number of bytes of v's buffer.
-func (v *view) size() int64 { return v.out[len(v.out)-1] }
+// ensure grows v's tables until they reach byte end of the buffer, or
+// its last record, waiting for the records it needs to arrive, and
+// returns how far they reach. Records are taken in served order, each once
+// its block has arrived, so what a read sees is what it would see once the
+// whole buffer had loaded.
+func (v *view) ensure(ctx context.Context, ld *blockcache.Loader, end int64) (int64, error) {
+	n := int64(len(v.perm))
+	for {
+		k := v.built.Load()
+		if k == n || v.out[k] >= end {
+			return v.out[k], nil
+		}
+		v.grow.Lock()
+		k = v.built.Load()
+		for k < n && v.buf.Arrived(int(v.perm[k])) {
+			r := int(v.perm[k])
+			v.src[k] = v.buf.Starts[r]
+			v.out[k+1] = v.out[k] + v.buf.RecordLen(r)
+			k++
+		}
+		v.built.Store(k)
+		v.grow.Unlock()
+		if k == n || v.out[k] >= end {
+			return v.out[k], nil
+		}
+		if err := ld.Await(ctx, v.buf, int(v.perm[k])); err != nil {
+			return 0, err
+		}
+	}
+}
 
 // Done releases a Buf returned by ReadSlices.
 func (s *Stream) Done(b *blockcache.Buf) { s.ld.Release(b) }
@@ -269,6 +327,12 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 	var free *view
 	for _, v := range s.views {
 		if v.g == g && v.buf != nil && s.ld.Reacquire(v.buf) {
+			if v.buf.Failed() {
+				// Its load failed: load it again, in a fresh view.
+				s.ld.Release(v.buf)
+				v.buf = nil
+				continue
+			}
 			v.users.Add(1)
 			return v, nil
 		}
@@ -306,9 +370,9 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 		s.pass()
 	}
 	b := &s.plan.Buffers[g]
-	buf, err := s.ld.Get(ctx, b.Unit())
+	buf, err := s.ld.Begin(ctx, s.unit(b))
 	if err != nil {
-		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %w", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, err)
+		return nil, s.failed(g, err)
 	}
 	// A count unknown at planning (-1, a probed index) is the one loaded:
 	// the permutation depends on the seed and the count only.
@@ -323,34 +387,97 @@ func (s *Stream) acquire(ctx context.Context, g int) (*view, error) {
 		s.ld.Release(buf)
 		return nil, fmt.Errorf("epoch %d part %d of %d, buffer %d: %d records loaded, plan says %d", s.plan.Epoch, s.plan.Part, s.plan.Parts, g, n, b.Count)
 	}
-	s.perm = slices.Grow(s.perm[:0], n)[:n]
+	v.perm = slices.Grow(v.perm[:0], n)[:n]
 	v.src = slices.Grow(v.src[:0], n)[:n]
 	v.out = slices.Grow(v.out[:0], n+1)[:n+1]
-	if b.Perm != nil {
-		for i, k := range b.Perm {
-			s.perm[i] = uint32(k)
-		}
-	} else if b.Shuffle {
-		permute(s.perm, b.Seed)
-	} else {
-		for i := range s.perm {
-			s.perm[i] = uint32(i)
-		}
-	}
+	b.order(v.perm)
 	v.out[0] = 0
-	for k, r := range s.perm {
-		v.src[k] = buf.Starts[r]
-		v.out[k+1] = v.out[k] + buf.RecordLen(int(r))
-	}
+	v.built.Store(0)
 	v.g, v.buf = g, buf
+	if !buf.Partial() {
+		for k, r := range v.perm {
+			v.src[k] = buf.Starts[r]
+			v.out[k+1] = v.out[k] + buf.RecordLen(int(r))
+		}
+		v.built.Store(int64(n))
+	}
 	v.users.Store(1)
 	if ahead {
 		s.ld.Serve(buf)
 		s.served, s.servedG = buf, g
 	}
 	s.cur = v
-	s.prefetch(g)
+	s.prefetch(g, buf)
 	return v, nil
+}
+
+// order fills perm, of the buffer's record count, with the buffer's
+// record served at each place.
+func (b *Buffer) order(perm []uint32) {
+	switch {
+	case b.Perm != nil:
+		for i, k := range b.Perm {
+			perm[i] = uint32(k)
+		}
+	case b.Shuffle:
+		permute(perm, b.Seed)
+	default:
+		for i := range perm {
+			perm[i] = uint32(i)
+		}
+	}
+}
+
+// unit returns the unit of buffer b, with the order in which the loader
+// reads its blocks (or records): the order the permutation first needs
+// them in, when the index knows how many records each block holds.
+// s.mu must be held.
+func (s *Stream) unit(b *Buffer) blockcache.Unit {
+	u := b.Unit()
+	n := len(b.Records)
+	if b.Records == nil {
+		// firsts[i]: the first record of block i, then the record count.
+		s.firsts = append(s.firsts[:0], 0)
+		for _, id := range b.Blocks {
+			c := s.pl.ix.Blocks[id].Records
+			if c <= 0 {
+				return u // a probed index: counts learned as blocks load
+			}
+			s.firsts = append(s.firsts, s.firsts[len(s.firsts)-1]+c)
+		}
+		n = int(s.firsts[len(s.firsts)-1])
+	}
+	if b.Subset {
+		n = len(b.Perm)
+	} else if b.Count >= 0 && n != b.Count {
+		return u // the loader's count check says what is wrong
+	}
+	perm := slices.Grow(s.order[:0], n)[:n]
+	s.order = perm
+	b.order(perm)
+	ext := len(b.Blocks) + len(b.Records)
+	seen := slices.Grow(s.seen[:0], ext)[:ext]
+	s.seen = seen
+	clear(seen)
+	u.Order = make([]int32, 0, ext)
+	for _, r := range perm {
+		i := int32(r)
+		if b.Records == nil {
+			j, _ := slices.BinarySearch(s.firsts, int32(r)+1)
+			i = int32(j - 1)
+		}
+		if int(i) < ext && !seen[i] {
+			seen[i] = true
+			u.Order = append(u.Order, i)
+		}
+	}
+	// A subset leaves some unread by the permutation: last.
+	for i := range ext {
+		if !seen[i] {
+			u.Order = append(u.Order, int32(i))
+		}
+	}
+	return u
 }
 
 // pass ends the loader's keeping of the buffer served last. s.mu must be
@@ -376,29 +503,47 @@ func (s *Stream) release(v *view, buf bool) {
 	}
 }
 
-// prefetch starts loading what a sequential reader needs after buffer g:
-// the next ld.PrefetchDepth() buffers, and past the last one, the first
-// ones of the same part of the next epoch.
-func (s *Stream) prefetch(g int) {
+// prefetch starts loading what a sequential reader needs after buffer g,
+// once buf, g's, has loaded: the next ld.PrefetchDepth() buffers, and past
+// the last one, the first ones of the same part of the next epoch. Beyond
+// the first buffer ahead, which keeps every read slot busy while g is
+// served, the depth is counted in bytes too (Loader.PrefetchBytes): a
+// second buffer of hundreds of MiB ahead only takes memory and, on a
+// loaded machine, CPU from the one being served.
+func (s *Stream) prefetch(g int, buf *blockcache.Buf) {
 	depth := s.ld.PrefetchDepth()
 	if depth == 0 {
 		return
 	}
 	units := make([]blockcache.Unit, 0, min(depth, 8))
-	for i := g + 1; i < len(s.plan.Buffers) && len(units) < depth; i++ {
-		units = append(units, s.plan.Buffers[i].Unit())
+	var ahead int64
+	more := func(b *Buffer) bool {
+		if len(units) >= depth || (len(units) > 0 && ahead+b.Size > s.ld.PrefetchBytes()) {
+			return false
+		}
+		ahead += b.Size
+		units = append(units, s.unit(b))
+		return true
 	}
-	if len(units) < depth {
+	i := g + 1
+	for i < len(s.plan.Buffers) && more(&s.plan.Buffers[i]) {
+		i++
+	}
+	if i == len(s.plan.Buffers) && len(units) < depth {
 		// A feedback strategy's next epoch is planned once its feedback is
 		// complete: asking earlier would wait, under s.mu (grab.go).
 		if s.next == nil && !s.closed && s.pl.Ready(s.plan.Epoch+1, s.plan.Parts) {
 			s.next, _ = s.pl.Acquire(s.plan.Epoch+1, s.plan.Part, s.plan.Parts)
 		}
-		for i := 0; s.next != nil && i < len(s.next.Buffers) && len(units) < depth; i++ {
-			units = append(units, s.next.Buffers[i].Unit())
+		if s.next != nil {
+			for i := range s.next.Buffers {
+				if !more(&s.next.Buffers[i]) {
+					break
+				}
+			}
 		}
 	}
-	s.ld.Prefetch(s.ctx, units...)
+	s.ld.PrefetchAfter(s.ctx, buf, units...)
 }
 
 // RecordRef locates a served record in its source file: Len is its served
