@@ -37,11 +37,19 @@ const (
 // SGD (periodic model averaging): every worker keeps its own copy of the
 // model and updates it with the mean gradient of its own Batch/K records,
 // and every H steps, and at the end of every epoch, the K copies are
-// averaged into Model. An epoch ends at the last step every part can fill:
-// a last step of fewer than Batch/K records is taken only if every part has
-// the same number left (as parts of an --equal-parts mount do, and one part
-// always does); otherwise the records read for it are dropped
-// (EpochStats.Dropped) and the longer parts' remaining records are not read.
+// averaged into Model.
+//
+// An epoch trains on every record of every part, whatever their lengths, as
+// PyTorch DDP's uneven-inputs Join does: the steps go on until the longest
+// part is consumed, and in a step a part that has fewer than Batch/K
+// records left gives what it has, an ended one none. A synchronous step's
+// update is the mean gradient of the records the parts gave; with local
+// SGD a worker with no records keeps its model, and the models are
+// averaged weighted by the records each trained on since the last average
+// (equal weights while every part gives Batch/K, so that SyncEvery 1 stays
+// synchronous SGD). Parts of equal length (an --equal-parts mount, one
+// part) step alike to the end, their last step short if Batch/K does not
+// divide them.
 //
 // The fields are read at every epoch; a Trainer keeps reused buffers
 // between epochs and must not be used by several goroutines at once.
@@ -71,9 +79,8 @@ type Trainer struct {
 	// each part's per-example gradient vectors (Gradients) in served
 	// order, before the next epoch is opened: the input of an order
 	// server (corgifs --strategy grab, cdgrab, corgipile-balance). Every
-	// record a part served gets a vector: one the epoch trained on, at
-	// the model of its step; one it did not (dropped by parts of unequal
-	// length), at the model at the end of the epoch.
+	// record a part served gets a vector, at the model of the step that
+	// trained on it.
 	Feedback  Feedback
 	Gradients *Gradients
 
@@ -91,9 +98,6 @@ type EpochStats struct {
 	TrainLoss float64 // mean loss of the records (without the L2 term)
 	TrainAcc  float64 // share of the records the model predicted right
 	Steps     int64   // updates (lock-step steps over all parts)
-	// Dropped counts the records read for a last step that some part
-	// could not fill (parts of unequal length), not trained on.
-	Dropped int64
 }
 
 // LearningRate returns the learning rate of the given epoch.
@@ -165,30 +169,28 @@ func (t *Trainer) TrainEpochParts(ctx context.Context, epoch int, parts []io.Rea
 		t.gradW = make([]float64, len(m.W))
 		t.gradB = make([]float64, len(m.B))
 	}
-	pending := false // the records of the last fill were not trained on
 	for {
 		n, err := t.fillParts(ctx, &ep)
 		if err != nil {
 			return EpochStats{}, err
 		}
 		if n == 0 {
-			pending = true
 			break
 		}
 		if ep.local {
-			t.localStep(&ep, n)
+			t.localStep(&ep)
 		} else {
 			t.syncStep(&ep, n)
 		}
-		if n < ep.perPart {
-			break // the equal short step that ends the parts
+		if t.partsEnded() {
+			break
 		}
 	}
 	if ep.local && ep.sinceSync > 0 {
 		t.average()
 	}
 	if t.feedbackOn() {
-		if err := t.finishFeedback(ctx, &ep, pending); err != nil {
+		if err := t.writeFeedback(&ep); err != nil {
 			return EpochStats{}, err
 		}
 	}
@@ -236,34 +238,38 @@ func (t *Trainer) closeParts() {
 	}
 }
 
-// fillParts reads the records of the next step from every part and returns
-// how many each part gives it, 0 when the epoch is over.
+// fillParts reads the records of the next step from every part, Batch/K
+// or what is left of it, and returns how many they give in all: 0 when the
+// epoch is over.
 func (t *Trainer) fillParts(ctx context.Context, ep *epochState) (int, error) {
-	least, most := ep.perPart, 0
+	n := 0
 	for _, p := range t.parts {
 		if err := p.fill(ctx, t, ep, ep.perPart); err != nil {
 			return 0, err
 		}
-		least, most = min(least, len(p.labels)), max(most, len(p.labels))
+		n += len(p.labels)
 	}
-	if least < ep.perPart && least != most {
-		// Parts of unequal length: the epoch ends at the shortest one's
-		// last full step, as data-parallel ranks that must step together.
-		for _, p := range t.parts {
-			ep.st.Dropped += int64(len(p.labels))
+	return n, nil
+}
+
+// partsEnded reports whether every part has given all its records: a part
+// that gave fewer than Batch/K in the last fill has ended.
+func (t *Trainer) partsEnded() bool {
+	for _, p := range t.parts {
+		if !p.eof {
+			return false
 		}
-		return 0, nil
 	}
-	return least, nil
+	return true
 }
 
 // syncStep applies one update of Model with the mean gradient of the n
-// records read from each part.
+// records the parts gave the step.
 func (t *Trainer) syncStep(ep *epochState, n int) {
 	m := t.Model
 	fb := t.feedbackOn()
 	for _, p := range t.parts {
-		for i, label := range p.labels[:n] {
+		for i, label := range p.labels {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
 			if fb {
@@ -277,18 +283,19 @@ func (t *Trainer) syncStep(ep *epochState, n int) {
 		}
 	}
 	if ep.batch > 1 {
-		t.applyBatch(m, ep.lr, n*len(t.parts), t.gradW, t.gradB)
+		t.applyBatch(m, ep.lr, n, t.gradW, t.gradB)
 	}
 	ep.st.Steps++
 }
 
-// localStep updates every worker's model with the mean gradient of its own
-// n records, and averages the models every SyncEvery steps.
-func (t *Trainer) localStep(ep *epochState, n int) {
+// localStep updates the model of every worker whose part gave the step
+// records with the mean gradient of its own records, and averages the
+// models every SyncEvery steps.
+func (t *Trainer) localStep(ep *epochState) {
 	fb := t.feedbackOn()
 	for _, p := range t.parts {
 		m := p.model
-		for i, label := range p.labels[:n] {
+		for i, label := range p.labels {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
 			if fb {
@@ -300,9 +307,10 @@ func (t *Trainer) localStep(ep *epochState, n int) {
 			}
 			accumulate(m, p.gradW, p.gradB, x)
 		}
-		if ep.perPart > 1 {
-			t.applyBatch(m, ep.lr, n, p.gradW, p.gradB)
+		if ep.perPart > 1 && len(p.labels) > 0 {
+			t.applyBatch(m, ep.lr, len(p.labels), p.gradW, p.gradB)
 		}
+		p.sinceSync += int64(len(p.labels))
 	}
 	ep.st.Steps++
 	if ep.sinceSync++; ep.sinceSync == t.SyncEvery {
@@ -327,8 +335,48 @@ func (t *Trainer) example(ep *epochState, m *Model, x []float32, label int) {
 }
 
 // average sets Model, and every worker's copy, to the mean of the
-// workers' models.
+// workers' models weighted by the records each trained on since the last
+// average: a worker whose part ended early did not move, and does not
+// pull the others back. While every part steps alike it is the plain mean.
 func (t *Trainer) average() {
+	m := t.Model
+	var total int64
+	equal := true
+	for _, p := range t.parts {
+		total += p.sinceSync
+		equal = equal && p.sinceSync == t.parts[0].sinceSync
+	}
+	if total == 0 {
+		return
+	}
+	if equal {
+		t.averageEqually()
+	} else {
+		inv := 1 / float64(total)
+		for i := range m.W {
+			var s float64
+			for _, p := range t.parts {
+				s += float64(p.sinceSync) * p.model.W[i]
+			}
+			m.W[i] = s * inv
+		}
+		for i := range m.B {
+			var s float64
+			for _, p := range t.parts {
+				s += float64(p.sinceSync) * p.model.B[i]
+			}
+			m.B[i] = s * inv
+		}
+		t.copyAverage()
+	}
+	for _, p := range t.parts {
+		p.sinceSync = 0
+	}
+}
+
+// averageEqually sets Model, and every worker's copy, to the plain mean of
+// the workers' models.
+func (t *Trainer) averageEqually() {
 	m := t.Model
 	inv := 1 / float64(len(t.parts))
 	for i := range m.W {
@@ -345,9 +393,14 @@ func (t *Trainer) average() {
 		}
 		m.B[i] = s * inv
 	}
+	t.copyAverage()
+}
+
+// copyAverage sets every worker's model to Model.
+func (t *Trainer) copyAverage() {
 	for _, p := range t.parts {
-		copy(p.model.W, m.W)
-		copy(p.model.B, m.B)
+		copy(p.model.W, t.Model.W)
+		copy(p.model.B, t.Model.B)
 	}
 }
 
@@ -476,7 +529,7 @@ func (t *Trainer) TrainParts(ctx context.Context, strategy string, epochs int, o
 			return run, fmt.Errorf("validator: %s: epoch %d: %w", strategy, e, err)
 		}
 		ep := Epoch{Epoch: e, TrainLoss: st.TrainLoss, TrainAcc: st.TrainAcc, TestAcc: acc, Seconds: secs,
-			TestLoss: testLoss, Records: st.Records, Steps: st.Steps, Dropped: st.Dropped}
+			TestLoss: testLoss, Records: st.Records, Steps: st.Steps}
 		if t.TrainSet != nil {
 			ep.FullTrainLoss, ep.FullTrainAcc, err = t.evaluateTrainSet(ctx, e)
 			if err != nil {
