@@ -190,16 +190,16 @@ func TestFeedbackHasAVectorPerServedRecordAtTheModelThatTrainedOnIt(t *testing.T
 	}
 	// Part 2's last 3 records are trained on alone, one a step, the last
 	// by the epoch's last update: the model before it is the final model
-	// plus lr times the record's (exact, logistic) gradient, and the
+	// plus lr/K times the record's (exact, logistic) gradient, and the
 	// vector must be the gradient at that model.
 	v := fb.vecs["0/2/3"]
 	got := v[len(v)-g.Dim():]
 	before := &Model{W: slices.Clone(tr.Model.W), B: slices.Clone(tr.Model.B), name: Logistic, dim: 2, classes: 2,
 		scores: make([]float64, 1), grad: make([]float64, 1)}
 	for j := range before.W {
-		before.W[j] += lr * float64(got[j])
+		before.W[j] += lr / 3 * float64(got[j])
 	}
-	before.B[0] += lr * float64(got[len(got)-1])
+	before.B[0] += lr / 3 * float64(got[len(got)-1])
 	last := parts[2][len(parts[2])-1]
 	want, _ := g.Vector(before, last.x, last.label)
 	for j := range want {

@@ -24,7 +24,6 @@ type part struct {
 	labels []int
 
 	model        *Model    // local SGD: the worker's copy
-	sinceSync    int64     // local SGD: records trained on since the models were last averaged
 	vecs         []float32 // feedback vectors of the records served so far (Trainer.Feedback)
 	gradW, gradB []float64
 }
@@ -34,7 +33,6 @@ type part struct {
 func (p *part) reset(t *Trainer, r io.Reader, i, k int) {
 	p.i, p.k = i, k
 	p.rr, p.paths, p.file, p.path, p.n, p.eof = nil, nil, nil, "", 0, false
-	p.sinceSync = 0
 	p.vecs = p.vecs[:0]
 	if seq, ok := r.(*Sequence); ok {
 		p.paths = seq.Paths

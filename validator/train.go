@@ -41,15 +41,19 @@ const (
 //
 // An epoch trains on every record of every part, whatever their lengths, as
 // PyTorch DDP's uneven-inputs Join does: the steps go on until the longest
-// part is consumed, and in a step a part that has fewer than Batch/K
-// records left gives what it has, an ended one none. A synchronous step's
-// update is the mean gradient of the records the parts gave; with local
-// SGD a worker with no records keeps its model, and the models are
-// averaged weighted by the records each trained on since the last average
-// (equal weights while every part gives Batch/K, so that SyncEvery 1 stays
-// synchronous SGD). Parts of equal length (an --equal-parts mount, one
-// part) step alike to the end, their last step short if Batch/K does not
-// divide them.
+// part is consumed; in a step a part that has fewer than Batch/K records
+// left gives what it has, and one that has ended contributes a zero
+// gradient. A step's update is the sum of the parts' mean gradients
+// divided by K, as DDP's Join divides by the world size it started with
+// (its default, divide_by_initial_world_size): a record of a full
+// Batch/K weighs 1/Batch in every step, also in the steps after other
+// parts ended, so that uneven parts do not give their last records larger
+// steps. With local SGD a worker whose part has ended steps with a zero
+// gradient (its L2 term only) and the models are averaged as always, so
+// that SyncEvery 1 stays synchronous SGD. Parts of equal length (an
+// --equal-parts mount, one part) step alike to the end, their last step
+// short if Batch/K does not divide them, and train bit for bit as before
+// this rule.
 //
 // The fields are read at every epoch; a Trainer keeps reused buffers
 // between epochs and must not be used by several goroutines at once.
@@ -252,8 +256,7 @@ func (t *Trainer) fillParts(ctx context.Context, ep *epochState) (int, error) {
 	return n, nil
 }
 
-// partsEnded reports whether every part has given all its records: a part
-// that gave fewer than Batch/K in the last fill has ended.
+// partsEnded reports whether every part has given all its records.
 func (t *Trainer) partsEnded() bool {
 	for _, p := range t.parts {
 		if !p.eof {
@@ -263,12 +266,26 @@ func (t *Trainer) partsEnded() bool {
 	return true
 }
 
-// syncStep applies one update of Model with the mean gradient of the n
-// records the parts gave the step.
+// partsEven reports whether every part gave the step as many records.
+func (t *Trainer) partsEven() bool {
+	for _, p := range t.parts {
+		if len(p.labels) != len(t.parts[0].labels) {
+			return false
+		}
+	}
+	return true
+}
+
+// syncStep applies one update of Model: the mean gradient of the n
+// records of the step when every part gave as many, else the sum of the
+// parts' mean gradients over K (see Trainer), which is the same when they
+// are even; the even case keeps its own arithmetic, that of one batch.
 func (t *Trainer) syncStep(ep *epochState, n int) {
 	m := t.Model
 	fb := t.feedbackOn()
+	even := t.partsEven()
 	for _, p := range t.parts {
+		w := 1 / float64(len(t.parts)*max(len(p.labels), 1))
 		for i, label := range p.labels {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
@@ -279,22 +296,34 @@ func (t *Trainer) syncStep(ep *epochState, n int) {
 				t.step(m, ep.lr, x)
 				continue
 			}
+			if !even {
+				scale(m.grad, w)
+			}
 			accumulate(m, t.gradW, t.gradB, x)
 		}
 	}
 	if ep.batch > 1 {
+		if !even {
+			n = 1 // the sums are weighted already
+		}
 		t.applyBatch(m, ep.lr, n, t.gradW, t.gradB)
 	}
 	ep.st.Steps++
 }
 
-// localStep updates the model of every worker whose part gave the step
-// records with the mean gradient of its own records, and averages the
-// models every SyncEvery steps.
+// localStep updates every worker's model with the mean gradient of its own
+// records of the step (a zero gradient if its part has ended), and
+// averages the models every SyncEvery steps.
 func (t *Trainer) localStep(ep *epochState) {
 	fb := t.feedbackOn()
 	for _, p := range t.parts {
 		m := p.model
+		if len(p.labels) == 0 {
+			if t.L2 > 0 {
+				scale(m.W, 1-ep.lr*t.L2)
+			}
+			continue
+		}
 		for i, label := range p.labels {
 			x := p.row(i, m.dim)
 			t.example(ep, m, x, label)
@@ -307,10 +336,9 @@ func (t *Trainer) localStep(ep *epochState) {
 			}
 			accumulate(m, p.gradW, p.gradB, x)
 		}
-		if ep.perPart > 1 && len(p.labels) > 0 {
+		if ep.perPart > 1 {
 			t.applyBatch(m, ep.lr, len(p.labels), p.gradW, p.gradB)
 		}
-		p.sinceSync += int64(len(p.labels))
 	}
 	ep.st.Steps++
 	if ep.sinceSync++; ep.sinceSync == t.SyncEvery {
@@ -335,48 +363,8 @@ func (t *Trainer) example(ep *epochState, m *Model, x []float32, label int) {
 }
 
 // average sets Model, and every worker's copy, to the mean of the
-// workers' models weighted by the records each trained on since the last
-// average: a worker whose part ended early did not move, and does not
-// pull the others back. While every part steps alike it is the plain mean.
+// workers' models.
 func (t *Trainer) average() {
-	m := t.Model
-	var total int64
-	equal := true
-	for _, p := range t.parts {
-		total += p.sinceSync
-		equal = equal && p.sinceSync == t.parts[0].sinceSync
-	}
-	if total == 0 {
-		return
-	}
-	if equal {
-		t.averageEqually()
-	} else {
-		inv := 1 / float64(total)
-		for i := range m.W {
-			var s float64
-			for _, p := range t.parts {
-				s += float64(p.sinceSync) * p.model.W[i]
-			}
-			m.W[i] = s * inv
-		}
-		for i := range m.B {
-			var s float64
-			for _, p := range t.parts {
-				s += float64(p.sinceSync) * p.model.B[i]
-			}
-			m.B[i] = s * inv
-		}
-		t.copyAverage()
-	}
-	for _, p := range t.parts {
-		p.sinceSync = 0
-	}
-}
-
-// averageEqually sets Model, and every worker's copy, to the plain mean of
-// the workers' models.
-func (t *Trainer) averageEqually() {
 	m := t.Model
 	inv := 1 / float64(len(t.parts))
 	for i := range m.W {
@@ -393,14 +381,9 @@ func (t *Trainer) averageEqually() {
 		}
 		m.B[i] = s * inv
 	}
-	t.copyAverage()
-}
-
-// copyAverage sets every worker's model to Model.
-func (t *Trainer) copyAverage() {
 	for _, p := range t.parts {
-		copy(p.model.W, t.Model.W)
-		copy(p.model.B, t.Model.B)
+		copy(p.model.W, m.W)
+		copy(p.model.B, m.B)
 	}
 }
 

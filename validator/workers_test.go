@@ -19,29 +19,50 @@ func readers(streams ...[]byte) []io.Reader {
 	return rs
 }
 
-// lockSteps returns the records of each lock-step step of per records a
-// part, in the order a step takes them: every part gives per records, or
-// what it has left, until the longest part ends.
-func lockSteps(parts [][]rec, per int) [][]rec {
-	var steps [][]rec
+// joinSteps returns the model after synchronous lock-step SGD on parts,
+// per records a part a step, computed from the rule's statement rather
+// than the Trainer's arithmetic: until the longest part ends, every step
+// subtracts lr times the sum over the parts that still have records of
+// the mean gradient of the records each gives (per, or what is left),
+// divided by the number of parts.
+func joinSteps(t *testing.T, m *Model, parts [][]rec, per int, lr float64) {
+	t.Helper()
+	k := float64(len(parts))
 	for s := 0; ; s++ {
-		var step []rec
+		gw, gb := make([]float64, len(m.W)), make([]float64, len(m.B))
+		any := false
 		for _, p := range parts {
-			step = append(step, p[min(s*per, len(p)):min((s+1)*per, len(p))]...)
+			step := p[min(s*per, len(p)):min((s+1)*per, len(p))]
+			for _, r := range step {
+				any = true
+				m.forward(r.x)
+				m.lossGrad(r.label)
+				for c, g := range m.grad {
+					for j, v := range r.x {
+						gw[c*m.dim+j] += g * float64(v) / float64(len(step)) / k
+					}
+					gb[c] += g / float64(len(step)) / k
+				}
+			}
 		}
-		if len(step) == 0 {
-			return steps
+		if !any {
+			return
 		}
-		steps = append(steps, step)
+		for i := range gw {
+			m.W[i] -= lr * gw[i]
+		}
+		for i := range gb {
+			m.B[i] -= lr * gb[i]
+		}
 	}
 }
 
 // TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven: K parts
 // of unequal length (as parts balanced by bytes are) are trained on to
 // their last record, as DDP's Join does: the steps go on until the longest
-// part ends, a part that ran short gives what it has, and each update is
-// the mean gradient of the records the step got — bitwise the update of
-// one batch of exactly those records.
+// part ends, a part that ran short gives what it has, an ended one a zero
+// gradient, and the update divides by K whatever the parts gave, so that a
+// record weighs the same in the last steps as in the first.
 func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T) {
 	all := separable(40, 3, 11)
 	for _, c := range []struct {
@@ -52,11 +73,10 @@ func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T
 		// Steps 1–3 take 2 records of each part (6), step 4 takes 2, 1
 		// and 2 (part 1 ends), step 5 takes 2 and 1 of parts 0 and 2.
 		{"unequal", []int{10, 7, 9}, 5},
-		// One part ends at a step boundary, one is empty. (No step has
-		// a single record: Batch 1 updates by another formula.)
-		{"one part empty", []int{4, 0, 10}, 5},
+		// One part ends at a step boundary, one is empty.
+		{"one part empty", []int{4, 0, 9}, 5},
 		// Equal parts end with a short step of 1 record each (as
-		// --equal-parts mounts give), as before.
+		// --equal-parts mounts give).
 		{"equal", []int{7, 7, 7}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,29 +98,45 @@ func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T
 				t.Errorf("parts of %v records: trained on %d records in %d steps; want every record, %d, in %d steps",
 					c.lens, st.Records, st.Steps, records, c.steps)
 			}
-			// One worker taking each step's records as one batch makes
-			// exactly the same updates.
-			one := newTrainer(t, Softmax, 2, 3, 0.1, 6)
-			var lossSum float64
-			for _, step := range lockSteps(parts, 2) {
-				one.Batch = len(step)
-				ost, err := one.TrainEpoch(context.Background(), 0, bytes.NewReader(stream(step)))
-				if err != nil {
-					t.Fatal(err)
+			want, _ := NewModel(Softmax, 2, 3)
+			joinSteps(t, want, parts, 2, 0.1)
+			for i, w := range append(slices.Clone(want.W), want.B...) {
+				got := append(slices.Clone(lock.Model.W), lock.Model.B...)[i]
+				if math.Abs(got-w) > 1e-12 {
+					t.Fatalf("parameter %d is %v, want %v: lock-step weights %v %v, the rule's %v %v",
+						i, got, w, lock.Model.W, lock.Model.B, want.W, want.B)
 				}
-				if ost.Steps != 1 {
-					t.Fatalf("a step of %d records took %d updates", len(step), ost.Steps)
-				}
-				lossSum += ost.TrainLoss * float64(len(step))
-			}
-			if !slices.Equal(lock.Model.W, one.Model.W) || !slices.Equal(lock.Model.B, one.Model.B) {
-				t.Errorf("lock-step weights %v %v, one batch per step of the steps' records %v %v",
-					lock.Model.W, lock.Model.B, one.Model.W, one.Model.B)
-			}
-			if want := lossSum / float64(records); math.Abs(st.TrainLoss-want) > 1e-12 {
-				t.Errorf("lock-step training loss %v, the steps' %v", st.TrainLoss, want)
 			}
 		})
+	}
+}
+
+// TestLockStepOnEqualPartsIsOneStreamOfTheStepsRecords: parts of equal
+// length (as --equal-parts mounts give) make, bit for bit, the updates of
+// one worker reading the steps' records in the order the steps take them,
+// the last step short.
+func TestLockStepOnEqualPartsIsOneStreamOfTheStepsRecords(t *testing.T) {
+	all := separable(21, 3, 11)
+	parts := [][]rec{all[:7], all[7:14], all[14:]}
+	lock := newTrainer(t, Softmax, 2, 3, 0.1, 6)
+	st, err := lock.TrainEpochParts(context.Background(), 0, readers(stream(parts[0]), stream(parts[1]), stream(parts[2])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []rec
+	for s := range 4 {
+		for _, p := range parts {
+			steps = append(steps, p[s*2:min((s+1)*2, len(p))]...)
+		}
+	}
+	one := newTrainer(t, Softmax, 2, 3, 0.1, 6)
+	ost, err := one.TrainEpoch(context.Background(), 0, bytes.NewReader(stream(steps)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps != 4 || ost.Steps != 4 || !slices.Equal(lock.Model.W, one.Model.W) || !slices.Equal(lock.Model.B, one.Model.B) || st.TrainLoss != ost.TrainLoss {
+		t.Errorf("lock-step: %d steps, weights %v %v (loss %v); one stream of the steps' records: %d steps, %v %v (loss %v)",
+			st.Steps, lock.Model.W, lock.Model.B, st.TrainLoss, ost.Steps, one.Model.W, one.Model.B, ost.TrainLoss)
 	}
 }
 
@@ -127,8 +163,8 @@ func trainParts(t *testing.T, tr *Trainer, epochs int, streams ...[]byte) []floa
 
 // TestSyncEveryOneEqualsSynchronousAveraging: local SGD averaging the
 // workers' models after every step is synchronous SGD, also on parts of
-// unequal length, whose workers drop out one by one at the end of the
-// epoch (the average weights each model by the records it trained on).
+// unequal length, whose workers run out one by one at the end of the
+// epoch and step with a zero gradient.
 func TestSyncEveryOneEqualsSynchronousAveraging(t *testing.T) {
 	all := separable(400, 3, 12)
 	for _, lens := range [][]int{{100, 100, 100, 100}, {100, 93, 110, 97}} {
