@@ -22,37 +22,44 @@ func readers(streams ...[]byte) []io.Reader {
 // joinSteps returns the model after synchronous lock-step SGD on parts,
 // per records a part a step, computed from the rule's statement rather
 // than the Trainer's arithmetic: until the longest part ends, every step
-// subtracts lr times the sum over the parts that still have records of
-// the mean gradient of the records each gives (per, or what is left),
-// divided by the number of parts.
+// subtracts lr times the sum of the gradients of the records the parts
+// give (per, or what is left), over Batch = per·K, or over their number
+// if every part gives as many.
 func joinSteps(t *testing.T, m *Model, parts [][]rec, per int, lr float64) {
 	t.Helper()
-	k := float64(len(parts))
 	for s := 0; ; s++ {
 		gw, gb := make([]float64, len(m.W)), make([]float64, len(m.B))
-		any := false
+		var records []int
 		for _, p := range parts {
 			step := p[min(s*per, len(p)):min((s+1)*per, len(p))]
+			records = append(records, len(step))
 			for _, r := range step {
-				any = true
 				m.forward(r.x)
 				m.lossGrad(r.label)
 				for c, g := range m.grad {
 					for j, v := range r.x {
-						gw[c*m.dim+j] += g * float64(v) / float64(len(step)) / k
+						gw[c*m.dim+j] += g * float64(v)
 					}
-					gb[c] += g / float64(len(step)) / k
+					gb[c] += g
 				}
 			}
 		}
-		if !any {
+		n := 0
+		for _, r := range records {
+			n += r
+		}
+		if n == 0 {
 			return
 		}
+		div := float64(per * len(parts))
+		if slices.Min(records) == slices.Max(records) {
+			div = float64(n)
+		}
 		for i := range gw {
-			m.W[i] -= lr * gw[i]
+			m.W[i] -= lr * gw[i] / div
 		}
 		for i := range gb {
-			m.B[i] -= lr * gb[i]
+			m.B[i] -= lr * gb[i] / div
 		}
 	}
 }
@@ -61,8 +68,9 @@ func joinSteps(t *testing.T, m *Model, parts [][]rec, per int, lr float64) {
 // of unequal length (as parts balanced by bytes are) are trained on to
 // their last record, as DDP's Join does: the steps go on until the longest
 // part ends, a part that ran short gives what it has, an ended one a zero
-// gradient, and the update divides by K whatever the parts gave, so that a
-// record weighs the same in the last steps as in the first.
+// gradient, and every record of such an uneven step weighs 1/Batch, as in
+// a full step, so that the last records of the longest parts do not get
+// larger steps.
 func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T) {
 	all := separable(40, 3, 11)
 	for _, c := range []struct {
@@ -76,7 +84,7 @@ func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T
 		// One part ends at a step boundary, one is empty.
 		{"one part empty", []int{4, 0, 9}, 5},
 		// Equal parts end with a short step of 1 record each (as
-		// --equal-parts mounts give).
+		// --equal-parts mounts give), the mean of its 3 records.
 		{"equal", []int{7, 7, 7}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,11 +108,11 @@ func TestLockStepWorkersTrainEveryRecordOfAnEpochWhenPartsAreUneven(t *testing.T
 			}
 			want, _ := NewModel(Softmax, 2, 3)
 			joinSteps(t, want, parts, 2, 0.1)
+			got := append(slices.Clone(lock.Model.W), lock.Model.B...)
 			for i, w := range append(slices.Clone(want.W), want.B...) {
-				got := append(slices.Clone(lock.Model.W), lock.Model.B...)[i]
-				if math.Abs(got-w) > 1e-12 {
+				if math.Abs(got[i]-w) > 1e-12 {
 					t.Fatalf("parameter %d is %v, want %v: lock-step weights %v %v, the rule's %v %v",
-						i, got, w, lock.Model.W, lock.Model.B, want.W, want.B)
+						i, got[i], w, lock.Model.W, lock.Model.B, want.W, want.B)
 				}
 			}
 		})
