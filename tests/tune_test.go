@@ -164,9 +164,9 @@ func TestTuneOnLabelSortedFashionMNISTRecommendsABufferWhereCorgipileMatchedFull
 		t.Errorf("sorted: the bound asks for %d blocks (%g%%), want nearly all of them", c.Buffer.BoundBlocks, c.Buffer.BoundPercent)
 	}
 	// A mount's default buffer of this set is the whole part: the mount
-	// line needs no --buffer (issue 23); with 8 parts of 1 MiB of memory
-	// too. With 64 MiB of memory and one part it is not, and the mix
-	// rule's buffer is what the line gives.
+	// line needs no --buffer (issue 23). Where the default buffer is not a
+	// whole part, the line gives --buffer only when the measured mix asks
+	// for more (tune's TestDefaultsAdviceSaysWhetherTheMountsOwnBufferIsEnough).
 	if strings.Contains(c.Mount, "--buffer") || c.Defaults == nil || !c.Defaults.Enough {
 		t.Errorf("sorted: mount line %q with defaults %+v: want the mount's own buffer", c.Mount, c.Defaults)
 	}

@@ -1,7 +1,6 @@
 package validator
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 )
@@ -147,39 +146,13 @@ func (t *Trainer) record(p *part, m *Model, x []float32) {
 	p.vecs = t.Gradients.appendVector(p.vecs, m, x)
 }
 
-// finishFeedback gives every part a vector for the records it served but
-// the epoch did not train on (read for a step that some part could not
-// fill, or not read yet because a shorter part ended the epoch), at the
-// model at the end of the epoch, so that each part's feedback has one
-// vector per served record, then hands the parts' vectors to Feedback.
-// pending says whether the records of the last fill are still untrained.
-func (t *Trainer) finishFeedback(ctx context.Context, ep *epochState, pending bool) error {
-	m := t.Model
-	for _, p := range t.parts {
-		if pending {
-			t.vectorsOfStep(p, m)
-		}
-		for !p.eof {
-			if err := p.fill(ctx, t, ep, evalChunk); err != nil {
-				return err
-			}
-			t.vectorsOfStep(p, m)
-		}
-	}
+// writeFeedback hands the parts' vectors, one per record each served (the
+// epoch trained on all of them), to Feedback.
+func (t *Trainer) writeFeedback(ep *epochState) error {
 	for i, p := range t.parts {
 		if err := t.Feedback.WritePart(ep.epoch, i, len(t.parts), t.Gradients.dim, p.vecs); err != nil {
 			return p.errorf(ep, "writing the feedback: %w", err)
 		}
 	}
 	return nil
-}
-
-// vectorsOfStep appends the vectors of the records of p's last fill, at m.
-func (t *Trainer) vectorsOfStep(p *part, m *Model) {
-	for i, label := range p.labels {
-		x := p.row(i, m.dim)
-		m.forward(x)
-		m.lossGrad(label)
-		t.record(p, m, x)
-	}
 }

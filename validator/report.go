@@ -57,11 +57,9 @@ type Epoch struct {
 	FullTrainLoss float64 `json:"full_train_loss,omitempty"`
 	FullTrainAcc  float64 `json:"full_train_acc,omitempty"`
 	TestLoss      float64 `json:"test_loss,omitempty"`
-	// Records trained on, updates, and records dropped by parts of
-	// unequal length (EpochStats).
+	// Records trained on and updates (EpochStats).
 	Records int64 `json:"records,omitempty"`
 	Steps   int64 `json:"steps,omitempty"`
-	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // epochs returns the epoch numbers that occur in any run, in order.
