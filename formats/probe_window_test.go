@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -61,6 +62,48 @@ func TestProbeWithinFindsTheSameBoundaryInReadsNoLargerThanTheBlock(t *testing.T
 					}
 				}
 			}
+		}
+	}
+}
+
+// Probes that share what they learned (ProbeWindow.Longest) among
+// records longer than their first window: the first probe takes several
+// reads and notes the record's length; every later one finds the same
+// boundary as the unbounded probe in one read, of at most Max bytes, that
+// holds two records and a header (issue 25: four GETs a probe among
+// 100 KiB records at 1 MiB blocks, one now).
+func TestProbesThatShareTheLongestRecordFindEachBoundaryInOneRead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 3))
+	var recs [][]byte
+	for total := 0; total < 8<<20; {
+		b := make([]byte, 100<<10+rng.IntN(3))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		recs = append(recs, b)
+		total += len(b) + FrameExtra
+	}
+	data, _ := frames(recs...)
+	h := Head{Start: 0, End: int64(len(data))}
+	w := WindowFor(1 << 20)
+	w.Longest = new(atomic.Int64)
+	for k := int64(1); k < 8; k++ {
+		off := k << 20
+		want, err := TFRecord{}.Probe(bytes.NewReader(data), h, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr := &sizedReads{r: bytes.NewReader(data)}
+		got, err := TFRecord{}.ProbeWithin(sr, h, off, w)
+		if err != nil || got != want {
+			t.Fatalf("ProbeWithin(%d) = %d, %v; Probe says %d", off, got, err, want)
+		}
+		if k == 1 && len(sr.sizes) < 2 {
+			t.Fatalf("the first probe, knowing no record, read %v: want several reads from a %d-byte window", sr.sizes, w.First)
+		}
+		if k > 1 && (len(sr.sizes) != 1 || sr.sizes[0] > w.Max || sr.sizes[0] < 2*(100<<10+FrameExtra)+HeaderLen) {
+			t.Fatalf("probe %d, after one saw a %d-byte record: reads %v; want one read of two records and a header, at most %d bytes",
+				k, w.Longest.Load(), sr.sizes, w.Max)
 		}
 	}
 }
