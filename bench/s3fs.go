@@ -38,19 +38,21 @@ const s3fsWorkers = 8
 
 // requestRun is one epoch read, counted at the server.
 type requestRun struct {
-	name      string
-	secs      float64
-	served    int64 // bytes the reader got
-	server    serverCounts
-	requests  int64 // every S3 request of the server (every API)
-	statsGETs int64 // corgifs: stats.json's GETs of epoch 0
-	statsByte int64
+	name     string
+	secs     float64
+	served   int64 // bytes the reader got
+	server   serverCounts
+	requests int64 // every S3 request of the server (every API)
+	// corgifs: stats.json's GETs and bytes of epoch 0, and the GETs of
+	// the whole mount: the server's, and stats.json's (the index's, the
+	// epochs', the proof walks').
+	statsGETs, statsByte          int64
+	mountGETs, statsTotal         int64
+	indexGETs, nextGETs, proofGET int64
 }
 
 type s3fsResult struct {
 	ds        *dataset
-	indexGETs int64 // the corgifs mount's probe index, before the epoch
-	indexSent int64
 	blockSize int64
 	runs      []requestRun
 	load      [2]string
@@ -272,11 +274,6 @@ func corgifsEpoch(ctx context.Context, srv *minioServer, corgifs, dir string, re
 		return requestRun{}, err
 	}
 	defer d.kill()
-	a, err := srv.counts(ctx)
-	if err != nil {
-		return requestRun{}, err
-	}
-	res.indexGETs, res.indexSent = a.gets-b.gets, a.sent-b.sent
 	var c api.Config
 	if err := readJSON(api.ConfigPath(mnt), &c); err != nil {
 		return requestRun{}, err
@@ -293,16 +290,38 @@ func corgifsEpoch(ctx context.Context, srv *minioServer, corgifs, dir string, re
 	if err != nil {
 		return run, err
 	}
+	// What the mount made in all, once its prefetches are done.
 	var st struct {
 		Epochs map[string]struct {
 			SourceBytes int64 `json:"source_bytes"`
 			SourceGETs  int64 `json:"source_gets"`
 		} `json:"epochs"`
+		ProofReads int64 `json:"proof_reads"`
+		Source     struct {
+			GETs int64 `json:"gets"`
+		} `json:"source"`
 	}
-	if err := readJSON(api.StatsPath(mnt), &st); err != nil {
+	for last := int64(-1); ; time.Sleep(time.Second) {
+		if err := readJSON(api.StatsPath(mnt), &st); err != nil {
+			return run, err
+		}
+		if st.Source.GETs == last {
+			break
+		}
+		last = st.Source.GETs
+	}
+	a, err := srv.counts(ctx)
+	if err != nil {
 		return run, err
 	}
 	run.statsGETs, run.statsByte = st.Epochs["0"].SourceGETs, st.Epochs["0"].SourceBytes
+	run.mountGETs, run.statsTotal, run.proofGET = a.gets-b.gets, st.Source.GETs, st.ProofReads
+	var epochs int64
+	for _, e := range st.Epochs {
+		epochs += e.SourceGETs
+	}
+	run.nextGETs = epochs - run.statsGETs
+	run.indexGETs = st.Source.GETs - epochs - st.ProofReads
 	return run, d.stop()
 }
 
@@ -311,21 +330,22 @@ func s3fsMarkdown(o options, res *s3fsResult, took time.Duration, m machine) str
 	gib := func(r requestRun) float64 { return float64(r.served) / (1 << 30) }
 	fmt.Fprintf(&b, "%s\n\n", s3fsHeading)
 	fmt.Fprintf(&b, "`go run ./bench --s3fs --size %s --record-sizes %s --runs %d`, %s, on %s. One epoch of a TFRecord dataset of %s (%s, %d objects) in MinIO on 127.0.0.1, the page cache dropped before each: "+
-		"a map-style reader through an `s3fs` mount (s3fs-fuse from Debian, its defaults, `-o use_path_request_style,ro`) reading every record once with one `pread` each, in a shuffled order, %d at a time (a PyTorch map-style Dataset with %d DataLoader workers), "+
-		"against `cat` of the one part of a corgifs mount at the defaults (block size %s; its probe index, built at mount, made %d GETs, %s, not counted in the epoch). "+
-		"Counted by the server (MinIO's metrics: GetObject requests, requests of every kind, bytes sent); for corgifs, in brackets, its `stats.json` epoch 0 (`source_gets`, `source_bytes`: a prefetch of epoch 1's first buffers near the end is the server's difference).\n\n",
+		"a map-style reader through an `s3fs` mount (s3fs-fuse from Debian at its defaults, `-o use_path_request_style,ro`) reading every record once with one `pread` each, in a shuffled order, %d at a time (a PyTorch map-style Dataset with %d DataLoader workers), "+
+		"against `cat` of the one part of a corgifs mount at the defaults (a probe index built at mount, block size %s). "+
+		"GETs counted by the server (MinIO's metrics: GetObject requests; requests of every kind; bytes sent) while the epoch was read; for corgifs the GETs and bytes are its `stats.json` epoch 0 (`source_gets`, `source_bytes`), and the last column accounts for every GET the server saw from the mount's start to its end.\n\n",
 		formatSize(o.size), (*sizesValue)(&o.recordSizes).String(), o.runs, time.Now().UTC().Format("2006-01-02"), m.cpu,
-		res.ds.label(), fmtBytes(res.ds.Bytes), len(res.ds.Files), s3fsWorkers, s3fsWorkers, fmtBytes(res.blockSize), res.indexGETs, fmtBytes(res.indexSent))
-	b.WriteString("| reader | epoch | GETs | GETs per GiB | requests per GiB | bytes sent per GiB served | server CPU s per GiB |\n|---|---|---|---|---|---|---|\n")
+		res.ds.label(), fmtBytes(res.ds.Bytes), len(res.ds.Files), s3fsWorkers, s3fsWorkers, fmtBytes(res.blockSize))
+	b.WriteString("| reader | epoch | GETs | GETs per GiB served | requests per GiB | bytes fetched per GiB served | server CPU s per GiB | every GET of the mount |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.runs {
 		g := gib(r)
-		gets := fmt.Sprintf("%d", r.server.gets)
-		sent := fmt.Sprintf("%.2f GiB", float64(r.server.sent)/(1<<30)/g)
-		if r.statsGETs > 0 {
-			gets += fmt.Sprintf(" (%d)", r.statsGETs)
-			sent += fmt.Sprintf(" (%.2f)", float64(r.statsByte)/(1<<30)/g)
+		if r.statsTotal == 0 {
+			fmt.Fprintf(&b, "| %s | %.1f s | %d | %.0f | %.0f | %.2f GiB | %.2f | |\n", r.name, r.secs, r.server.gets, float64(r.server.gets)/g,
+				float64(r.requests)/g, float64(r.server.sent)/(1<<30)/g, r.server.cpu/g)
+			continue
 		}
-		fmt.Fprintf(&b, "| %s | %.1f s | %s | %.0f | %.0f | %s | %.2f |\n", r.name, r.secs, gets, float64(r.server.gets)/g, float64(r.requests)/g, sent, r.server.cpu/g)
+		fmt.Fprintf(&b, "| %s | %.1f s | %d | %.0f | %.0f | %.2f GiB | %.2f | server %d; stats.json %d = index %d + epoch 0 %d + prefetched of epoch 1 %d + proof walks %d |\n",
+			r.name, r.secs, r.statsGETs, float64(r.statsGETs)/g, float64(r.requests)/g, float64(r.statsByte)/(1<<30)/g, r.server.cpu/g,
+			r.mountGETs, r.statsTotal, r.indexGETs, r.statsGETs, r.nextGETs, r.proofGET)
 	}
 	fmt.Fprintf(&b, "\nLoad average %s before, %s after. The section took %s.\n", res.load[0], res.load[1], took.Round(time.Second))
 	return b.String()
