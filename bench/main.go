@@ -64,12 +64,14 @@ type options struct {
 	keep        bool
 	out         string
 	profile     bool
-	sizeSet     bool // --size was given (the formats section has its own default)
-	formats     bool // run the formats section (issue 13)
-	s3          bool // run the object store section (issue 14)
-	s3speed     bool // run the object store section of issue 25
-	compressed  bool // run the compressed section (issue 18)
-	probe       bool // run the probe index section (issue 14)
+	sizeSet     bool     // --size was given (the formats section has its own default)
+	formats     bool     // run the formats section (issue 13)
+	s3          bool     // run the object store section (issue 14)
+	s3speed     bool     // run the object store section of issue 25
+	compressed  bool     // run the compressed section (issue 18)
+	probe       bool     // run the probe index section (issue 14)
+	probeBlocks []string // --probe-block-sizes: block sizes to time besides the default
+	s3fs        bool     // run the GETs per GiB section against s3fs (issue 25)
 
 	s3Server string // the S3 server --s3 and --s3speed start: versitygw or minio
 
@@ -148,9 +150,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var((*fractionsValue)(&o.sim.exchanges), "sim-exchange", "comma separated exchange `fractions` Q to simulate")
 	fs.IntVar(&o.sim.epochs, "sim-epochs", o.sim.epochs, "epochs to simulate")
 	trafficFlags(fs, &o.traffic)
-	fs.BoolVar(&o.probe, "probe", false, "time the index of a TFRecord dataset in a versitygw S3 server on 127.0.0.1 by probing\n"+
-		"against reading every byte, with bytes and GETs, and extrapolate to 10 TB (issue 14;\n"+
+	fs.BoolVar(&o.probe, "probe", false, "time `corgifs index` of a TFRecord dataset in a MinIO S3 server on 127.0.0.1 by probing\n"+
+		"against reading every byte at the default block size, with bytes, GETs and CPU of each (issues 14, 25;\n"+
 		"alone it skips --warm unless given; try --size 2GiB --record-sizes 100KiB --runs 1) (default false)")
+	fs.BoolVar(&o.s3fs, "s3fs", false, "count the GETs per GiB of an epoch of the first --record-sizes dataset in MinIO on 127.0.0.1,\n"+
+		"read by a per-record reader in shuffled order through s3fs and by cat of a corgifs part\n"+
+		"at the defaults (issue 25; needs s3fs and minio; alone it skips --warm unless given) (default false)")
+	fs.Func("probe-block-sizes", "with --probe, comma separated block `sizes` (e.g. 8MiB) to time besides the default one", func(v string) error {
+		o.probeBlocks = strings.Split(v, ",")
+		return nil
+	})
 	fs.DurationVar(&o.fioRuntime, "fio-runtime", o.fioRuntime, "runtime of each time-based fio job")
 	fs.BoolVar(&o.compressed, "compressed", false, "run a cold and a warm corgipile epoch and the index of a GZIP TFRecord dataset against zcat\n"+
 		"and the uncompressed copy (issue 18; 1 GiB decompressed unless --size is given; drops the page cache) (default false)")
@@ -180,7 +189,7 @@ Flags:
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.sizeSet = given["size"]
-	if (o.formats || o.s3 || o.s3speed || o.simulate || o.compressed || o.probe) && !given["warm"] {
+	if (o.formats || o.s3 || o.s3speed || o.simulate || o.compressed || o.probe || o.s3fs) && !given["warm"] {
 		o.warm = false
 	}
 	if o.traffic.run && !given["warm"] {
@@ -454,11 +463,21 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	if o.probe {
 		start := time.Now()
-		res, err := runProbe(ctx, o, work, os.Stdout)
+		res, err := runProbe(ctx, o, work, bins.corgifs)
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
 		if err := write(probeHeading, probeMarkdown(o, res, time.Since(start), h.machine)); err != nil {
+			return err
+		}
+	}
+	if o.s3fs {
+		start := time.Now()
+		res, err := runS3fs(ctx, o, work, bins.corgifs)
+		if err != nil {
+			return fmt.Errorf("s3fs: %w", err)
+		}
+		if err := write(s3fsHeading, s3fsMarkdown(o, res, time.Since(start), h.machine)); err != nil {
 			return err
 		}
 	}

@@ -40,6 +40,8 @@ type Scanner struct {
 	// times (probe_window.go). 0: the window keeps its size.
 	grow int64
 	read bool // a window was read
+	// confirmed is the data length of the frame nextConfirmed found last.
+	confirmed int64
 }
 
 // NewScanner returns a Scanner over [start, end) of r.
@@ -276,6 +278,7 @@ func (s *Scanner) confirmedAt(p int64) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
+	s.confirmed = n
 	next := p + n + FrameExtra
 	if next == s.end {
 		return true, nil

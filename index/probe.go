@@ -122,6 +122,7 @@ func (ix *Index) buildProbed(ctx context.Context, o Options, progress func(int64
 	// Reads that follow the block size: a few percent of the bytes a
 	// probe stands for, never more than a block (formats.WindowFor).
 	window := formats.WindowFor(ix.BlockSize)
+	window.Typical = new(atomic.Int64)
 	ambiguous := make([]atomic.Bool, len(files))
 	wrong := 0
 	for i, w := range ix.scanWhole(o) {

@@ -2,13 +2,16 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corgifs/corgifs/api"
+	"github.com/dustin/go-humanize"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -94,8 +97,9 @@ func rangeTotals(rs map[string][][2]int64) (gets, bytes, smallest int64) {
 // At the defaults (no flag but the endpoint: a probe index, the sizing
 // rule's block size for an object store), the probe index fetches at most
 // 5% of the dataset, and the first two epochs make one GET per block
-// loaded and none of a header: every GET the server sees is a block's,
-// counted in stats.json under its epoch (none is a read of the
+// loaded and none of a header: every GET the server sees is a block's
+// (the distinct ranges of each object tile it exactly), counted in
+// stats.json under its epoch (none is a read of the
 // record-chain walk that proves the probed boundaries: it jumps over the
 // blocks the buffer loaded), and stats.json's GETs and bytes equal the
 // server's. Two datasets: 2,000
@@ -176,6 +180,22 @@ func TestS3EpochAtTheDefaultsGETsOnlyItsBlocksAndProbesUnderFivePercent(t *testi
 					c.name, e, v.SourceBytes, v.SourceGETs, cfg.Dataset.Bytes, cfg.Dataset.Blocks)
 			}
 		}
+		// Every GET is a block or one of its ranges: the distinct
+		// ranges of an object tile it, from its first byte to its last,
+		// none overlapping another (a header's or a probe's would).
+		for key, r := range rs {
+			bucket, obj, _ := strings.Cut(key, "/")
+			st, err := s.client.StatObject(t.Context(), bucket, obj, minio.StatObjectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tiles := slices.Compact(slices.Clone(r))
+			for i, g := range tiles {
+				if (i == 0 && g[0] != 0) || (i > 0 && g[0] != tiles[i-1][1]+1) || (i == len(tiles)-1 && g[1] != st.Size-1) {
+					t.Fatalf("%s: %s: the GETs' distinct ranges %v do not tile its %d bytes: range %d is bytes %d-%d", c.name, key, tiles, st.Size, i, g[0], g[1])
+				}
+			}
+		}
 		if strings.HasSuffix(c.src, "small") {
 			// Each object is a block: every GET is a whole object.
 			for key, r := range rs {
@@ -196,8 +216,13 @@ func TestS3EpochAtTheDefaultsGETsOnlyItsBlocksAndProbesUnderFivePercent(t *testi
 	// An index built at 256 KiB, then a first mount at the default block
 	// size.
 	cache := t.TempDir()
-	corgifs(t, "index", "s3://large/set", "--block-size", "256KiB", "--cache-dir", cache, "--s3-endpoint", p.srv.URL)
-	built, _, _ := rangeTotals(p.take())
+	out := corgifs(t, "index", "s3://large/set", "--block-size", "256KiB", "--cache-dir", cache, "--s3-endpoint", p.srv.URL)
+	built, builtBytes, _ := rangeTotals(p.take())
+	// `corgifs index` says what the index cost the store, as the
+	// server counted it.
+	if want := fmt.Sprintf(" ranged GETs of %s (%d bytes)\n", humanize.IBytes(uint64(builtBytes)), builtBytes); !strings.Contains(out, fmt.Sprintf(", of which %d%s", built, want)) {
+		t.Fatalf("corgifs index printed\n%s\nwant a requests line with the %d GETs and %d bytes the server saw", out, built, builtBytes)
+	}
 	m := startMount(t, "s3://large/set", "--s3-endpoint", p.srv.URL, "--cache-dir", cache)
 	cfg := readConfig(t, m)
 	rs, _ := quietRanges(t, m, p)

@@ -248,5 +248,11 @@ func runIndex(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "compressed  %d files, %s stored; %d access points, %s (%.2f%% of the compressed bytes)\n",
 			c.Files, humanize.IBytes(uint64(c.Stored)), c.Points, humanize.IBytes(uint64(c.PointBytes)), 100*float64(c.PointBytes)/float64(max(1, c.Stored)))
 	}
+	if ds.Source != nil {
+		// What indexing cost the object store: what it bills, and what
+		// a probe index is meant to keep to a few percent of the bytes.
+		st := ds.Source.Stats()
+		fmt.Fprintf(stdout, "requests    %d, of which %d ranged GETs of %s (%d bytes)\n", st.Requests, st.GETs, humanize.IBytes(uint64(st.GETBytes)), st.GETBytes)
+	}
 	return nil
 }
