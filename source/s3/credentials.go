@@ -143,12 +143,9 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
-	// The SDK builds the STS clients of the credential providers before
-	// it reads AWS_ENDPOINT_URL or the profile's endpoint_url, so only
-	// AWS_ENDPOINT_URL_STS reached them; the AWS CLI sends STS calls to the
-	// general endpoint too, which is where MinIO serves its STS.
-	if ep := firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"), readProfile(configFile(), profile).Endpoint); ep != "" {
-		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(ep) }
+	stsURL, set := stsEndpoint(profile)
+	if set {
+		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(stsURL) }
 		opts = append(opts,
 			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) { o.Client = stsAt{o.Client, nil, at} }),
 			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) { o.Client = stsAt{nil, o.Client, at} }))
@@ -157,7 +154,10 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
 	}
-	from = credentialSource(cfg.Credentials, profile)
+	if stsURL == "" {
+		stsURL = "https://sts." + cfg.Region + ".amazonaws.com" // the SDK's regional default
+	}
+	from = credentialSource(cfg, profile, stsURL)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	got, err := cfg.Credentials.Retrieve(rctx)
@@ -202,19 +202,54 @@ func (c stsAt) AssumeRoleWithWebIdentity(ctx context.Context, in *sts.AssumeRole
 	return c.identity.AssumeRoleWithWebIdentity(ctx, in, append(opts, c.at)...)
 }
 
-// credentialSource names where the provider the SDK chose gets credentials, or ""
-// for static keys (the environment or a profile: the Source of the keys
-// says which).
-func credentialSource(p aws.CredentialsProvider, profile string) string {
-	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(p, target) }
+// stsEndpoint is where the role and web identity providers send their STS
+// calls, in the AWS tools' order: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
+// the sts endpoint_url of the profile's services section, the profile's
+// endpoint_url; "" for AWS's own. set says whether corgifs must give it to
+// the SDK: its loader builds the providers' STS clients before it reads
+// the general endpoints, so it honours only the STS-specific ones. The
+// AWS CLI sends STS calls to the general endpoint too, which is where
+// MinIO serves its STS.
+func stsEndpoint(name string) (url string, set bool) {
+	p := readProfile(configFile(), name)
+	switch {
+	case os.Getenv("AWS_ENDPOINT_URL_STS") != "":
+		return os.Getenv("AWS_ENDPOINT_URL_STS"), false
+	case os.Getenv("AWS_ENDPOINT_URL") != "":
+		return os.Getenv("AWS_ENDPOINT_URL"), true
+	}
+	if u := serviceEndpoint(configFile(), p.Services, "sts"); u != "" {
+		return u, false
+	}
+	return p.Endpoint, p.Endpoint != ""
+}
+
+// credentialSource names where the provider the SDK chose gets
+// credentials, with what a user checks when it fails (the file, the role,
+// the profile that holds the keys, the STS endpoint asked), or "" for
+// static keys (the environment or a profile: the Source of the keys says
+// which).
+func credentialSource(cfg aws.Config, profile, stsURL string) string {
+	var sc config.SharedConfig
+	for _, s := range cfg.ConfigSources {
+		if c, ok := s.(config.SharedConfig); ok {
+			sc = c
+			break
+		}
+	}
+	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(cfg.Credentials, target) }
 	switch {
 	case is((*stscreds.WebIdentityRoleProvider)(nil)):
 		if f := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); f != "" {
-			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + ")"
+			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + "; STS at " + stsURL + ")"
 		}
-		return "web identity (web_identity_token_file of shared profile " + profile + ")"
+		return "web identity (web_identity_token_file " + sc.WebIdentityTokenFile + ", role_arn " + sc.RoleARN + " of shared profile " + profile + "; STS at " + stsURL + ")"
 	case is((*stscreds.AssumeRoleProvider)(nil)):
-		return "assume role (role_arn of shared profile " + profile + ")"
+		keys := "source_profile " + sc.SourceProfileName
+		if sc.SourceProfileName == "" {
+			keys = "credential_source " + sc.CredentialSource
+		}
+		return "assume role " + sc.RoleARN + " (role_arn of shared profile " + profile + ", " + keys + "; STS at " + stsURL + ")"
 	case is((*endpointcreds.Provider)(nil)):
 		u := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")
 		if u == "" {
@@ -230,7 +265,10 @@ func credentialSource(p aws.CredentialsProvider, profile string) string {
 	case is((*processcreds.Provider)(nil)):
 		return "credential_process of shared profile " + profile
 	case is((*ssocreds.Provider)(nil)):
-		return "SSO cache of shared profile " + profile
+		if sc.SSOSessionName != "" {
+			return "SSO cache of shared profile " + profile + " (sso_session " + sc.SSOSessionName + ")"
+		}
+		return "SSO cache of shared profile " + profile + " (sso_start_url " + sc.SSOStartURL + ")"
 	}
 	return ""
 }

@@ -89,23 +89,90 @@ credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAcc
 	})
 }
 
-// A profile that assumes a role (role_arn with source_profile) is not
-// taken for "no credentials" and anonymous access, as minio-go's chain
-// did: when the STS cannot be reached, the error names the role path.
-func TestAnAssumeRoleProfileWhoseSTSFailsIsAnErrorNamingTheRoleNotAnonymousAccess(t *testing.T) {
-	isolate(t, `[profile base]
+// A configured source that gives no credentials is an error naming the
+// source and what a user checks (the profile, the file, the role, the STS
+// endpoint asked), not anonymous access: an assume-role profile whose STS
+// cannot be reached is not taken for "no credentials", as minio-go's chain
+// did.
+func TestAConfiguredSourceThatGivesNoCredentialsIsAnErrorNamingIt(t *testing.T) {
+	for _, c := range []struct {
+		name, config string
+		env          map[string]string // "DEAD" is replaced by a loopback address nothing listens on
+		want         string
+	}{
+		{"assume role with source_profile", `[profile base]
 aws_access_key_id = base-key
 aws_secret_access_key = base-secret
 
 [profile role]
 role_arn = arn:aws:iam::123456789012:role/reader
 source_profile = base
-`)
-	t.Setenv("AWS_PROFILE", "role")
-	t.Setenv("AWS_ENDPOINT_URL_STS", deadAddr(t))
-	_, from, _, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "credentials from assume role (role_arn of shared profile role)") {
-		t.Fatalf("from %q, err %v: want an error naming the assume-role profile", from, err)
+`, map[string]string{"AWS_PROFILE": "role", "AWS_ENDPOINT_URL_STS": "DEAD"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at DEAD)"},
+		{"assume role, STS at the profile's endpoint_url", `[profile base]
+aws_access_key_id = base-key
+aws_secret_access_key = base-secret
+
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = base
+endpoint_url = DEAD
+`, map[string]string{"AWS_PROFILE": "role"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at DEAD)"},
+		{"assume role, STS at the services section's sts endpoint_url over the profile's", `[profile base]
+aws_access_key_id = base-key
+aws_secret_access_key = base-secret
+
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = base
+endpoint_url = http://127.0.0.1:1
+services = local
+
+[services local]
+sts =
+  endpoint_url = DEAD
+`, map[string]string{"AWS_PROFILE": "role"},
+			"(role_arn of shared profile role, source_profile base; STS at DEAD)"},
+		{"web identity from the environment", "",
+			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/nonexistent/token", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer", "AWS_ENDPOINT_URL": "DEAD"},
+			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/token, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at DEAD): "},
+		{"web identity from a profile", `[profile eks]
+web_identity_token_file = /nonexistent/token
+role_arn = arn:aws:iam::123456789012:role/trainer
+`, map[string]string{"AWS_PROFILE": "eks", "AWS_ENDPOINT_URL_STS": "DEAD"},
+			"credentials from web identity (web_identity_token_file /nonexistent/token, role_arn arn:aws:iam::123456789012:role/trainer of shared profile eks; STS at DEAD): "},
+		{"credential_process", `[profile proc]
+credential_process = /bin/false
+`, map[string]string{"AWS_PROFILE": "proc"},
+			"credentials from credential_process of shared profile proc: "},
+		{"SSO with no cached token", `[profile dev]
+sso_session = corp
+sso_account_id = 123456789012
+sso_role_name = reader
+
+[sso-session corp]
+sso_region = us-east-1
+sso_start_url = https://corp.awsapps.com/start
+`, map[string]string{"AWS_PROFILE": "dev"},
+			"credentials from SSO cache of shared profile dev (sso_session corp): "},
+		{"container", "", map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "DEAD/creds"},
+			"credentials from container (DEAD/creds): "},
+		{"instance metadata at a set endpoint", "", map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "DEAD", "AWS_EC2_METADATA_DISABLED": ""},
+			"credentials from instance metadata (DEAD): "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dead := deadAddr(t)
+			isolate(t, strings.ReplaceAll(c.config, "DEAD", dead))
+			for k, v := range c.env {
+				t.Setenv(k, strings.ReplaceAll(v, "DEAD", dead))
+			}
+			want := strings.ReplaceAll(c.want, "DEAD", dead)
+			_, from, none, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("from %q, none %v, err %v: want an error with %q", from, none, err, want)
+			}
+		})
 	}
 }
 
