@@ -143,12 +143,24 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
-	stsURL, set := stsEndpoint(profile)
-	if set {
+	stsURL := stsEndpoint(profile)
+	if stsURL != "" {
 		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(stsURL) }
+		// The loader applies these options twice: once to an empty
+		// Options (where a web identity client set would be used as is,
+		// wrapping no client), then to the provider's, whose Client is
+		// the STS client to wrap, once.
 		opts = append(opts,
-			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) { o.Client = stsAt{o.Client, nil, at} }),
-			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) { o.Client = stsAt{nil, o.Client, at} }))
+			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) {
+				if _, wrapped := o.Client.(stsAt); o.Client != nil && !wrapped {
+					o.Client = stsAt{role: o.Client, at: at}
+				}
+			}),
+			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) {
+				if _, wrapped := o.Client.(stsAt); o.Client != nil && !wrapped {
+					o.Client = stsAt{identity: o.Client, at: at}
+				}
+			}))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
@@ -205,23 +217,15 @@ func (c stsAt) AssumeRoleWithWebIdentity(ctx context.Context, in *sts.AssumeRole
 // stsEndpoint is where the role and web identity providers send their STS
 // calls, in the AWS tools' order: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
 // the sts endpoint_url of the profile's services section, the profile's
-// endpoint_url; "" for AWS's own. set says whether corgifs must give it to
-// the SDK: its loader builds the providers' STS clients before it reads
-// the general endpoints, so it honours only the STS-specific ones. The
-// AWS CLI sends STS calls to the general endpoint too, which is where
-// MinIO serves its STS.
-func stsEndpoint(name string) (url string, set bool) {
+// endpoint_url; "" for AWS's own. corgifs gives it to the SDK itself: its
+// loader builds the providers' STS clients before it reads the general
+// endpoints, and skips the services section when AWS_ENDPOINT_URL is set
+// even if empty. The AWS CLI sends STS calls to the general endpoint too,
+// which is where MinIO serves its STS.
+func stsEndpoint(name string) string {
 	p := readProfile(configFile(), name)
-	switch {
-	case os.Getenv("AWS_ENDPOINT_URL_STS") != "":
-		return os.Getenv("AWS_ENDPOINT_URL_STS"), false
-	case os.Getenv("AWS_ENDPOINT_URL") != "":
-		return os.Getenv("AWS_ENDPOINT_URL"), true
-	}
-	if u := serviceEndpoint(configFile(), p.Services, "sts"); u != "" {
-		return u, false
-	}
-	return p.Endpoint, p.Endpoint != ""
+	return firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"),
+		serviceEndpoint(configFile(), p.Services, "sts"), p.Endpoint)
 }
 
 // credentialSource names where the provider the SDK chose gets

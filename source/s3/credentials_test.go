@@ -97,7 +97,7 @@ credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAcc
 func TestAConfiguredSourceThatGivesNoCredentialsIsAnErrorNamingIt(t *testing.T) {
 	for _, c := range []struct {
 		name, config string
-		env          map[string]string // "DEAD" is replaced by a loopback address nothing listens on
+		env          map[string]string // {dead}: a loopback address nothing listens on; {token}: a token file
 		want         string
 	}{
 		{"assume role with source_profile", `[profile base]
@@ -107,8 +107,8 @@ aws_secret_access_key = base-secret
 [profile role]
 role_arn = arn:aws:iam::123456789012:role/reader
 source_profile = base
-`, map[string]string{"AWS_PROFILE": "role", "AWS_ENDPOINT_URL_STS": "DEAD"},
-			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at DEAD)"},
+`, map[string]string{"AWS_PROFILE": "role", "AWS_ENDPOINT_URL_STS": "{dead}"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at {dead})"},
 		{"assume role, STS at the profile's endpoint_url", `[profile base]
 aws_access_key_id = base-key
 aws_secret_access_key = base-secret
@@ -116,9 +116,9 @@ aws_secret_access_key = base-secret
 [profile role]
 role_arn = arn:aws:iam::123456789012:role/reader
 source_profile = base
-endpoint_url = DEAD
+endpoint_url = {dead}
 `, map[string]string{"AWS_PROFILE": "role"},
-			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at DEAD)"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at {dead})"},
 		{"assume role, STS at the services section's sts endpoint_url over the profile's", `[profile base]
 aws_access_key_id = base-key
 aws_secret_access_key = base-secret
@@ -131,17 +131,20 @@ services = local
 
 [services local]
 sts =
-  endpoint_url = DEAD
+  endpoint_url = {dead}
 `, map[string]string{"AWS_PROFILE": "role"},
-			"(role_arn of shared profile role, source_profile base; STS at DEAD)"},
-		{"web identity from the environment", "",
-			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/nonexistent/token", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer", "AWS_ENDPOINT_URL": "DEAD"},
-			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/token, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at DEAD): "},
+			"(role_arn of shared profile role, source_profile base; STS at {dead})"},
+		{"web identity from the environment, STS at AWS_ENDPOINT_URL", "",
+			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "{token}", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer", "AWS_ENDPOINT_URL": "{dead}"},
+			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE {token}, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at {dead}): "},
+		{"web identity with no token file", "",
+			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/nonexistent/token", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer"},
+			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/token, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at https://sts.us-east-1.amazonaws.com): "},
 		{"web identity from a profile", `[profile eks]
-web_identity_token_file = /nonexistent/token
+web_identity_token_file = {token}
 role_arn = arn:aws:iam::123456789012:role/trainer
-`, map[string]string{"AWS_PROFILE": "eks", "AWS_ENDPOINT_URL_STS": "DEAD"},
-			"credentials from web identity (web_identity_token_file /nonexistent/token, role_arn arn:aws:iam::123456789012:role/trainer of shared profile eks; STS at DEAD): "},
+`, map[string]string{"AWS_PROFILE": "eks", "AWS_ENDPOINT_URL_STS": "{dead}"},
+			"credentials from web identity (web_identity_token_file {token}, role_arn arn:aws:iam::123456789012:role/trainer of shared profile eks; STS at {dead}): "},
 		{"credential_process", `[profile proc]
 credential_process = /bin/false
 `, map[string]string{"AWS_PROFILE": "proc"},
@@ -156,21 +159,30 @@ sso_region = us-east-1
 sso_start_url = https://corp.awsapps.com/start
 `, map[string]string{"AWS_PROFILE": "dev"},
 			"credentials from SSO cache of shared profile dev (sso_session corp): "},
-		{"container", "", map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "DEAD/creds"},
-			"credentials from container (DEAD/creds): "},
-		{"instance metadata at a set endpoint", "", map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "DEAD", "AWS_EC2_METADATA_DISABLED": ""},
-			"credentials from instance metadata (DEAD): "},
+		{"container", "", map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "{dead}/creds"},
+			"credentials from container ({dead}/creds): "},
+		{"instance metadata at a set endpoint", "", map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "{dead}", "AWS_EC2_METADATA_DISABLED": ""},
+			"credentials from instance metadata ({dead}): "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dead := deadAddr(t)
-			isolate(t, strings.ReplaceAll(c.config, "DEAD", dead))
-			for k, v := range c.env {
-				t.Setenv(k, strings.ReplaceAll(v, "DEAD", dead))
+			token := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(token, []byte("a.b.c"), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			want := strings.ReplaceAll(c.want, "DEAD", dead)
+			r := strings.NewReplacer("{dead}", dead, "{token}", token)
+			isolate(t, r.Replace(c.config))
+			for k, v := range c.env {
+				t.Setenv(k, r.Replace(v))
+			}
+			want := r.Replace(c.want)
 			_, from, none, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("from %q, none %v, err %v: want an error with %q", from, none, err, want)
+			}
+			// The calls went where the message says.
+			if strings.Contains(c.want, "STS at {dead}") && !strings.Contains(err.Error(), `Post "`+dead+`/"`) {
+				t.Fatalf("err %v: the STS call did not go to %s", err, dead)
 			}
 		})
 	}
