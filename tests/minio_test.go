@@ -35,7 +35,6 @@ const (
 
 // minioServer is a MinIO server serving a fresh directory.
 type minioServer struct {
-	t        *testing.T
 	endpoint string // http://127.0.0.1:port
 	client   *minio.Client
 	log      syncBuffer
@@ -55,7 +54,7 @@ func startMinIO(t *testing.T, env ...string) *minioServer {
 	}
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	m := &minioServer{t: t, endpoint: "http://" + addr}
+	m := &minioServer{endpoint: "http://" + addr}
 	m.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(minioRoot, minioRootSecret, ""), BucketLookup: minio.BucketLookupPath})
 	if err != nil {
 		t.Fatal(err)
@@ -84,10 +83,11 @@ func startMinIO(t *testing.T, env ...string) *minioServer {
 	}
 }
 
-// upload creates bucket and puts every file of dir under prefix.
-func (m *minioServer) upload(bucket, prefix, dir string) {
-	m.t.Helper()
-	(&s3Server{t: m.t, client: m.client}).upload(bucket, prefix, dir)
+// upload creates bucket and puts every file of dir under prefix, for t
+// (a subtest of the one that started the server).
+func (m *minioServer) upload(t *testing.T, bucket, prefix, dir string) {
+	t.Helper()
+	(&s3Server{t: t, client: m.client}).upload(bucket, prefix, dir)
 }
 
 // freeAddr is a free host:port of 127.0.0.1.

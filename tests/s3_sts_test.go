@@ -3,6 +3,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // stsFront is a reverse proxy in front of MinIO that notes who signed
@@ -205,12 +210,32 @@ func webIdentity(t *testing.T, endpoint, token string) string {
 	return file
 }
 
-// stsRefreshAt is how long after the test's start the first STS
+// stsRefreshAt is how long after the first mount's start the first STS
 // credentials are due for a refresh (5 minutes before their expiry): time
-// for MinIO's start and two mounts on a loaded machine.
+// for two mounts on a loaded machine.
 const stsRefreshAt = 8 * time.Second
 
-// Two mounts of one MinIO bucket take their credentials from MinIO's STS:
+// Credentials from MinIO's STS (assume role, web identity) and from the
+// SSO cache sign every request, are refreshed before they expire, and
+// their failures name their source. The subtests share one MinIO (it may
+// take seconds to start on a loaded machine) whose STS trusts the tokens
+// of a test OpenID provider.
+func TestS3CredentialsFromAnSTSOrTheSSOCacheSignEveryRequestAreRefreshedAndTheirFailuresNameTheSource(t *testing.T) {
+	op := startOpenIDProvider(t)
+	mi := startMinIO(t, op.minioEnv()...)
+	t.Run("assume-role and web identity credentials sign every request and are refreshed before expiry mid-epoch", func(t *testing.T) {
+		assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch(t, op, mi)
+	})
+	t.Run("an STS refusal fails the command naming the role, the source and the STS endpoint", func(t *testing.T) {
+		anSTSRefusalFailsTheCommandNamingTheRoleTheSourceAndTheSTS(t, mi)
+	})
+	t.Run("SSO cache credentials of a profile sign every request", func(t *testing.T) {
+		ssoCacheCredentialsOfAProfileSignEveryRequest(t, mi)
+	})
+}
+
+// assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch:
+// two mounts of one MinIO bucket take their credentials from MinIO's STS:
 // one from an assume-role profile (role_arn with source_profile holding
 // MinIO's root keys, STS and S3 at the profile's endpoint_url), one from a
 // web identity (AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, a token
@@ -225,11 +250,9 @@ const stsRefreshAt = 8 * time.Second
 // the same bytes as a local mount, the reads after it are signed with new
 // keys from a second STS call, and the second web-identity call carries
 // the token the file holds then (rotated as the kubelet rotates it).
-func TestS3AssumeRoleAndWebIdentityCredentialsFromMinIOsSTSSignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch(t *testing.T) {
-	op := startOpenIDProvider(t)
-	mi := startMinIO(t, op.minioEnv()...)
+func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch(t *testing.T, op *openIDProvider, mi *minioServer) {
 	src := genSynthetic(t, 4000, 16, 4, 2, "clustered")
-	mi.upload("data", "sts", src)
+	mi.upload(t, "refresh", "sts", src)
 	front := startSTSFront(t, mi.endpoint)
 	flags := []string{"--seed", "5", "--block-size", "16KiB", "--prefetch", "0", "--buffer", "5%"}
 	local := startMount(t, src, flags...)
@@ -246,10 +269,10 @@ func TestS3AssumeRoleAndWebIdentityCredentialsFromMinIOsSTSSignEveryRequestAndAr
 	}
 	front.mu.Unlock()
 	assumeRoleProfile(t, front.url, minioRoot, minioRootSecret)
-	role := startMount(t, "s3://data/sts", append(flags, "--cache-dir", t.TempDir())...)
+	role := startMount(t, "s3://refresh/sts", append(flags, "--cache-dir", t.TempDir())...)
 	token := op.token(t, "trainer", refresh.Add(5*time.Minute))
 	tokenFile := webIdentity(t, front.url, token)
-	web := startMount(t, "s3://data/sts", append(flags, "--cache-dir", t.TempDir())...)
+	web := startMount(t, "s3://refresh/sts", append(flags, "--cache-dir", t.TempDir())...)
 	for _, c := range []struct {
 		m    *mount
 		from string
@@ -346,17 +369,16 @@ func callTimes(calls []stsCall) []time.Time {
 	return ts
 }
 
-// When MinIO's STS refuses, the command fails naming the credentials'
+// anSTSRefusalFailsTheCommandNamingTheRoleTheSourceAndTheSTS: when
+// MinIO's STS refuses, the command fails naming the credentials'
 // source, the role and the STS endpoint, with the STS's answer: for an
 // assume-role profile whose source keys MinIO does not know, and for a web
 // identity token signed by a key its OpenID provider does not have.
-func TestS3AnSTSRefusalFailsTheCommandNamingTheRoleTheSourceAndTheSTS(t *testing.T) {
-	op := startOpenIDProvider(t)
-	mi := startMinIO(t, op.minioEnv()...)
-	mi.upload("data", "refused", genSynthetic(t, 200, 8, 2, 1, "clustered"))
+func anSTSRefusalFailsTheCommandNamingTheRoleTheSourceAndTheSTS(t *testing.T, mi *minioServer) {
+	mi.upload(t, "refused", "set", genSynthetic(t, 200, 8, 2, 1, "clustered"))
 
 	assumeRoleProfile(t, mi.endpoint, "corgifs-unknown-user", "corgifs-unknown-secret")
-	out, err := corgifsResult(t, "index", "s3://data/refused", "--cache-dir", t.TempDir())
+	out, err := corgifsResult(t, "index", "s3://refused/set", "--cache-dir", t.TempDir())
 	for _, want := range []string{"credentials from assume role " + stsRole + " (role_arn of shared profile trainer, source_profile source; STS at " + mi.endpoint + ")",
 		"AssumeRole", "403"} {
 		if err == nil || !strings.Contains(out, want) {
@@ -366,11 +388,102 @@ func TestS3AnSTSRefusalFailsTheCommandNamingTheRoleTheSourceAndTheSTS(t *testing
 
 	stranger := startOpenIDProvider(t) // its key is not the one MinIO trusts
 	file := webIdentity(t, mi.endpoint, stranger.token(t, "trainer", time.Now().Add(time.Hour)))
-	out, err = corgifsResult(t, "index", "s3://data/refused", "--cache-dir", t.TempDir())
+	out, err = corgifsResult(t, "index", "s3://refused/set", "--cache-dir", t.TempDir())
 	for _, want := range []string{"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + file + ", AWS_ROLE_ARN " + stsRole + "; STS at " + mi.endpoint + ")",
 		"AssumeRoleWithWebIdentity", "400"} {
 		if err == nil || !strings.Contains(out, want) {
 			t.Fatalf("index with a token MinIO does not trust: %v; the output does not say %q:\n%s", err, want, out)
+		}
+	}
+}
+
+// ssoCacheCredentialsOfAProfileSignEveryRequest: the SSO path of a
+// profile (sso_session with sso_account_id and sso_role_name, as
+// `aws sso login` leaves it): the SDK reads the access
+// token from the SSO cache (~/.aws/sso/cache) and asks the SSO portal for
+// the role's credentials. AWS's portal is not on 127.0.0.1: the test's
+// stand-in (AWS_ENDPOINT_URL_SSO) answers GetRoleCredentials, as the SDK
+// shapes it, with temporary credentials it gets from MinIO's STS. A mount
+// of the profile names the SSO cache, the portal is asked once with the
+// cached token, and every S3 request is signed with the role's keys.
+func ssoCacheCredentialsOfAProfileSignEveryRequest(t *testing.T, mi *minioServer) {
+	src := genSynthetic(t, 400, 8, 2, 2, "clustered")
+	mi.upload(t, "sso", "set", src)
+	front := startSTSFront(t, mi.endpoint)
+	const cached = "corgifs-sso-access-token"
+	var mu sync.Mutex
+	var asked []string
+	portal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		asked = append(asked, r.Header.Get("X-Amz-Sso_bearer_token"))
+		mu.Unlock()
+		if r.URL.Path != "/federation/credentials" || q.Get("account_id") != "123456789012" || q.Get("role_name") != "reader" || r.Header.Get("X-Amz-Sso_bearer_token") != cached {
+			http.Error(w, `{"message":"not the cached token, account and role"}`, http.StatusUnauthorized)
+			return
+		}
+		creds, err := credentials.NewSTSAssumeRole(front.url, credentials.STSAssumeRoleOptions{AccessKey: minioRoot, SecretKey: minioRootSecret, DurationSeconds: 900})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		v, err := creds.GetWithContext(nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"roleCredentials": map[string]any{"accessKeyId": v.AccessKeyID, "secretAccessKey": v.SecretAccessKey,
+			"sessionToken": v.SessionToken, "expiration": v.Expiration.UnixMilli()}})
+	}))
+	t.Cleanup(portal.Close)
+
+	noAWSCredentials(t)
+	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"} {
+		t.Setenv(k, "")
+	}
+	home := os.Getenv("HOME")
+	if err := os.WriteFile(filepath.Join(home, "config"), []byte("[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = reader\n"+
+		"region = us-east-1\nendpoint_url = "+front.url+"\n\n[sso-session corp]\nsso_region = us-east-1\nsso_start_url = https://corp.awsapps.com/start\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The cache file of `aws sso login`: named by the SHA-1 of the session's name.
+	cache := filepath.Join(home, ".aws", "sso", "cache")
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum([]byte("corp"))
+	token, _ := json.Marshal(map[string]string{"accessToken": cached, "expiresAt": time.Now().Add(8 * time.Hour).UTC().Format(time.RFC3339),
+		"region": "us-east-1", "startUrl": "https://corp.awsapps.com/start"})
+	if err := os.WriteFile(filepath.Join(cache, hex.EncodeToString(sum[:])+".json"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_PROFILE", "dev")
+	t.Setenv("AWS_ENDPOINT_URL_SSO", portal.URL)
+
+	flags := []string{"--seed", "5", "--block-size", "16KiB"}
+	m := startMount(t, "s3://sso/set", append(flags, "--cache-dir", t.TempDir())...)
+	if log, ok := m.logHas("credentials from: SSO cache of shared profile dev (sso_session corp)"); !ok {
+		t.Fatalf("the log does not name the SSO cache:\n%s", log)
+	}
+	if !bytes.Equal(m.read(0, 0, 1), startMount(t, src, flags...).read(0, 0, 1)) {
+		t.Fatal("epoch 0 differs from a local mount")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	roles := front.issued("AssumeRole")
+	if len(asked) != 1 || asked[0] != cached || len(roles) != 1 {
+		t.Fatalf("the portal was asked %d times (tokens %q), and gave %d credentials: want once, with the cached token", len(asked), asked, len(roles))
+	}
+	signed := front.signedWith(roles[0].issued)
+	front.mu.Lock()
+	defer front.mu.Unlock()
+	if len(signed) == 0 || len(signed) != len(front.requests) {
+		t.Fatalf("%d of %d S3 requests signed with the role's keys from the portal: want all", len(signed), len(front.requests))
+	}
+	for _, r := range signed {
+		if !r.token {
+			t.Fatalf("%s signed with the role's keys but without their session token", r.what)
 		}
 	}
 }
