@@ -54,6 +54,11 @@ const noCredentials = "no AWS credentials were found: set AWS_ACCESS_KEY_ID and 
 // cache asks refreshBefore early) keeps them, with a warning, and tries
 // again after retryRefresh: a credentials service that hiccups at the
 // refresh gives no EIO.
+//
+// Credentials that live refreshBefore or less when fetched (an STS that
+// issues them until a short-lived web identity token expires) are expired
+// in the cache's eyes from the start, and it would fetch new ones for
+// every request: they are kept for half their life instead.
 type sdkCredentials struct {
 	provider aws.CredentialsProvider
 	from     string // where they come from, for errors
@@ -64,6 +69,8 @@ type sdkCredentials struct {
 	mu        sync.Mutex
 	last      aws.Credentials // the last ones fetched
 	validTo   time.Time       // when last really expire (zero: never)
+	margin    time.Duration   // how long before validTo last are no longer used
+	next      time.Time       // for short-lived ones, when to fetch again (zero: ask the cache every time)
 	failedAt  time.Time       // of the last failed refresh, while last are kept
 	failedErr error
 }
@@ -82,10 +89,11 @@ func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	// Valid for a minute more at least: a GET signed now may wait for
-	// its connection and be retried.
-	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(time.Minute).Before(p.validTo))
-	if usable && !p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh {
+	// Valid for a minute more at least (a quarter of their life if that
+	// is shorter): a GET signed now may wait for its connection and be
+	// retried.
+	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(p.margin).Before(p.validTo))
+	if usable && (now.Before(p.next) || (!p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh)) {
 		return value(p.last), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
@@ -107,11 +115,26 @@ func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
 		p.log.Info("credentials refreshed from " + p.from)
 		p.failedAt, p.failedErr = time.Time{}, nil
 	}
-	p.last, p.validTo = c, time.Time{}
-	if c.CanExpire {
-		p.validTo = c.Expires.Add(p.early)
+	if !sameCredentials(c, p.last) { // new ones, not the cache's copy
+		p.keepLocked(c, now)
 	}
 	return value(c), nil
+}
+
+// keepLocked makes c, fetched at now, the credentials in use.
+func (p *sdkCredentials) keepLocked(c aws.Credentials, now time.Time) {
+	p.last, p.validTo, p.margin, p.next = c, time.Time{}, time.Minute, time.Time{}
+	if c.CanExpire {
+		p.validTo = c.Expires.Add(p.early)
+		if life := p.validTo.Sub(now); life <= refreshBefore {
+			p.margin, p.next = min(time.Minute, life/4), now.Add(life/2)
+		}
+	}
+}
+
+func sameCredentials(a, b aws.Credentials) bool {
+	return a.AccessKeyID == b.AccessKeyID && a.SecretAccessKey == b.SecretAccessKey && a.SessionToken == b.SessionToken &&
+		a.CanExpire == b.CanExpire && a.Expires.Equal(b.Expires)
 }
 
 func value(c aws.Credentials) credentials.Value {
@@ -172,6 +195,7 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	from = credentialSource(cfg, profile, stsURL)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	fetched := time.Now()
 	got, err := cfg.Credentials.Retrieve(rctx)
 	switch {
 	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
@@ -196,7 +220,11 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
 		early = 0
 	}
-	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}), from, nil, nil
+	// The ones just fetched are the first in use: short-lived ones would
+	// be fetched again at once otherwise (the cache holds them expired).
+	p := &sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}
+	p.keepLocked(got, fetched)
+	return credentials.New(p), from, nil, nil
 }
 
 // stsAt is an STS client whose calls go to another endpoint.

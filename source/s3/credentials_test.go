@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -217,9 +218,10 @@ func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource
 		}),
 		from: "container (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
 	}
-	// As the cache hands them out: already past their early Expires,
-	// really valid for refreshBefore more.
-	expires = time.Now().Add(-time.Second)
+	// As the cache hands them out when they are due for a refresh in a
+	// second: really valid for refreshBefore more (this provider, unlike
+	// the cache, fetches new ones on every call).
+	expires = time.Now().Add(time.Second)
 	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
 		t.Fatalf("first: %+v, %v", v, err)
 	}
@@ -234,5 +236,31 @@ func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource
 	p.validTo, p.failedAt = expires, time.Time{}
 	if _, err := p.Retrieve(); err == nil || !strings.Contains(err.Error(), "credentials from container (test): service down") {
 		t.Fatalf("failed refresh of expired credentials: %v; want an error naming the source", err)
+	}
+}
+
+// Credentials that live less than the cache's refresh window when fetched
+// (the cache holds them expired from the start) are not fetched again for
+// every request, but kept for half their life.
+func TestCredentialsShorterLivedThanTheRefreshWindowAreFetchedAgainAtHalfTheirLife(t *testing.T) {
+	var calls int
+	p := &sdkCredentials{
+		provider: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			calls++
+			// As the cache hands them out: Expires moved refreshBefore
+			// earlier, so already past; really valid for 2 s.
+			return aws.Credentials{AccessKeyID: fmt.Sprint("k", calls), SecretAccessKey: "s", CanExpire: true,
+				Expires: time.Now().Add(2*time.Second - refreshBefore)}, nil
+		}),
+		from: "web identity (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
+	}
+	for range 3 {
+		if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k1" || calls != 1 {
+			t.Fatalf("within half their life: %+v, %v, %d calls; want k1 from one call", v, err, calls)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k2" || calls != 2 {
+		t.Fatalf("after half their life: %+v, %v, %d calls; want k2 from a second call", v, err, calls)
 	}
 }
