@@ -210,10 +210,16 @@ func webIdentity(t *testing.T, endpoint, token string) string {
 	return file
 }
 
-// stsRefreshAt is how long after the first mount's start the first STS
-// credentials are due for a refresh (5 minutes before their expiry): time
-// for two mounts on a loaded machine.
-const stsRefreshAt = 8 * time.Second
+// stsRefreshAt is how long after the first mount's start the first
+// AssumeRole credentials are due for a refresh (5 minutes before the
+// expiry they are given): time for two mounts on a loaded machine.
+// stsWebExpiry is when the first web identity credentials expire, as
+// MinIO issues them (the token's expiry); they are due at half their life,
+// about stsWebExpiry/2.
+const (
+	stsRefreshAt = 8 * time.Second
+	stsWebExpiry = 14 * time.Second
+)
 
 // Credentials from MinIO's STS (assume role, web identity) and from the
 // SSO cache sign every request, are refreshed before they expire, and
@@ -242,13 +248,16 @@ func TestS3CredentialsFromAnSTSOrTheSSOCacheSignEveryRequestAreRefreshedAndTheir
 // signed by an OpenID provider MinIO trusts, STS and S3 at
 // AWS_ENDPOINT_URL). Every S3 request is signed with the temporary keys
 // the STS issued, session token included, never with the source keys; the
-// AssumeRole calls are signed with the source profile's keys. Both first
-// credentials are due for a refresh at 8 s (the web identity's really
-// expire then plus 5 minutes: MinIO issues them until the token's expiry;
-// the AssumeRole answer's Expiration is shortened by the proxy, MinIO's
-// shortest role session being 15 minutes): an epoch read across it gets
-// the same bytes as a local mount, the reads after it are signed with new
-// keys from a second STS call, and the second web-identity call carries
+// AssumeRole calls are signed with the source profile's keys.
+//
+// An epoch read across each refresh gets the same bytes as a local mount,
+// the reads after it are signed with new keys from a second STS call (one,
+// not one per request), and no request is signed with the first keys once
+// they were due. The AssumeRole keys are due 5 minutes before the expiry
+// the proxy tells the client, at 8 s (MinIO's shortest role session is 15
+// minutes). The web identity's expire for real at 14 s (MinIO issues them
+// until the token's expiry), are due at half their life, and the next
+// epoch is read after their expiry; the second web identity call carries
 // the token the file holds then (rotated as the kubelet rotates it).
 func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch(t *testing.T, op *openIDProvider, mi *minioServer) {
 	src := genSynthetic(t, 4000, 16, 4, 2, "clustered")
@@ -270,7 +279,8 @@ func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch
 	front.mu.Unlock()
 	assumeRoleProfile(t, front.url, minioRoot, minioRootSecret)
 	role := startMount(t, "s3://refresh/sts", append(flags, "--cache-dir", t.TempDir())...)
-	token := op.token(t, "trainer", refresh.Add(5*time.Minute))
+	webExpiry := t0.Add(stsWebExpiry)
+	token := op.token(t, "trainer", webExpiry)
 	tokenFile := webIdentity(t, front.url, token)
 	web := startMount(t, "s3://refresh/sts", append(flags, "--cache-dir", t.TempDir())...)
 	for _, c := range []struct {
@@ -304,7 +314,17 @@ func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch
 	}
 	rotated := op.token(t, "trainer", t0.Add(time.Hour))
 	writeFileAtomic(t, tokenFile, rotated)
-	time.Sleep(time.Until(refresh.Add(time.Second)))
+	// The web identity's first keys are due at half their life.
+	webCalls := front.issued("AssumeRoleWithWebIdentity")
+	if len(webCalls) != 1 {
+		t.Fatalf("%d web identity calls before its refresh, want 1", len(webCalls))
+	}
+	due := map[string]time.Time{"AssumeRole": refresh, "AssumeRoleWithWebIdentity": webCalls[0].at.Add(webExpiry.Sub(webCalls[0].at) / 2)}
+	last := due["AssumeRole"]
+	if due["AssumeRoleWithWebIdentity"].After(last) {
+		last = due["AssumeRoleWithWebIdentity"]
+	}
+	time.Sleep(time.Until(last.Add(time.Second)))
 	for _, m := range []*mount{role, web} {
 		if n, err := io.ReadFull(files[m], got[m][len(want[0])/4:]); err != nil {
 			t.Fatalf("epoch 0 after the refresh, at byte %d: %v\n%s", len(want[0])/4+n, err, m.log)
@@ -312,6 +332,10 @@ func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch
 		if !bytes.Equal(got[m], want[0]) {
 			t.Fatalf("epoch 0 read across the credentials' refresh differs from a local mount\n%s", m.log)
 		}
+	}
+	// Epoch 1 once the web identity's first keys have expired at MinIO.
+	time.Sleep(time.Until(webExpiry.Add(time.Second)))
+	for _, m := range []*mount{role, web} {
 		if !bytes.Equal(m.read(1, 0, 1), want[1]) {
 			t.Fatalf("epoch 1 after the refresh differs from a local mount\n%s", m.log)
 		}
@@ -327,7 +351,9 @@ func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch
 	} {
 		calls := front.issued(c.action)
 		// One call at the mount and one at the refresh, not one per
-		// request: the SDK's cache holds them.
+		// request: the SDK's cache holds them, and the web identity's,
+		// which live less than the cache's 5 minutes, are held for half
+		// their life.
 		if len(calls) != 2 {
 			t.Fatalf("%d %s calls (at %v), want 2: at the mount, at the refresh", len(calls), c.action, sinceAll(t0, callTimes(calls)))
 		}
@@ -343,9 +369,12 @@ func assumeRoleAndWebIdentitySignEveryRequestAndAreRefreshedBeforeExpiryMidEpoch
 			}
 		}
 		for _, r := range first {
-			if !r.at.Before(refresh) {
-				t.Fatalf("%s at %v signed with the first %s keys, after the refresh at %v", r.what, r.at.Sub(t0), c.action, stsRefreshAt)
+			if !r.at.Before(due[c.action]) {
+				t.Fatalf("%s at %v signed with the first %s keys, after their refresh was due at %v", r.what, r.at.Sub(t0), c.action, due[c.action].Sub(t0))
 			}
+		}
+		if calls[1].at.Before(due[c.action]) {
+			t.Fatalf("the second %s call at %v, before the first keys were due at %v", c.action, calls[1].at.Sub(t0), due[c.action].Sub(t0))
 		}
 		if len(first) == 0 || len(second) == 0 {
 			t.Fatalf("S3 requests signed with the first %s keys: %d, with the refreshed ones: %d; want both", c.action, len(first), len(second))
