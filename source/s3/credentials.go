@@ -54,6 +54,11 @@ const noCredentials = "no AWS credentials were found: set AWS_ACCESS_KEY_ID and 
 // cache asks refreshBefore early) keeps them, with a warning, and tries
 // again after retryRefresh: a credentials service that hiccups at the
 // refresh gives no EIO.
+//
+// Credentials that live refreshBefore or less when fetched (an STS that
+// issues them until a short-lived web identity token expires) are expired
+// in the cache's eyes from the start, and it would fetch new ones for
+// every request: they are kept for half their life instead.
 type sdkCredentials struct {
 	provider aws.CredentialsProvider
 	from     string // where they come from, for errors
@@ -64,6 +69,8 @@ type sdkCredentials struct {
 	mu        sync.Mutex
 	last      aws.Credentials // the last ones fetched
 	validTo   time.Time       // when last really expire (zero: never)
+	margin    time.Duration   // how long before validTo last are no longer used
+	next      time.Time       // for short-lived ones, when to fetch again (zero: ask the cache every time)
 	failedAt  time.Time       // of the last failed refresh, while last are kept
 	failedErr error
 }
@@ -82,10 +89,11 @@ func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	// Valid for a minute more at least: a GET signed now may wait for
-	// its connection and be retried.
-	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(time.Minute).Before(p.validTo))
-	if usable && !p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh {
+	// Valid for a minute more at least (a quarter of their life if that
+	// is shorter): a GET signed now may wait for its connection and be
+	// retried.
+	usable := p.last.HasKeys() && (p.validTo.IsZero() || now.Add(p.margin).Before(p.validTo))
+	if usable && (now.Before(p.next) || (!p.failedAt.IsZero() && now.Sub(p.failedAt) < retryRefresh)) {
 		return value(p.last), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
@@ -107,11 +115,26 @@ func (p *sdkCredentials) Retrieve() (credentials.Value, error) {
 		p.log.Info("credentials refreshed from " + p.from)
 		p.failedAt, p.failedErr = time.Time{}, nil
 	}
-	p.last, p.validTo = c, time.Time{}
-	if c.CanExpire {
-		p.validTo = c.Expires.Add(p.early)
+	if !sameCredentials(c, p.last) { // new ones, not the cache's copy
+		p.keepLocked(c, now)
 	}
 	return value(c), nil
+}
+
+// keepLocked makes c, fetched at now, the credentials in use.
+func (p *sdkCredentials) keepLocked(c aws.Credentials, now time.Time) {
+	p.last, p.validTo, p.margin, p.next = c, time.Time{}, time.Minute, time.Time{}
+	if c.CanExpire {
+		p.validTo = c.Expires.Add(p.early)
+		if life := p.validTo.Sub(now); life <= refreshBefore {
+			p.margin, p.next = min(time.Minute, life/4), now.Add(life/2)
+		}
+	}
+}
+
+func sameCredentials(a, b aws.Credentials) bool {
+	return a.AccessKeyID == b.AccessKeyID && a.SecretAccessKey == b.SecretAccessKey && a.SessionToken == b.SessionToken &&
+		a.CanExpire == b.CanExpire && a.Expires.Equal(b.Expires)
 }
 
 func value(c aws.Credentials) credentials.Value {
@@ -143,23 +166,36 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
-	// The SDK builds the STS clients of the credential providers before
-	// it reads AWS_ENDPOINT_URL or the profile's endpoint_url, so only
-	// AWS_ENDPOINT_URL_STS reached them; the AWS CLI sends STS calls to the
-	// general endpoint too, which is where MinIO serves its STS.
-	if ep := firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"), readProfile(configFile(), profile).Endpoint); ep != "" {
-		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(ep) }
+	stsURL := stsEndpoint(profile)
+	if stsURL != "" {
+		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(stsURL) }
+		// The loader applies these options twice: once to an empty
+		// Options (where a web identity client set would be used as is,
+		// wrapping no client), then to the provider's, whose Client is
+		// the STS client to wrap, once.
 		opts = append(opts,
-			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) { o.Client = stsAt{o.Client, nil, at} }),
-			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) { o.Client = stsAt{nil, o.Client, at} }))
+			config.WithAssumeRoleCredentialOptions(func(o *stscreds.AssumeRoleOptions) {
+				if _, wrapped := o.Client.(stsAt); o.Client != nil && !wrapped {
+					o.Client = stsAt{role: o.Client, at: at}
+				}
+			}),
+			config.WithWebIdentityRoleCredentialOptions(func(o *stscreds.WebIdentityRoleOptions) {
+				if _, wrapped := o.Client.(stsAt); o.Client != nil && !wrapped {
+					o.Client = stsAt{identity: o.Client, at: at}
+				}
+			}))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
 	}
-	from = credentialSource(cfg.Credentials, profile)
+	if stsURL == "" {
+		stsURL = "https://sts." + cfg.Region + ".amazonaws.com" // the SDK's regional default
+	}
+	from = credentialSource(cfg, profile, stsURL)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	fetched := time.Now()
 	got, err := cfg.Credentials.Retrieve(rctx)
 	switch {
 	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
@@ -184,7 +220,11 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
 		early = 0
 	}
-	return credentials.New(&sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}), from, nil, nil
+	// The ones just fetched are the first in use: short-lived ones would
+	// be fetched again at once otherwise (the cache holds them expired).
+	p := &sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}
+	p.keepLocked(got, fetched)
+	return credentials.New(p), from, nil, nil
 }
 
 // stsAt is an STS client whose calls go to another endpoint.
@@ -202,19 +242,46 @@ func (c stsAt) AssumeRoleWithWebIdentity(ctx context.Context, in *sts.AssumeRole
 	return c.identity.AssumeRoleWithWebIdentity(ctx, in, append(opts, c.at)...)
 }
 
-// credentialSource names where the provider the SDK chose gets credentials, or ""
-// for static keys (the environment or a profile: the Source of the keys
-// says which).
-func credentialSource(p aws.CredentialsProvider, profile string) string {
-	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(p, target) }
+// stsEndpoint is where the role and web identity providers send their STS
+// calls, in the AWS tools' order: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
+// the sts endpoint_url of the profile's services section, the profile's
+// endpoint_url; "" for AWS's own. corgifs gives it to the SDK itself: its
+// loader builds the providers' STS clients before it reads the general
+// endpoints, and skips the services section when AWS_ENDPOINT_URL is set
+// even if empty. The AWS CLI sends STS calls to the general endpoint too,
+// which is where MinIO serves its STS.
+func stsEndpoint(name string) string {
+	p := readProfile(configFile(), name)
+	return firstSet(os.Getenv("AWS_ENDPOINT_URL_STS"), os.Getenv("AWS_ENDPOINT_URL"),
+		serviceEndpoint(configFile(), p.Services, "sts"), p.Endpoint)
+}
+
+// credentialSource names where the provider the SDK chose gets
+// credentials, with what a user checks when it fails (the file, the role,
+// the profile that holds the keys, the STS endpoint asked), or "" for
+// static keys (the environment or a profile: the Source of the keys says
+// which).
+func credentialSource(cfg aws.Config, profile, stsURL string) string {
+	var sc config.SharedConfig
+	for _, s := range cfg.ConfigSources {
+		if c, ok := s.(config.SharedConfig); ok {
+			sc = c
+			break
+		}
+	}
+	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(cfg.Credentials, target) }
 	switch {
 	case is((*stscreds.WebIdentityRoleProvider)(nil)):
 		if f := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); f != "" {
-			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + ")"
+			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + "; STS at " + stsURL + ")"
 		}
-		return "web identity (web_identity_token_file of shared profile " + profile + ")"
+		return "web identity (web_identity_token_file " + sc.WebIdentityTokenFile + ", role_arn " + sc.RoleARN + " of shared profile " + profile + "; STS at " + stsURL + ")"
 	case is((*stscreds.AssumeRoleProvider)(nil)):
-		return "assume role (role_arn of shared profile " + profile + ")"
+		keys := "source_profile " + sc.SourceProfileName
+		if sc.SourceProfileName == "" {
+			keys = "credential_source " + sc.CredentialSource
+		}
+		return "assume role " + sc.RoleARN + " (role_arn of shared profile " + profile + ", " + keys + "; STS at " + stsURL + ")"
 	case is((*endpointcreds.Provider)(nil)):
 		u := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")
 		if u == "" {
@@ -230,7 +297,10 @@ func credentialSource(p aws.CredentialsProvider, profile string) string {
 	case is((*processcreds.Provider)(nil)):
 		return "credential_process of shared profile " + profile
 	case is((*ssocreds.Provider)(nil)):
-		return "SSO cache of shared profile " + profile
+		if sc.SSOSessionName != "" {
+			return "SSO cache of shared profile " + profile + " (sso_session " + sc.SSOSessionName + ")"
+		}
+		return "SSO cache of shared profile " + profile + " (sso_start_url " + sc.SSOStartURL + ")"
 	}
 	return ""
 }

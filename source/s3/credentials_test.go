@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -89,23 +90,102 @@ credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAcc
 	})
 }
 
-// A profile that assumes a role (role_arn with source_profile) is not
-// taken for "no credentials" and anonymous access, as minio-go's chain
-// did: when the STS cannot be reached, the error names the role path.
-func TestAnAssumeRoleProfileWhoseSTSFailsIsAnErrorNamingTheRoleNotAnonymousAccess(t *testing.T) {
-	isolate(t, `[profile base]
+// A configured source that gives no credentials is an error naming the
+// source and what a user checks (the profile, the file, the role, the STS
+// endpoint asked), not anonymous access: an assume-role profile whose STS
+// cannot be reached is not taken for "no credentials", as minio-go's chain
+// did.
+func TestAConfiguredSourceThatGivesNoCredentialsIsAnErrorNamingIt(t *testing.T) {
+	for _, c := range []struct {
+		name, config string
+		env          map[string]string // {dead}: a loopback address nothing listens on; {token}: a token file
+		want         string
+	}{
+		{"assume role with source_profile", `[profile base]
 aws_access_key_id = base-key
 aws_secret_access_key = base-secret
 
 [profile role]
 role_arn = arn:aws:iam::123456789012:role/reader
 source_profile = base
-`)
-	t.Setenv("AWS_PROFILE", "role")
-	t.Setenv("AWS_ENDPOINT_URL_STS", deadAddr(t))
-	_, from, _, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "credentials from assume role (role_arn of shared profile role)") {
-		t.Fatalf("from %q, err %v: want an error naming the assume-role profile", from, err)
+`, map[string]string{"AWS_PROFILE": "role", "AWS_ENDPOINT_URL_STS": "{dead}"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at {dead})"},
+		{"assume role, STS at the profile's endpoint_url", `[profile base]
+aws_access_key_id = base-key
+aws_secret_access_key = base-secret
+
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = base
+endpoint_url = {dead}
+`, map[string]string{"AWS_PROFILE": "role"},
+			"credentials from assume role arn:aws:iam::123456789012:role/reader (role_arn of shared profile role, source_profile base; STS at {dead})"},
+		{"assume role, STS at the services section's sts endpoint_url over the profile's", `[profile base]
+aws_access_key_id = base-key
+aws_secret_access_key = base-secret
+
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = base
+endpoint_url = http://127.0.0.1:1
+services = local
+
+[services local]
+sts =
+  endpoint_url = {dead}
+`, map[string]string{"AWS_PROFILE": "role"},
+			"(role_arn of shared profile role, source_profile base; STS at {dead})"},
+		{"web identity from the environment, STS at AWS_ENDPOINT_URL", "",
+			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "{token}", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer", "AWS_ENDPOINT_URL": "{dead}"},
+			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE {token}, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at {dead}): "},
+		{"web identity with no token file", "",
+			map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/nonexistent/token", "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/trainer"},
+			"credentials from web identity (AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/token, AWS_ROLE_ARN arn:aws:iam::123456789012:role/trainer; STS at https://sts.us-east-1.amazonaws.com): "},
+		{"web identity from a profile", `[profile eks]
+web_identity_token_file = {token}
+role_arn = arn:aws:iam::123456789012:role/trainer
+`, map[string]string{"AWS_PROFILE": "eks", "AWS_ENDPOINT_URL_STS": "{dead}"},
+			"credentials from web identity (web_identity_token_file {token}, role_arn arn:aws:iam::123456789012:role/trainer of shared profile eks; STS at {dead}): "},
+		{"credential_process", `[profile proc]
+credential_process = /bin/false
+`, map[string]string{"AWS_PROFILE": "proc"},
+			"credentials from credential_process of shared profile proc: "},
+		{"SSO with no cached token", `[profile dev]
+sso_session = corp
+sso_account_id = 123456789012
+sso_role_name = reader
+
+[sso-session corp]
+sso_region = us-east-1
+sso_start_url = https://corp.awsapps.com/start
+`, map[string]string{"AWS_PROFILE": "dev"},
+			"credentials from SSO cache of shared profile dev (sso_session corp): "},
+		{"container", "", map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "{dead}/creds"},
+			"credentials from container ({dead}/creds): "},
+		{"instance metadata at a set endpoint", "", map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "{dead}", "AWS_EC2_METADATA_DISABLED": ""},
+			"credentials from instance metadata ({dead}): "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dead := deadAddr(t)
+			token := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(token, []byte("a.b.c"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := strings.NewReplacer("{dead}", dead, "{token}", token)
+			isolate(t, r.Replace(c.config))
+			for k, v := range c.env {
+				t.Setenv(k, r.Replace(v))
+			}
+			want := r.Replace(c.want)
+			_, from, none, err := chain(context.Background(), "us-east-1", 10*time.Second, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("from %q, none %v, err %v: want an error with %q", from, none, err, want)
+			}
+			// The calls went where the message says.
+			if strings.Contains(c.want, "STS at {dead}") && !strings.Contains(err.Error(), `Post "`+dead+`/"`) {
+				t.Fatalf("err %v: the STS call did not go to %s", err, dead)
+			}
+		})
 	}
 }
 
@@ -138,9 +218,10 @@ func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource
 		}),
 		from: "container (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
 	}
-	// As the cache hands them out: already past their early Expires,
-	// really valid for refreshBefore more.
-	expires = time.Now().Add(-time.Second)
+	// As the cache hands them out when they are due for a refresh in a
+	// second: really valid for refreshBefore more (this provider, unlike
+	// the cache, fetches new ones on every call).
+	expires = time.Now().Add(time.Second)
 	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k" {
 		t.Fatalf("first: %+v, %v", v, err)
 	}
@@ -155,5 +236,31 @@ func TestAFailedRefreshKeepsCredentialsThatAreStillValidThenFailsNamingTheSource
 	p.validTo, p.failedAt = expires, time.Time{}
 	if _, err := p.Retrieve(); err == nil || !strings.Contains(err.Error(), "credentials from container (test): service down") {
 		t.Fatalf("failed refresh of expired credentials: %v; want an error naming the source", err)
+	}
+}
+
+// Credentials that live less than the cache's refresh window when fetched
+// (the cache holds them expired from the start) are not fetched again for
+// every request, but kept for half their life.
+func TestCredentialsShorterLivedThanTheRefreshWindowAreFetchedAgainAtHalfTheirLife(t *testing.T) {
+	var calls int
+	p := &sdkCredentials{
+		provider: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			calls++
+			// As the cache hands them out: Expires moved refreshBefore
+			// earlier, so already past; really valid for 2 s.
+			return aws.Credentials{AccessKeyID: fmt.Sprint("k", calls), SecretAccessKey: "s", CanExpire: true,
+				Expires: time.Now().Add(2*time.Second - refreshBefore)}, nil
+		}),
+		from: "web identity (test)", timeout: time.Second, early: refreshBefore, log: slog.New(slog.DiscardHandler),
+	}
+	for range 3 {
+		if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k1" || calls != 1 {
+			t.Fatalf("within half their life: %+v, %v, %d calls; want k1 from one call", v, err, calls)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k2" || calls != 2 {
+		t.Fatalf("after half their life: %+v, %v, %d calls; want k2 from a second call", v, err, calls)
 	}
 }
