@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,12 +21,14 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// A MinIO server on 127.0.0.1 serving a directory of this machine's disk,
-// for the sections that count an object store's requests. It counts them
-// itself: its node metrics (public, MINIO_PROMETHEUS_AUTH_TYPE) give the
-// GetObject requests and the bytes sent, read before and after a run, so
-// nothing stands between the client and the server that would cost the
-// two cores a copy of every byte.
+// A MinIO server on 127.0.0.1 serving a directory of this machine's disk.
+// It is started here, and its metrics read here, for every section that
+// uses one: --probe and --s3fs through their own minioServer, --s3 and
+// --s3speed with --s3-server minio through an s3Server that holds one.
+// It counts requests itself: its node metrics (public,
+// MINIO_PROMETHEUS_AUTH_TYPE) give the GetObject requests and the bytes
+// sent, read before and after a run, so nothing stands between the client
+// and the server that would cost the two cores a copy of every byte.
 
 const (
 	minioAccess = "corgifs-bench-access"
@@ -48,11 +51,12 @@ type minioServer struct {
 // with a margin.
 const metricsTTL = 11 * time.Second
 
-// startMinIO starts MinIO on dir and waits until it answers.
+// startMinIO starts MinIO on dir, on free ports of 127.0.0.1, with its
+// output in minio.log beside dir, and waits until it answers.
 func startMinIO(ctx context.Context, dir string) (*minioServer, error) {
 	bin, err := exec.LookPath("minio")
 	if err != nil {
-		return nil, fmt.Errorf("no minio server on PATH (.ci/run builds it into /usr/local/bin/minio)")
+		return nil, errors.New("no minio on PATH: GOBIN=/usr/local/bin go install github.com/minio/minio@latest (.ci/run builds it)")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -76,6 +80,8 @@ func startMinIO(ctx context.Context, dir string) (*minioServer, error) {
 	m := &minioServer{addr: addr, endpoint: "http://" + addr}
 	m.cmd = exec.CommandContext(ctx, bin, "server", dir, "--address", addr, "--console-address", console, "--quiet")
 	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+minioAccess, "MINIO_ROOT_PASSWORD="+minioSecret,
+		// The counters are read from the metrics, unauthenticated; no
+		// console, no update checks.
 		"MINIO_PROMETHEUS_AUTH_TYPE=public", "MINIO_BROWSER=off", "MINIO_UPDATE=off")
 	log, err := os.Create(filepath.Join(filepath.Dir(dir), "minio.log"))
 	if err != nil {
@@ -87,7 +93,10 @@ func startMinIO(ctx context.Context, dir string) (*minioServer, error) {
 	if err := m.cmd.Start(); err != nil {
 		return nil, err
 	}
-	m.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(minioAccess, minioSecret, ""), BucketLookup: minio.BucketLookupPath})
+	// The region the corgifs processes are given (env): minio-go need not
+	// ask the server for a bucket's location first.
+	m.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(minioAccess, minioSecret, ""),
+		BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})
 	if err != nil {
 		m.stop()
 		return nil, err
@@ -171,8 +180,8 @@ func (m *minioServer) counts(ctx context.Context) (serverCounts, error) {
 			c.requests += int64(v)
 		}
 		switch {
-		case name == "minio_s3_requests_total" && strings.Contains(labels, `api="getobject"`):
-			c.gets = int64(v) // absent until the first GET
+		case isGetObject(name, labels):
+			c.gets += int64(v) // absent until the first GET
 		case name == "minio_s3_traffic_sent_bytes":
 			c.sent, sent = int64(v), true
 		}
@@ -205,7 +214,28 @@ func readBytes(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/io: no read_bytes", pid)
 }
 
-// scrape calls fn with each sample of the server's node metrics.
+// isGetObject reports whether a sample of the node metrics is the count of
+// GetObject requests.
+func isGetObject(name, labels string) bool {
+	return name == "minio_s3_requests_total" && strings.Contains(labels, `api="getobject"`)
+}
+
+// getsNow is the count of GetObject requests in the node metrics as MinIO
+// serves them now, without scrape's wait for metricsTTL: s3Server.gets
+// reads it so around every epoch of --s3 and --s3speed, where 11 s at each
+// read would lengthen the sections; the count may lag by MinIO's cache.
+func (m *minioServer) getsNow(ctx context.Context) (int64, error) {
+	var n int64
+	err := m.readMetrics(ctx, func(name, labels string, v float64) {
+		if isGetObject(name, labels) {
+			n += int64(v)
+		}
+	})
+	return n, err
+}
+
+// scrape calls fn with each sample of the server's node metrics, once
+// metricsTTL has passed since the last scrape, so that they are fresh.
 func (m *minioServer) scrape(ctx context.Context, fn func(name, labels string, v float64)) error {
 	select {
 	case <-time.After(time.Until(m.scraped.Add(metricsTTL))):
@@ -213,6 +243,12 @@ func (m *minioServer) scrape(ctx context.Context, fn func(name, labels string, v
 		return ctx.Err()
 	}
 	defer func() { m.scraped = time.Now() }()
+	return m.readMetrics(ctx, fn)
+}
+
+// readMetrics calls fn with each sample of the server's node metrics
+// (Prometheus text: name{labels} value), as the server serves them now.
+func (m *minioServer) readMetrics(ctx context.Context, fn func(name, labels string, v float64)) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.endpoint+"/minio/v2/metrics/node", nil)
 	if err != nil {
 		return err
@@ -222,6 +258,9 @@ func (m *minioServer) scrape(ctx context.Context, fn func(name, labels string, v
 		return fmt.Errorf("minio metrics: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("minio metrics: %s", resp.Status)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {

@@ -13,11 +13,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,9 +29,11 @@ import (
 
 const s3Heading = "## Object store: a cold epoch from S3 (issue 14)"
 
+// The keys of either server: MinIO's (startMinIO), given to versitygw
+// too, so the mounts' environment is the same whichever serves them.
 const (
-	s3Access = "corgifs-bench-access"
-	s3Secret = "corgifs-bench-secret-key"
+	s3Access = minioAccess
+	s3Secret = minioSecret
 	s3Bucket = "bench"
 	s3Prefix = "data"
 )
@@ -100,6 +100,7 @@ type s3Server struct {
 	endpoint string
 	logPath  string
 	client   *minio.Client
+	minio    *minioServer // with kind s3MinIO, the server cmd runs
 }
 
 // The S3 servers the benchmarks can start (--s3-server).
@@ -109,31 +110,33 @@ const (
 )
 
 // startS3Server starts a server of kind on a free port of 127.0.0.1,
-// serving dir/root, and waits until it answers.
+// serving dir/root (MinIO: dir/minio-root), and waits until it answers.
 func startS3Server(ctx context.Context, dir, kind string) (*s3Server, error) {
-	var bin string
-	var err error
 	switch kind {
 	case s3Versitygw, "":
-		kind = s3Versitygw
-		bin, err = exec.LookPath("versitygw")
-		if err != nil {
-			return nil, errors.New("no versitygw on PATH: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
-		}
+		return startVersitygw(ctx, dir)
 	case s3MinIO:
-		bin, err = exec.LookPath("minio")
+		// MinIO keeps its own layout (xl.meta and parts): a directory of
+		// its own, apart from versitygw's plain files. startMinIO logs
+		// to dir/minio.log, beside it.
+		m, err := startMinIO(ctx, filepath.Join(dir, "minio-root"))
 		if err != nil {
-			return nil, errors.New("no minio on PATH: GOBIN=/usr/local/bin go install github.com/minio/minio@latest (.ci/run builds it)")
+			return nil, err
 		}
+		return &s3Server{kind: kind, cmd: m.cmd, endpoint: m.endpoint, client: m.client, minio: m}, nil
 	default:
 		return nil, fmt.Errorf("unknown S3 server %q: want %s or %s", kind, s3Versitygw, s3MinIO)
 	}
-	root := filepath.Join(dir, "root")
-	if kind == s3MinIO {
-		// MinIO keeps its own layout (xl.meta and parts): a directory of
-		// its own, apart from versitygw's plain files.
-		root = filepath.Join(dir, "minio-root")
+}
+
+// startVersitygw starts versitygw's posix backend on dir/root with its
+// access log on, where gets counts the GETs.
+func startVersitygw(ctx context.Context, dir string) (*s3Server, error) {
+	bin, err := exec.LookPath("versitygw")
+	if err != nil {
+		return nil, errors.New("no versitygw on PATH: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
 	}
+	root := filepath.Join(dir, "root")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
@@ -143,23 +146,15 @@ func startS3Server(ctx context.Context, dir, kind string) (*s3Server, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &s3Server{kind: kind, endpoint: "http://" + addr, logPath: filepath.Join(dir, "access.log")}
+	s := &s3Server{kind: s3Versitygw, endpoint: "http://" + addr, logPath: filepath.Join(dir, "access.log")}
 	os.Remove(s.logPath)
-	logf, err := os.Create(filepath.Join(dir, kind+".log"))
+	logf, err := os.Create(filepath.Join(dir, s3Versitygw+".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	if kind == s3MinIO {
-		s.cmd = exec.CommandContext(ctx, bin, "server", root, "--address", addr, "--quiet")
-		s.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s3Access, "MINIO_ROOT_PASSWORD="+s3Secret,
-			// The GET counters are read from the metrics, unauthenticated;
-			// no console, no update checks.
-			"MINIO_PROMETHEUS_AUTH_TYPE=public", "MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	} else {
-		s.cmd = exec.CommandContext(ctx, bin, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet",
-			"--access-log", s.logPath, "posix", root)
-	}
+	s.cmd = exec.CommandContext(ctx, bin, "--port", addr, "--access", s3Access, "--secret", s3Secret, "--quiet",
+		"--access-log", s.logPath, "posix", root)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -176,12 +171,16 @@ func startS3Server(ctx context.Context, dir, kind string) (*s3Server, error) {
 			return s, nil
 		} else if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("%s did not answer at %s: %w", kind, s.endpoint, err)
+			return nil, fmt.Errorf("versitygw did not answer at %s: %w", s.endpoint, err)
 		}
 	}
 }
 
 func (s *s3Server) stop() {
+	if s.minio != nil {
+		s.minio.stop()
+		return
+	}
 	s.cmd.Process.Kill()
 	s.cmd.Wait()
 }
@@ -191,8 +190,8 @@ func (s *s3Server) stop() {
 // lets the last ones in. MinIO counts them in its metrics.
 func (s *s3Server) gets() (int64, error) {
 	time.Sleep(300 * time.Millisecond)
-	if s.kind == s3MinIO {
-		return s.minioGETs()
+	if s.minio != nil {
+		return s.minio.getsNow(context.Background())
 	}
 	f, err := os.Open(s.logPath)
 	if errors.Is(err, os.ErrNotExist) {
@@ -211,35 +210,6 @@ func (s *s3Server) gets() (int64, error) {
 		}
 	}
 	return n, sc.Err()
-}
-
-// minioGETs reads MinIO's count of GetObject requests from its
-// Prometheus metrics (minio_s3_requests_total{api="getobject"}).
-func (s *s3Server) minioGETs() (int64, error) {
-	resp, err := http.Get(s.endpoint + "/minio/v2/metrics/node")
-	if err != nil {
-		return 0, fmt.Errorf("MinIO metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("MinIO metrics: %s", resp.Status)
-	}
-	var n float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "minio_s3_requests_total{") || !strings.Contains(line, `api="getobject"`) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("MinIO metrics line %q: %w", line, err)
-		}
-		n += v
-	}
-	return int64(n), sc.Err()
 }
 
 // upload puts the dataset's files under bench/data/, unless they are
