@@ -171,6 +171,22 @@ func (s *stuckSource) release() {
 // its read is still in the daemon.
 func stickDaemonInSourceRead(t *testing.T, m *mount, s *stuckSource) {
 	t.Helper()
+	cat := readStuckPart(t, m, s)
+	cat.Process.Kill()
+	exited := make(chan struct{})
+	go func() { cat.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Logf("the killed reader has not exited (it waits for the stuck daemon)")
+	}
+}
+
+// readStuckPart starts a reader of part 0 of 1 and returns it once the
+// daemon's read of the source for it has blocked; the reader stays blocked
+// in its read(2) until it is killed.
+func readStuckPart(t *testing.T, m *mount, s *stuckSource) *exec.Cmd {
+	t.Helper()
 	s.stick()
 	cat := exec.Command("cat", m.part(0, 0, 1))
 	if err := cat.Start(); err != nil {
@@ -182,14 +198,7 @@ func stickDaemonInSourceRead(t *testing.T, m *mount, s *stuckSource) {
 		cat.Process.Kill()
 		t.Fatalf("no read of the source blocked within 60 s of reading a part\n%s", m.log)
 	}
-	cat.Process.Kill()
-	exited := make(chan struct{})
-	go func() { cat.Wait(); close(exited) }()
-	select {
-	case <-exited:
-	case <-time.After(15 * time.Second):
-		t.Logf("the killed reader has not exited (it waits for the stuck daemon)")
-	}
+	return cat
 }
 
 // waitExit waits up to limit for m's daemon to exit; if it does not, it is
@@ -236,9 +245,11 @@ func TestSignalWithAHandlerStuckInASourceReadExitsAndFreesMountpoint(t *testing.
 }
 
 // TestSecondSignalExitsAtOnceWhileUnmountWaits: while the first SIGTERM's
-// unmount waits on a handler stuck in a source read, a second SIGTERM or
-// SIGINT ends the daemon at once, through the second-signal path (not the
-// deadline), and nothing is left mounted.
+// unmount waits on a reader whose read waits on a source read that never
+// returns, a second SIGTERM or SIGINT ends the daemon at once, through the
+// second-signal path (not the deadline), and nothing is left mounted. The
+// reader stays alive: a read waiting for a block ends when its reader dies
+// (the kernel interrupts it), and then nothing would hold the unmount.
 func TestSecondSignalExitsAtOnceWhileUnmountWaits(t *testing.T) {
 	fuseOK(t)
 	data := genSynthetic(t, 4000, 16, 2, 2, "clustered")
@@ -246,7 +257,8 @@ func TestSecondSignalExitsAtOnceWhileUnmountWaits(t *testing.T) {
 		t.Run(second.String(), func(t *testing.T) {
 			src := serveStuckSource(t, data)
 			m := startMount(t, src.dir, smallFlags...)
-			stickDaemonInSourceRead(t, m, src)
+			cat := readStuckPart(t, m, src)
+			defer func() { cat.Process.Kill(); cat.Wait() }()
 			m.cmd.Process.Signal(syscall.SIGTERM)
 			for deadline := time.Now().Add(15 * time.Second); !strings.Contains(m.log.String(), "signal received, unmounting"); {
 				if time.Now().After(deadline) {
