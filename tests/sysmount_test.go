@@ -650,6 +650,11 @@ func TestInterruptingABackgroundMountBeforeItIsReadyStopsTheDaemon(t *testing.T)
 		cmd.Process.Kill()
 		t.Fatalf("no source read blocked within 60 s\n%s", stderr.String())
 	}
+	// The caller prints the daemon's pid after starting it, and the
+	// daemon may reach the stuck read first.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "daemon pid ") && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	pid := daemonPid(t, stderr.String())
 	t.Cleanup(func() {
 		if alive(pid) {
