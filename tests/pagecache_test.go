@@ -117,16 +117,7 @@ func TestReadingAPartKeepsOnlyItsLastPagesInTheKernelCache(t *testing.T) {
 		}
 		defer g.Close()
 	}
-	f, err := os.Open(m.part(0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := fi.Size()
+	f, size := openPart(t, m.part(0, 0, 1))
 	if size < 150<<20 {
 		t.Fatalf("part holds %d bytes, want at least 150 MiB for the test to mean anything", size)
 	}
@@ -185,16 +176,7 @@ func TestReadingAPartKeepsOnlyItsLastPagesInTheKernelCache(t *testing.T) {
 func TestMappingAPartServesItsBytesAndKeepsOnlyItsLastPagesInTheKernelCache(t *testing.T) {
 	src := writePageCacheSource(t)
 	m := startMount(t, src, "--seed", "5")
-	f, err := os.Open(m.part(0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := fi.Size()
+	f, size := openPart(t, m.part(0, 0, 1))
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatalf("mmap %s: %v\n%s", f.Name(), err, m.log)
@@ -228,4 +210,20 @@ func TestMappingAPartServesItsBytesAndKeepsOnlyItsLastPagesInTheKernelCache(t *t
 		t.Errorf("after mapping and touching all %d MiB of a part, the kernel caches %d MiB of it, want at most %d MiB",
 			size>>20, cached>>20, pageCacheBound>>20)
 	}
+}
+
+// openPart opens a part for the rest of the test and returns it with its
+// size.
+func openPart(t *testing.T, path string) (*os.File, int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, fi.Size()
 }
