@@ -55,8 +55,9 @@ type Dataset struct {
 
 	blockSizeGiven, bufferGiven bool
 	log                         *slog.Logger
-	// proofs are the record-chain proofs of a probed index, kept
-	// across mounts in the cache directory.
+	// proofs are the record-chain proofs of a probed index and the
+	// record counts its loads learned, kept across mounts in the cache
+	// directory (index/counts.go).
 	proofs    *index.ProofLog
 	diskCache *diskcache.Cache
 }
