@@ -100,6 +100,12 @@ func countsFormat(ix *Index) string {
 // earlier mount (FillCounts).
 func (ix *Index) CountsKept() int { return ix.countsKept }
 
+// KeptRecords returns the records of the files whose counts FillCounts
+// filled: Records less them is what the probe itself knew, which the
+// policies that shape a plan (mount.MemorySplit) must use, so that the
+// plan is the one of the mount that learned the counts.
+func (ix *Index) KeptRecords() int64 { return ix.keptRecords }
+
 // readCounts reads the kept counts of pl's source from dir; a damaged
 // list is ignored (rewritten whole at the next flush).
 func (pl *ProofLog) readCounts(dir *cachedir.Dir) {
@@ -175,7 +181,7 @@ func (pl *ProofLog) FillCounts(ix *Index, log *slog.Logger) int {
 	if len(pl.counts) == 0 {
 		return 0
 	}
-	filled, unknown := 0, false
+	filled, unknown, before := 0, false, ix.Records
 	for fi := range ix.Files {
 		first, n := ix.FileBlocks(int32(fi))
 		blocks := ix.Blocks[first : first+n]
@@ -212,6 +218,7 @@ func (pl *ProofLog) FillCounts(ix *Index, log *slog.Logger) int {
 	}
 	ix.CountsUnknown = unknown
 	ix.countsKept += filled
+	ix.keptRecords += ix.Records - before
 	return filled
 }
 

@@ -112,8 +112,10 @@ type Index struct {
 	fileOnce  sync.Once
 	fileStart []int32 // the first block of every file, and the block count (FileBlocks)
 	// countsKept is how many files' record counts FillCounts took from
-	// an earlier mount (not in the sidecar: gob skips it).
-	countsKept int
+	// an earlier mount, keptRecords the records they hold (not in the
+	// sidecar: gob skips them).
+	countsKept  int
+	keptRecords int64
 
 	// Probed is set for an index built by probing (see probe.go): it has
 	// no Frames nor RecordCRCs, and its blocks no CRC.
