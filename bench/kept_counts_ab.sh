@@ -1,5 +1,5 @@
 #!/bin/bash
-# kept_counts_ab.sh times the first epoch (part 0 of 1, `cat`) of three
+# kept_counts_ab.sh times the first epoch (part 0 of 1, read in 1 MiB pieces) of
 # mounts of the MinIO copy that `go run ./bench --s3speed --s3-server minio
 # --keep --work W` left in W/records-SIZE/s3-speed/minio-root, alternated,
 # the page cache dropped before each epoch (root), at the defaults:
@@ -10,8 +10,10 @@
 #            was before the counts were kept);
 #   kept     a remount with fresh's cache dir whole: the counts known, the
 #            buffers served while they load.
-# It prints each epoch's MB/s and stats.json's buffers_served_loading and
-# proof_reads.
+#   full     --index full, its index built once before the runs (as a
+#            reference: every count known, no walk).
+# It prints each epoch's MB/s, the time to its first MiB, and stats.json's
+# buffers_served_loading and proof_reads.
 #
 #   bench/kept_counts_ab.sh W/records-100KiB/s3-speed RUNS [BINARY]
 set -u
@@ -28,16 +30,28 @@ export AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASS
 epoch() {
 	local mnt=$W/mnt-$1
 	mkdir -p "$mnt"
-	"$BIN" mount --background s3://bench/data "$mnt" --seed 1 --cache-dir "$2" --s3-endpoint http://127.0.0.1:$PORT > "$W/$1.out" 2>&1 || { cat "$W/$1.out"; exit 1; }
+	# shellcheck disable=SC2086 # EXTRA holds several arguments
+	"$BIN" mount --background s3://bench/data "$mnt" --seed 1 --cache-dir "$2" --s3-endpoint http://127.0.0.1:$PORT ${EXTRA:-} > "$W/$1.out" 2>&1 || { cat "$W/$1.out"; exit 1; }
 	local part=$mnt/epoch-0000/part-00000-of-00001.tfrecord
 	local bytes
 	bytes=$(stat -c %s "$part")
 	sync
 	echo 3 > /proc/sys/vm/drop_caches
-	local t0 t1
-	t0=$(date +%s.%N)
-	cat "$part" > /dev/null
-	t1=$(date +%s.%N)
+	# Read in 1 MiB pieces: the time to the first MiB (what a reader
+	# waits before its first batch) and to the end of the epoch.
+	local t
+	t=$(python3 -c '
+import sys, time
+buf = memoryview(bytearray(1 << 20))
+with open(sys.argv[1], "rb", buffering=0) as f:
+    t0 = time.monotonic()
+    n = f.readinto(buf)
+    first = time.monotonic() - t0
+    while n:
+        n = f.readinto(buf)
+    print(first, time.monotonic() - t0)' "$part")
+	local first secs
+	read -r first secs <<< "$t"
 	local st
 	st=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("buffers_served_loading", s.get("buffers_served_loading", 0), "proof_reads", s.get("proof_reads", 0))' "$mnt/.corgifs/stats.json")
 	"$BIN" unmount "$mnt" > /dev/null 2>&1
@@ -45,8 +59,9 @@ epoch() {
 	local pid
 	pid=$(sed -n 's/.*daemon pid \([0-9]*\).*/\1/p' "$W/$1.out")
 	while [ -n "$pid" ] && kill -0 "$pid" 2> /dev/null; do sleep 0.1; done
-	echo "$1: $(echo "$bytes / ($t1 - $t0) / 1000000" | bc) MB/s ($bytes bytes in $(echo "$t1 - $t0" | bc | cut -c1-6) s), $st, load $(cut -d' ' -f1 /proc/loadavg)"
+	echo "$1: $(echo "$bytes / $secs / 1000000" | bc) MB/s ($bytes bytes in ${secs:0:6} s, the first MiB in ${first:0:6} s), $st, load $(cut -d' ' -f1 /proc/loadavg)"
 }
+EXTRA="--index full" epoch full-index-build "$W/full" > /dev/null
 for r in $(seq "$RUNS"); do
 	fresh=$W/cache-$r
 	echo "run $r"
@@ -56,4 +71,5 @@ for r in $(seq "$RUNS"); do
 	rm -f "$nocounts"/*.probe-counts
 	epoch nocounts "$nocounts"
 	epoch kept "$fresh"
+	EXTRA="--index full" epoch full "$W/full"
 done
