@@ -1,9 +1,6 @@
 package blockcache
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +87,9 @@ type prover struct {
 	// smaller than a walk's window reads the gap's blocks whole, several
 	// at once, and checks each one's chain (chain_ahead.go).
 	ahead *aheadReads
+	// kept is called for each file once it is in the ProofLog, so that
+	// its learned record counts are kept too (Loader.keepCounts).
+	kept func(file int32)
 }
 
 // fileProof is the walk of one file: cuts j of its blocks' starts (block
@@ -99,6 +99,8 @@ type fileProof struct {
 	state    []atomic.Uint32
 	once     sync.Once // wrong reported
 	logged   bool      // in the ProofLog (under mu)
+	// proved is logged, for readers without mu (Loader.keepCounts).
+	proved atomic.Bool
 
 	mu     sync.Mutex
 	at     int64 // a true boundary the walk reached
@@ -151,6 +153,7 @@ func newProver(ix *index.Index, learned []atomic.Int32, log *slog.Logger, proofs
 			// Scanned whole (its cuts are a full scan's), or proven by
 			// an earlier mount.
 			fp.logged = true
+			fp.proved.Store(true)
 			for j := range fp.state {
 				fp.state[j].Store(cutTrue)
 			}
@@ -354,17 +357,11 @@ func (p *prover) proven(fi int32) {
 	}
 	fp.logged = true
 	p.proofs.Add(p.entry(fi))
+	fp.proved.Store(true)
+	if p.kept != nil {
+		p.kept(fi)
+	}
 }
 
 // entry is the ProofLog entry of file fi: its identity and its cuts.
-func (p *prover) entry(fi int32) index.ProofEntry {
-	f := p.ix.Files[fi]
-	fp := &p.files[fi]
-	h := sha256.New()
-	var b [8]byte
-	for j := int32(0); j <= fp.n; j++ {
-		binary.LittleEndian.PutUint64(b[:], uint64(p.cut(fi, j)))
-		h.Write(b[:])
-	}
-	return index.ProofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
-}
+func (p *prover) entry(fi int32) index.ProofEntry { return p.ix.ProofEntry(fi) }

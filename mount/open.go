@@ -55,8 +55,9 @@ type Dataset struct {
 
 	blockSizeGiven, bufferGiven bool
 	log                         *slog.Logger
-	// proofs are the record-chain proofs of a probed index, kept
-	// across mounts in the cache directory.
+	// proofs are the record-chain proofs of a probed index and the
+	// record counts its loads learned, kept across mounts in the cache
+	// directory (index/counts.go).
 	proofs    *index.ProofLog
 	diskCache *diskcache.Cache
 }
@@ -184,6 +185,17 @@ func (d *Dataset) index(ctx context.Context) error {
 		return err
 	}
 	d.Index, d.Cached = ix, cached
+	if ix.Probed {
+		// Files proven by an earlier mount are not walked again, and
+		// the record counts it learned are known before planning: the
+		// buffers are then served as they load (index/counts.go).
+		if d.proofs, err = index.OpenProofLog(src, o); err != nil {
+			log.Warn("could not read the record-chain proofs and record counts of earlier mounts; every probed file is walked again and its counts learned again", "err", err)
+		}
+		if n := d.proofs.FillCounts(ix, log); n > 0 {
+			log.Info("probe index: record counts known from an earlier mount", "files", n, "of", len(ix.Files), "all_known", !ix.CountsUnknown)
+		}
+	}
 	return nil
 }
 
@@ -404,8 +416,13 @@ func (d *Dataset) Close() error {
 // RecordsText is the record count of ix for people: a number, or that it
 // is not known yet (a probed index learns it as blocks load).
 func RecordsText(ix *index.Index) string {
-	if ix.CountsUnknown {
+	switch {
+	case ix.CountsUnknown && ix.CountsKept() > 0:
+		return fmt.Sprintf("not known yet (probed index: learned as blocks load; those of %d of %d files known from an earlier mount)", ix.CountsKept(), len(ix.Files))
+	case ix.CountsUnknown:
 		return "not known yet (probed index: learned as blocks load)"
+	case ix.CountsKept() > 0:
+		return strconv.FormatInt(ix.Records, 10) + " (probed index: counts known from an earlier mount)"
 	}
 	return strconv.FormatInt(ix.Records, 10)
 }
