@@ -48,6 +48,10 @@ type s3SpeedRun struct {
 	// recycled, not fresh memory the kernel must zero. full is a fresh
 	// mount with --index full, whose buffers are served while they load.
 	later, laterCPU, laterSrvCPU float64
+	// remount is the first epoch of a new mount with the sidecar the
+	// default mount left: its proven cuts and learned record counts (a
+	// later training job on the same data).
+	remount, remountCPU, remountSrvCPU float64
 	// warm is the later epoch read again, from the daemon's memory (no
 	// GETs): what the FUSE path and the reader cost alone.
 	warm                      float64
@@ -208,6 +212,14 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 		return err
 	}
 	res.blockSize, res.blocks = c.BlockSize, c.Dataset.Blocks
+	// The sidecar as the index left it (cuts probed; none proven, no
+	// record count): every run's first epoch at the defaults starts from
+	// it, as a first mount of the data does.
+	probed := cache + "-probed"
+	os.RemoveAll(probed)
+	if err := os.CopyFS(probed, os.DirFS(cache)); err != nil {
+		return err
+	}
 	res.load[0] = loadAverage()
 	for r := range e.o.runs {
 		var run s3SpeedRun
@@ -265,6 +277,12 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			{"full", []string{"--index", "full"}, &run.full, &run.fullCPU, &run.fullSrvCPU},
 			{"block8", []string{"--block-size", "8MiB"}, &run.mount8, &run.mount8CPU, &run.mount8SrvCPU},
 		} {
+			if v.name == "default" {
+				os.RemoveAll(cache)
+				if err := os.CopyFS(cache, os.DirFS(probed)); err != nil {
+					return err
+				}
+			}
 			d, err := mount(fmt.Sprintf("%s-%d", v.name, r), v.args...)
 			if err != nil {
 				return err
@@ -287,6 +305,17 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			}
 			if err := d.stop(); err != nil {
 				return err
+			}
+			if v.name == "default" {
+				if d, err = mount(fmt.Sprintf("remount-%d", r)); err != nil {
+					return err
+				}
+				if run.remount, run.remountCPU, run.remountSrvCPU, err = cold(d, r+4); err != nil {
+					return err
+				}
+				if err := d.stop(); err != nil {
+					return err
+				}
 			}
 		}
 
@@ -351,9 +380,9 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			return err
 		}
 		res.runs = append(res.runs, run)
-		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s (later epoch %.0f, --index full %.0f), 8 MiB blocks %.0f MB/s; "+
+		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s (later epoch %.0f, remount %.0f, --index full %.0f), 8 MiB blocks %.0f MB/s; "+
 			"first epoch with --disk-cache %.0f MB/s (%d of %d written, %d skipped), from the disk cache %.0f MB/s (%d GETs), local %.0f MB/s",
-			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.later, run.full, run.mount8, run.fill, run.written, run.fetched, run.skipped,
+			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.later, run.remount, run.full, run.mount8, run.fill, run.written, run.fetched, run.skipped,
 			run.disk, run.diskGETs, run.local)
 	}
 	res.load[1] = loadAverage()
@@ -371,8 +400,8 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 	p("Reproduce: `go run ./bench --s3speed --s3-server %s --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
 		h.o.s3Server, strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
 	p("Each run reads the same objects, in turn and cold (page cache dropped before each): %d whole-object GETs at once and "+
-		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a fresh corgifs mount at the defaults (its first epoch, then "+
-		"a later epoch of the same mount, none of whose blocks the first prefetched: every block from the store again, into recycled slabs; then that epoch again, from the daemon's memory), a fresh mount with `--index full` "+
+		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a fresh corgifs mount at the defaults (its first epoch, from the sidecar of a probed index and nothing else, then "+
+		"a later epoch of the same mount, none of whose blocks the first prefetched: every block from the store again, into recycled slabs; then that epoch again, from the daemon's memory), a remount with the sidecar it left (cuts proven, record counts learned: a later job's first epoch), a fresh mount with `--index full` "+
 		"(every block's record count known: a buffer is served while it loads), and one with "+
 		"`--block-size 8MiB` (each block fetched as ranged GETs of at most 2 MiB at once, as many as GET slots are free), a first epoch through a new `--disk-cache`, "+
 		"a remount reading the next epoch from it, and a cold epoch of the local directory. Ratios are taken within each run.\n\n",
@@ -383,15 +412,15 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 			continue
 		}
 		p("%s; %s on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.server, res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
-		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs first epoch MB/s | ÷ best plain | later epoch MB/s | ÷ best plain | it again, from memory MB/s | `--index full` MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: first; later; full; 8 MiB | slabs mapped MB: first, +later |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		var r1, rl, rf, r8, rd []float64
+		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs first epoch MB/s | ÷ best plain | later epoch MB/s | ÷ best plain | it again, from memory MB/s | remount MB/s | ÷ best plain | `--index full` MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: first; later; remount; full; 8 MiB | slabs mapped MB: first, +later |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		var r1, rl, rr, rf, r8, rd []float64
 		for i, r := range res.runs {
 			best := max(r.whole, r.ranged)
-			r1, rl, rf, r8 = append(r1, r.mount/best), append(rl, r.later/best), append(rf, r.full/best), append(r8, r.mount8/best)
-			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f | %.0f, +%.0f |\n",
-				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.later, r.later/best, r.warm, r.full, r.full/best, r.mount8, r.mount8/best,
-				r.mountCPU, r.mountSrvCPU, r.laterCPU, r.laterSrvCPU, r.fullCPU, r.fullSrvCPU, r.mount8CPU, r.mount8SrvCPU,
+			r1, rl, rr, rf, r8 = append(r1, r.mount/best), append(rl, r.later/best), append(rr, r.remount/best), append(rf, r.full/best), append(r8, r.mount8/best)
+			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f | %.0f, +%.0f |\n",
+				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.later, r.later/best, r.warm, r.remount, r.remount/best, r.full, r.full/best, r.mount8, r.mount8/best,
+				r.mountCPU, r.mountSrvCPU, r.laterCPU, r.laterSrvCPU, r.remountCPU, r.remountSrvCPU, r.fullCPU, r.fullSrvCPU, r.mount8CPU, r.mount8SrvCPU,
 				float64(r.mapped)/1e6, float64(r.laterMapped-r.mapped)/1e6)
 		}
 		p("\n| run | first epoch with --disk-cache MB/s | blocks written / fetched (skipped, wait s) | from the disk cache MB/s (GETs) | local cold MB/s | disk cache ÷ local |\n")
@@ -406,8 +435,8 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 			slices.Sort(v)
 			return fmt.Sprintf("%.2f× (%.2f–%.2f)", v[len(v)/2], v[0], v[len(v)-1])
 		}
-		p("\nMedian (min–max) ratios to the best plain client: corgifs first epoch %s, a later epoch of the same mount %s, `--index full` %s, 8 MiB blocks %s; disk cache ÷ local cold %s.\n\n",
-			med(r1), med(rl), med(rf), med(r8), med(rd))
+		p("\nMedian (min–max) ratios to the best plain client: corgifs first epoch %s, a later epoch of the same mount %s, a remount's first epoch %s, `--index full` %s, 8 MiB blocks %s; disk cache ÷ local cold %s.\n\n",
+			med(r1), med(rl), med(rr), med(rf), med(r8), med(rd))
 	}
 	return b.String()
 }
