@@ -220,18 +220,12 @@ func isGetObject(name, labels string) bool {
 	return name == "minio_s3_requests_total" && strings.Contains(labels, `api="getobject"`)
 }
 
-// getsNow is the count of GetObject requests in the node metrics as MinIO
-// serves them now, without scrape's wait for metricsTTL: s3Server.gets
-// reads it so around every epoch of --s3 and --s3speed, where 11 s at each
-// read would lengthen the sections; the count may lag by MinIO's cache.
-func (m *minioServer) getsNow(ctx context.Context) (int64, error) {
-	var n int64
-	err := m.readMetrics(ctx, func(name, labels string, v float64) {
-		if isGetObject(name, labels) {
-			n += int64(v)
-		}
-	})
-	return n, err
+// gets is the count of GetObject requests in the node metrics, read by
+// counts: once metricsTTL has passed since the last read, so that the
+// count is not MinIO's cached one from before the requests it is to count.
+func (m *minioServer) gets(ctx context.Context) (int64, error) {
+	c, err := m.counts(ctx)
+	return c.gets, err
 }
 
 // scrape calls fn with each sample of the server's node metrics, once
