@@ -118,8 +118,25 @@ func (m *minioServer) stop() {
 
 // env is the environment a corgifs process needs to reach the server.
 func (m *minioServer) env() []string {
-	return append(os.Environ(), "AWS_ACCESS_KEY_ID="+minioAccess, "AWS_SECRET_ACCESS_KEY="+minioSecret,
-		"AWS_SESSION_TOKEN=", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=")
+	return append(os.Environ(), s3Env(minioAccess, minioSecret)...)
+}
+
+// s3Env is the environment that makes corgifs (package source/s3) reach a
+// bench server on its --s3-endpoint with its keys, access and secret, and
+// with nothing else the environment may hold: no session token, no other
+// endpoint, a region.
+func s3Env(access, secret string) []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + access, "AWS_SECRET_ACCESS_KEY=" + secret,
+		"AWS_SESSION_TOKEN=", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL="}
+}
+
+// setS3Env sets s3Env(access, secret) in this process, for the corgifs
+// processes it starts and its own sources.
+func setS3Env(access, secret string) {
+	for _, kv := range s3Env(access, secret) {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
 }
 
 // upload puts the files into bucket under prefix, skipping those there
