@@ -87,42 +87,36 @@ func (s *s3Server) rangedGETs(ctx context.Context, keys []string, sizes []int64,
 	}
 	r := rand.New(rand.NewPCG(seed, 25))
 	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-	var next, total atomic.Int64
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for w := range n {
-		wg.Go(func() {
-			buf := make([]byte, 1<<20)
-			for i := next.Add(1) - 1; i < int64(len(all)) && errs[w] == nil; i = next.Add(1) - 1 {
-				g := all[i]
-				var o minio.GetObjectOptions
-				o.SetRange(g.off, g.off+g.sz-1)
-				obj, err := s.client.GetObject(ctx, s3Bucket, g.key, o)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				m, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{obj}, buf)
-				obj.Close()
-				total.Add(m)
-				errs[w] = err
-			}
-		})
-	}
-	wg.Wait()
-	return total.Load(), errors.Join(errs...)
+	return atOnce(len(all), n, func(i int, buf []byte) (int64, error) {
+		g := all[i]
+		var o minio.GetObjectOptions
+		o.SetRange(g.off, g.off+g.sz-1)
+		obj, err := s.client.GetObject(ctx, s3Bucket, g.key, o)
+		if err != nil {
+			return 0, err
+		}
+		defer obj.Close()
+		return io.CopyBuffer(io.Discard, struct{ io.Reader }{obj}, buf)
+	})
 }
 
 // wholeGETs reads every object whole, n at a time.
 func (s *s3Server) wholeGETs(ctx context.Context, keys []string, n int) (int64, error) {
+	return atOnce(len(keys), n, func(i int, buf []byte) (int64, error) { return s.getWhole(ctx, keys[i], buf) })
+}
+
+// atOnce calls get(i, buf) for every i below count, n calls at a time in
+// order of i, each worker with a buffer of its own; a worker stops at its
+// first error. It returns the bytes the calls read in all.
+func atOnce(count, n int, get func(i int, buf []byte) (int64, error)) (int64, error) {
 	var next, total atomic.Int64
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for w := range n {
 		wg.Go(func() {
 			buf := make([]byte, 1<<20)
-			for i := next.Add(1) - 1; i < int64(len(keys)) && errs[w] == nil; i = next.Add(1) - 1 {
-				m, err := s.getWhole(ctx, keys[i], buf)
+			for i := next.Add(1) - 1; i < int64(count) && errs[w] == nil; i = next.Add(1) - 1 {
+				m, err := get(int(i), buf)
 				total.Add(m)
 				errs[w] = err
 			}
@@ -147,10 +141,7 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 	if err := srv.upload(ctx, e.ds); err != nil {
 		return err
 	}
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s3Access, "AWS_SECRET_ACCESS_KEY": s3Secret,
-		"AWS_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_ENDPOINT_URL": ""} {
-		os.Setenv(k, v)
-	}
+	setS3Env(s3Access, s3Secret)
 	url := "s3://" + s3Bucket + "/" + s3Prefix
 	cache := filepath.Join(dir, "cache")
 	keys := make([]string, len(e.ds.Files))
@@ -221,39 +212,39 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 		return err
 	}
 	res.load[0] = loadAverage()
+	srvCPU := func() float64 { v, _ := cpuSeconds(srv.cmd.Process.Pid); return v }
+	// plain times a read of the whole dataset by the plain client, cold:
+	// its MB/s and the server's CPU seconds a GiB. read returns the bytes
+	// it read, which must be the dataset's.
+	plain := func(what string, read func() (int64, error)) (mb, cpu float64, err error) {
+		if err := dropCaches(); err != nil {
+			return 0, 0, err
+		}
+		s0, start := srvCPU(), time.Now()
+		n, err := read()
+		if err == nil && n != e.ds.Bytes {
+			err = fmt.Errorf("%s read %d bytes, the dataset has %d", what, n, e.ds.Bytes)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return mbps(time.Since(start).Seconds()), (srvCPU() - s0) / gib, nil
+	}
 	for r := range e.o.runs {
 		var run s3SpeedRun
 		// The plain client: whole objects, then ranged GETs of the block
 		// size in a shuffled order.
-		if err := dropCaches(); err != nil {
-			return err
-		}
-		srvCPU := func() float64 { v, _ := cpuSeconds(srv.cmd.Process.Pid); return v }
-		s0 := srvCPU()
-		start := time.Now()
-		n, err := srv.wholeGETs(ctx, keys, s3SpeedWhole)
-		if err == nil && n != e.ds.Bytes {
-			err = fmt.Errorf("whole-object GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
-		}
+		var err error
+		run.whole, run.wholeSrvCPU, err = plain("whole-object GETs", func() (int64, error) { return srv.wholeGETs(ctx, keys, s3SpeedWhole) })
 		if err != nil {
 			return err
 		}
-		run.whole = mbps(time.Since(start).Seconds())
-		run.wholeSrvCPU = (srvCPU() - s0) / gib
-		if err := dropCaches(); err != nil {
-			return err
-		}
-		s0 = srvCPU()
-		start = time.Now()
-		n, err = srv.rangedGETs(ctx, keys, sizes, res.blockSize, s3SpeedRanged, uint64(r))
-		if err == nil && n != e.ds.Bytes {
-			err = fmt.Errorf("ranged GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
-		}
+		run.ranged, run.rangedSrvCPU, err = plain("ranged GETs", func() (int64, error) {
+			return srv.rangedGETs(ctx, keys, sizes, res.blockSize, s3SpeedRanged, uint64(r))
+		})
 		if err != nil {
 			return err
 		}
-		run.ranged = mbps(time.Since(start).Seconds())
-		run.rangedSrvCPU = (srvCPU() - s0) / gib
 
 		// corgifs at the defaults (a first epoch, then a later one of
 		// the same mount: epoch r+2, none of whose buffers the first
