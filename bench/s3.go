@@ -311,8 +311,8 @@ func (e *runEnv) runS3(ctx context.Context) error {
 	}
 	res.indexGETs = g1 - g0
 	res.blocks, res.blockSize = c.Dataset.Blocks, c.BlockSize
-	if c.Dataset.Records != nil { // null for a probed index, counted 0 as before
-		res.records = *c.Dataset.Records
+	if res.records, err = e.ds.records(c); err != nil {
+		return err
 	}
 
 	gib := float64(e.ds.Bytes) / (1 << 30)
@@ -492,6 +492,10 @@ func (e *runEnv) sampleRecordGETs(ctx context.Context, srv *s3Server, res *s3Res
 			recs = append(recs, rec{s3Prefix + "/" + e.ds.Files[i], off, n})
 			off += n
 		}
+	}
+	if int64(len(recs)) != res.records {
+		return fmt.Errorf("the dataset's files hold %d TFRecord frames, its record count is %d: remove %s to have it written again",
+			len(recs), res.records, e.ds.dir)
 	}
 	if err := dropCaches(); err != nil {
 		return err
