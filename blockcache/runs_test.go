@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corgifs/corgifs/diskcache"
 	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/internal/blocktest"
 	"github.com/corgifs/corgifs/source"
@@ -338,5 +340,50 @@ func TestCutChainMakesCeilBytesOverLimitRunsOfAboutEqualSize(t *testing.T) {
 		if !slices.Equal(flat, chain) {
 			t.Fatalf("runs %v are not the chain in order", out)
 		}
+	}
+}
+
+// A block of a run that the disk cache holds is served from it, and the
+// blocks either side of it, no longer adjacent in what is fetched, are
+// read with a GET each: a whole file of blocks, its fourth cached, is
+// two requests, of the bytes before that block and of those after.
+func TestABlockOfARunInTheDiskCacheSplitsTheRunAroundIt(t *testing.T) {
+	src, files, ix := storeFixture(t)
+	dc, err := diskcache.Open(ix, diskcache.Options{Dir: filepath.Join(t.TempDir(), "dc"), MaxBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20, DiskCache: dc})
+	var ids []int32
+	for id, b := range ix.Blocks {
+		if b.File == 0 {
+			ids = append(ids, int32(id))
+		}
+	}
+	cached := ix.Blocks[ids[3]]
+	b, err := ld.Get(t.Context(), Unit{Blocks: ids[3:4]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld.Release(b)
+	blocktest.Eventually(t, "the block is in the disk cache", func() bool { return dc.Stats().Written == 1 })
+	src.take()
+	b, err = ld.Get(t.Context(), Unit{Blocks: ids, Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Release(b)
+	size := int64(len(files[0].Data))
+	want := [][2]int64{{0, cached.Offset}, {cached.Offset + cached.Len, size - cached.Offset - cached.Len}}
+	if got := src.take()["f0.tfrecord"]; !slices.Equal(got, want) {
+		t.Fatalf("the file's %d blocks, block 3 (bytes %d-%d) in the disk cache, were read with the requests (offset, length) %v; want %v",
+			len(ids), cached.Offset, cached.Offset+cached.Len-1, got, want)
+	}
+	if !bytes.Equal(b.Data[:size], files[0].Data) {
+		t.Fatal("the buffer differs from the file")
+	}
+	if ep := ld.Stats().Epochs[1]; ep.DiskCacheBytes != cached.Len || ep.SourceBytes != size-cached.Len || ep.SourceGETs != 2 {
+		t.Fatalf("epoch counters %+v, want %d bytes from the disk cache, %d from the store in 2 GETs", ep, cached.Len, size-cached.Len)
 	}
 }
