@@ -41,7 +41,10 @@ for r in $(seq "$RUNS"); do
 		c1=$(ticks "$pid") s1=$(ticks $MPID)
 		ep=$(python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['epochs']['0']; print(e.get('source_gets',0), e['source_bytes'])" "$mnt/.corgifs/stats.json")
 		buf=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['buffer_bytes_per_part'])" "$mnt/.corgifs/config.json")
-		echo "run $r $label: $(echo "$bytes / ($t1 - $t0) / 1000000" | bc) MB/s; epoch 0 GETs, bytes: $ep; buffer $buf; CPU s daemon $(echo "($c1 - $c0) / 100" | bc -l | cut -c1-5), server $(echo "($s1 - $s0) / 100" | bc -l | cut -c1-5); load $(cut -d' ' -f1 /proc/loadavg)"
+		# With --debug among the extra arguments, the log says how long
+		# each buffer took to load: the GETs alone, without serving.
+		took=$(grep -h 'msg="buffer loaded"' "$cache"/logs/*.log 2>/dev/null | grep -o 'took=[^ ]*' | tr '\n' ' ')
+		echo "run $r $label: $(echo "$bytes / ($t1 - $t0) / 1000000" | bc) MB/s; epoch 0 GETs, bytes: $ep; buffer $buf; CPU s daemon $(echo "($c1 - $c0) / 100" | bc -l | cut -c1-5), server $(echo "($s1 - $s0) / 100" | bc -l | cut -c1-5); ${took:+loads $took; }load $(cut -d' ' -f1 /proc/loadavg)"
 		$bin unmount "$mnt" > /dev/null 2>&1 || fusermount3 -u "$mnt"
 		# The daemon's last log lines may land after the unmount.
 		sleep 1
