@@ -229,12 +229,17 @@ func (l *Loader) readAdjacent(b *Buf, files *fileSet, exts []extent, idx []int, 
 		in++
 		return nil
 	})
+	if err == nil && in != len(idx) {
+		// Never served unchecked: a block not handed on has no records.
+		err = fmt.Errorf("read %s at offset %d: the source handed on %d of the %d blocks of one request", f.Name(), first.off, in, len(idx))
+	}
 	if err != nil {
 		if !errors.Is(err, syscall.EIO) {
 			err = fmt.Errorf("%w: %w", err, syscall.EIO)
 		}
-		l.fetched(b, exts[idx[in]], gets, err)
-		return idx[in], err
+		i := idx[min(in, len(idx)-1)]
+		l.fetched(b, exts[i], gets, err)
+		return i, err
 	}
 	l.addEpoch(b.unit.Epoch, EpochStats{SourceGETs: gets})
 	return -1, nil

@@ -31,6 +31,9 @@ type storeSource struct {
 	// hold, if set, is received from before a run's second range is
 	// copied: the test sees what arrived with the first alone.
 	hold chan struct{}
+	// lose, if set, is a source that fills the ranges of a run but hands
+	// on none of them and says it succeeded.
+	lose bool
 
 	mu     sync.Mutex
 	ranges map[string][][2]int64 // name: off, len; one a request
@@ -120,6 +123,9 @@ func (f *storeFile) ReadRunCounted(ps [][]byte, off int64, arrived func(int) err
 		}
 		f.copyAt(p, off)
 		off += int64(len(p))
+		if f.s.lose {
+			continue
+		}
 		if err := arrived(i); err != nil {
 			return 1, err
 		}
@@ -385,5 +391,17 @@ func TestABlockOfARunInTheDiskCacheSplitsTheRunAroundIt(t *testing.T) {
 	}
 	if ep := ld.Stats().Epochs[1]; ep.DiskCacheBytes != cached.Len || ep.SourceBytes != size-cached.Len || ep.SourceGETs != 2 {
 		t.Fatalf("epoch counters %+v, want %d bytes from the disk cache, %d from the store in 2 GETs", ep, cached.Len, size-cached.Len)
+	}
+}
+
+// A source that says it read a run but handed on none of its blocks fails
+// the load with EIO: a block is never served without its checks.
+func TestARunWhoseBlocksTheSourceDidNotHandOnFailsTheLoad(t *testing.T) {
+	src, _, ix := storeFixture(t)
+	src.lose = true
+	ld := NewLoader(ix, LoaderOptions{MaxMemory: 8 << 20})
+	_, err := ld.Get(t.Context(), Unit{Blocks: shuffledBlocks(ix, 5, func(int) bool { return true })})
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "handed on 0 of the") {
+		t.Fatalf("err %v, want EIO saying the source handed on none of the blocks", err)
 	}
 }

@@ -98,13 +98,17 @@ func TestS3PartInOneBufferReadsEachObjectWithCeilSizeOver8MiBGETs(t *testing.T) 
 
 // cutProxy passes requests to an S3 server, but cuts the body of the
 // next cut ranged GETs of at least 2 MiB (a run's) after 60% of their
-// bytes, having announced them all: a connection lost mid-body. It logs
+// bytes, having announced them all (or, chunked, none): a connection lost
+// mid-body. It logs
 // every ranged GET, and the cut ones with the bytes they sent.
 type cutProxy struct {
 	s   *s3Server
 	srv *httptest.Server
 	rp  *httputil.ReverseProxy
 	cut atomic.Int64
+	// chunked answers the cut GETs without a Content-Length (chunked):
+	// a body whose end only its last chunk shows.
+	chunked bool
 
 	mu           sync.Mutex
 	ranges, cuts []cutRange
@@ -165,8 +169,11 @@ func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", `"`+st.ETag+`"`)
 	h.Set("Last-Modified", st.LastModified.UTC().Format(http.TimeFormat))
 	h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", first, last, st.Size))
-	h.Set("Content-Length", fmt.Sprint(len(body)))
+	if !p.chunked {
+		h.Set("Content-Length", fmt.Sprint(len(body)))
+	}
 	w.WriteHeader(http.StatusPartialContent)
+	w.(http.Flusher).Flush()
 	sent := len(body) * 6 / 10
 	w.Write(body[:sent])
 	w.(http.Flusher).Flush()
@@ -212,5 +219,44 @@ func TestS3RunCutOffMidBodyIsTriedAgainFromItsFirstBlockNotYetIn(t *testing.T) {
 			t.Fatalf("the run of bytes %d-%d of %s, cut off after %d bytes, was not tried again from a block past its start: the GETs %v", c.first, c.last, c.key, c.sent, p.ranges)
 		}
 		t.Logf("%s: bytes %d-%d cut off after %d bytes, tried again as bytes %d-%d", c.key, c.first, c.last, c.sent, p.ranges[i].first, p.ranges[i].last)
+	}
+}
+
+// A run answered without a Content-Length (chunked) is handed on only
+// once its body has ended where the range does, since only the end shows
+// a body longer than the range: cut off part way, it is tried again
+// whole, from its first block, and the epoch serves the local mount's
+// bytes.
+func TestS3RunAnsweredWithoutALengthIsTriedAgainWholeWhenCutOff(t *testing.T) {
+	s := startS3(t)
+	src := genSynthetic(t, 40000, 512, 4, 4, "clustered")
+	s.upload("data", "chunked", src)
+	p := startCutProxy(t, s)
+	p.chunked = true
+	flags := []string{"--seed", "5", "--parts", "1", "--max-memory", "4GiB", "--index", "full", "--block-size", "1MiB", "--prefetch", "0"}
+	m := startMount(t, "s3://data/chunked", append(flags, "--s3-endpoint", p.srv.URL, "--s3-timeout", "10s")...)
+	c0 := readS3Counters(t, m)
+	p.cut.Store(2)
+	got := m.read(0, 0, 1)
+	c1 := readS3Counters(t, m)
+	l := startMount(t, src, flags...)
+	if local := l.read(0, 0, 1); !bytes.Equal(got, local) {
+		t.Fatalf("epoch 0 through S3 with 2 chunked runs cut off (%d bytes) differs from the same mount of the local files (%d bytes)", len(got), len(local))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.cuts) != 2 || c1.Source.Retries-c0.Source.Retries != 2 || c1.Source.Failed != c0.Source.Failed {
+		t.Fatalf("%d GETs cut off, %d retries, %d reads failed; want 2, 2, none", len(p.cuts), c1.Source.Retries-c0.Source.Retries, c1.Source.Failed-c0.Source.Failed)
+	}
+	for _, c := range p.cuts {
+		n := 0
+		for _, r := range p.ranges {
+			if r.key == c.key && r.first == c.first && r.last == c.last {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Fatalf("the chunked run of bytes %d-%d of %s, cut off after %d bytes, was asked for %d times; want twice, whole: the GETs %v", c.first, c.last, c.key, c.sent, n, p.ranges)
+		}
 	}
 }

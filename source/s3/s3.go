@@ -300,7 +300,7 @@ func (o *object) readRange(p []byte, off int64) (int, int64, error) {
 func (o *object) readRun(ps [][]byte, off int64, arrived func(i int) error) (int64, error) {
 	var err error
 	var gets int64
-	done := 0 // ranges in, from the first
+	done := 0 // ranges in and handed to arrived, from the first
 	for attempt := range o.s.attempts {
 		if attempt > 0 {
 			o.s.count.retries.Add(1)
@@ -311,8 +311,12 @@ func (o *object) readRun(ps [][]byte, off int64, arrived func(i int) error) (int
 		for _, p := range ps[:done] {
 			from += int64(len(p))
 		}
+		var in func(int) error
+		if arrived != nil {
+			in = func(i int) error { return arrived(done + i) }
+		}
 		var k int
-		k, err = o.getRun(ps[done:], from, func(i int) error { return arrived(done + i) })
+		k, err = o.getRun(ps[done:], from, in)
 		gets++
 		if k > 0 {
 			var n int64
@@ -367,7 +371,8 @@ func (o *object) get(p []byte, off int64) error {
 // ps[0] gets the first len(ps[0]) bytes, ps[1] the next, and so on. Once
 // ps[i] is filled, arrived(i) is called (if arrived is set) before the
 // body is read on; an error of it ends the GET with that error, wrapped in
-// errArrived. It returns how many of ps were filled.
+// arrivedError. It returns how many of ps, from the first, were handed to
+// arrived: a try that fails part way returns those that were.
 func (o *object) getRun(ps [][]byte, off int64, arrived func(i int) error) (int, error) {
 	var n int64
 	for _, p := range ps {
@@ -415,29 +420,35 @@ func (o *object) getRun(ps [][]byte, off int64, arrived func(i int) error) (int,
 	// range is not the range asked for, which only its end shows: no
 	// piece is passed on before.
 	early := hdr.Get("Content-Length") != ""
+	handed := func(i int) int { // of the first i filled
+		if early {
+			return i
+		}
+		return 0
+	}
 	var got int64
 	for i, p := range ps {
 		k, err := io.ReadFull(body, p)
 		got += int64(k)
 		if err != nil {
 			if ctx.Err() != nil {
-				return i, fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
+				return handed(i), fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
 			}
 			if hdr.Get("Content-Length") == "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 				// With no length announced, the body ended before the
 				// range: the server's answer, not a connection cut.
-				return i, o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", got, n, errShortBody), status, hdr, off, n)
+				return handed(i), o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", got, n, errShortBody), status, hdr, off, n)
 			}
 			// Short of the length announced (checked equal to the
 			// range): the connection was cut.
-			return i, fmt.Errorf("body cut off after %d of %d bytes: %w", got, n, err)
+			return handed(i), fmt.Errorf("body cut off after %d of %d bytes: %w", got, n, err)
 		}
 		if i == len(ps)-1 {
 			// Nothing past the range: a longer body is not the range
 			// asked for, and none of it may be passed on as checked.
 			var one [1]byte
 			if k, _ := body.Read(one[:]); k > 0 {
-				return i, o.bad(fmt.Errorf("body longer than %d bytes: %w", n, errShortBody), status, hdr, off, n)
+				return handed(i), o.bad(fmt.Errorf("body longer than %d bytes: %w", n, errShortBody), status, hdr, off, n)
 			}
 		}
 		if arrived != nil && early {
