@@ -67,6 +67,11 @@ type Dataset struct {
 	// "record_size", but for formats of fixed-size records.
 	Index   string   `json:"index"`
 	Unknown []string `json:"unknown,omitempty"`
+	// CountsKept is, for a probed index, how many files' record counts
+	// were known at mount from an earlier mount's loads (index.FillCounts):
+	// when it is every file with blocks, "records" is known and buffers
+	// are served as they load.
+	CountsKept int `json:"counts_kept_files,omitempty"`
 }
 
 type Skipped struct {
@@ -104,6 +109,7 @@ func NewConfig(ix *index.Index, pl *shuffler.Planner, epochs, parts int) Config 
 		},
 	}
 	if ix.Probed {
+		in.Dataset.CountsKept = ix.CountsKept()
 		if ix.CountsUnknown {
 			in.Dataset.Records = nil
 			in.Dataset.Unknown = append(in.Dataset.Unknown, "records")

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/corgifs/corgifs/api"
 	"github.com/corgifs/corgifs/datagen"
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/tfexample"
@@ -149,6 +150,19 @@ func ensureDataset(ctx context.Context, dir string, size, recordSize int64, log 
 		return nil, err
 	}
 	return d, os.WriteFile(meta, append(b, '\n'), 0o644)
+}
+
+// records returns the number of records d was written with, checked against
+// the count in the config.json c of a mount of it. A probed index, the
+// default for s3://, learns a file's records only as its blocks load, so
+// before an epoch c's count is null and the dataset's own is the one to use.
+func (d *dataset) records(c api.Config) (int64, error) {
+	n := int64(d.Synthetic.Records)
+	if c.Dataset.Records != nil && *c.Dataset.Records != n {
+		return 0, fmt.Errorf("the mount's config.json counts %d records, the dataset in %s was written with %d: remove it to have it written again",
+			*c.Dataset.Records, d.dir, n)
+	}
+	return n, nil
 }
 
 // loadDataset reads a dataset.json and checks that the files it lists are

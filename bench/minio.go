@@ -118,8 +118,25 @@ func (m *minioServer) stop() {
 
 // env is the environment a corgifs process needs to reach the server.
 func (m *minioServer) env() []string {
-	return append(os.Environ(), "AWS_ACCESS_KEY_ID="+minioAccess, "AWS_SECRET_ACCESS_KEY="+minioSecret,
-		"AWS_SESSION_TOKEN=", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=")
+	return append(os.Environ(), s3Env(minioAccess, minioSecret)...)
+}
+
+// s3Env is the environment that makes corgifs (package source/s3) reach a
+// bench server on its --s3-endpoint with its keys, access and secret, and
+// with nothing else the environment may hold: no session token, no other
+// endpoint, a region.
+func s3Env(access, secret string) []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + access, "AWS_SECRET_ACCESS_KEY=" + secret,
+		"AWS_SESSION_TOKEN=", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL="}
+}
+
+// setS3Env sets s3Env(access, secret) in this process, for the corgifs
+// processes it starts and its own sources.
+func setS3Env(access, secret string) {
+	for _, kv := range s3Env(access, secret) {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
 }
 
 // upload puts the files into bucket under prefix, skipping those there
@@ -220,18 +237,12 @@ func isGetObject(name, labels string) bool {
 	return name == "minio_s3_requests_total" && strings.Contains(labels, `api="getobject"`)
 }
 
-// getsNow is the count of GetObject requests in the node metrics as MinIO
-// serves them now, without scrape's wait for metricsTTL: s3Server.gets
-// reads it so around every epoch of --s3 and --s3speed, where 11 s at each
-// read would lengthen the sections; the count may lag by MinIO's cache.
-func (m *minioServer) getsNow(ctx context.Context) (int64, error) {
-	var n int64
-	err := m.readMetrics(ctx, func(name, labels string, v float64) {
-		if isGetObject(name, labels) {
-			n += int64(v)
-		}
-	})
-	return n, err
+// gets is the count of GetObject requests in the node metrics, read by
+// counts: once metricsTTL has passed since the last read, so that the
+// count is not MinIO's cached one from before the requests it is to count.
+func (m *minioServer) gets(ctx context.Context) (int64, error) {
+	c, err := m.counts(ctx)
+	return c.gets, err
 }
 
 // scrape calls fn with each sample of the server's node metrics, once

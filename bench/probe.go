@@ -189,9 +189,7 @@ func indexRun(ctx context.Context, srv *minioServer, corgifs, dir, mode, blockSi
 // sameBlocks loads the indexes the two runs saved and reports whether
 // they cut the same blocks.
 func sameBlocks(ctx context.Context, srv *minioServer, full, probe probeRun) (bool, error) {
-	for _, kv := range [][2]string{{"AWS_ACCESS_KEY_ID", minioAccess}, {"AWS_SECRET_ACCESS_KEY", minioSecret}, {"AWS_SESSION_TOKEN", ""}, {"AWS_REGION", "us-east-1"}, {"AWS_ENDPOINT_URL", ""}} {
-		os.Setenv(kv[0], kv[1])
-	}
+	setS3Env(minioAccess, minioSecret)
 	load := func(r probeRun) (*index.Index, error) {
 		c := mount.Defaults()
 		c.Source, c.CacheDir, c.Index = "s3://bench/data", r.cacheDir, r.mode

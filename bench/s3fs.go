@@ -280,10 +280,7 @@ func corgifsEpoch(ctx context.Context, srv *minioServer, corgifs, dir string, re
 	if err != nil {
 		return requestRun{}, err
 	}
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": minioAccess, "AWS_SECRET_ACCESS_KEY": minioSecret,
-		"AWS_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_ENDPOINT_URL": ""} {
-		os.Setenv(k, v)
-	}
+	setS3Env(minioAccess, minioSecret)
 	d, err := startDaemon(ctx, "corgifs", mnt, filepath.Join(dir, "logs", "corgifs-s3fs.log"), api.ConfigPath(mnt),
 		corgifs, "mount", "s3://bench/data", mnt, "--seed", "1", "--cache-dir", cache, "--s3-endpoint", srv.endpoint)
 	if err != nil {

@@ -48,6 +48,10 @@ type s3SpeedRun struct {
 	// recycled, not fresh memory the kernel must zero. full is a fresh
 	// mount with --index full, whose buffers are served while they load.
 	later, laterCPU, laterSrvCPU float64
+	// remount is the first epoch of a new mount with the sidecar the
+	// default mount left: its proven cuts and learned record counts (a
+	// later training job on the same data).
+	remount, remountCPU, remountSrvCPU float64
 	// warm is the later epoch read again, from the daemon's memory (no
 	// GETs): what the FUSE path and the reader cost alone.
 	warm                      float64
@@ -83,42 +87,36 @@ func (s *s3Server) rangedGETs(ctx context.Context, keys []string, sizes []int64,
 	}
 	r := rand.New(rand.NewPCG(seed, 25))
 	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-	var next, total atomic.Int64
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for w := range n {
-		wg.Go(func() {
-			buf := make([]byte, 1<<20)
-			for i := next.Add(1) - 1; i < int64(len(all)) && errs[w] == nil; i = next.Add(1) - 1 {
-				g := all[i]
-				var o minio.GetObjectOptions
-				o.SetRange(g.off, g.off+g.sz-1)
-				obj, err := s.client.GetObject(ctx, s3Bucket, g.key, o)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				m, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{obj}, buf)
-				obj.Close()
-				total.Add(m)
-				errs[w] = err
-			}
-		})
-	}
-	wg.Wait()
-	return total.Load(), errors.Join(errs...)
+	return atOnce(len(all), n, func(i int, buf []byte) (int64, error) {
+		g := all[i]
+		var o minio.GetObjectOptions
+		o.SetRange(g.off, g.off+g.sz-1)
+		obj, err := s.client.GetObject(ctx, s3Bucket, g.key, o)
+		if err != nil {
+			return 0, err
+		}
+		defer obj.Close()
+		return io.CopyBuffer(io.Discard, struct{ io.Reader }{obj}, buf)
+	})
 }
 
 // wholeGETs reads every object whole, n at a time.
 func (s *s3Server) wholeGETs(ctx context.Context, keys []string, n int) (int64, error) {
+	return atOnce(len(keys), n, func(i int, buf []byte) (int64, error) { return s.getWhole(ctx, keys[i], buf) })
+}
+
+// atOnce calls get(i, buf) for every i below count, n calls at a time in
+// order of i, each worker with a buffer of its own; a worker stops at its
+// first error. It returns the bytes the calls read in all.
+func atOnce(count, n int, get func(i int, buf []byte) (int64, error)) (int64, error) {
 	var next, total atomic.Int64
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for w := range n {
 		wg.Go(func() {
 			buf := make([]byte, 1<<20)
-			for i := next.Add(1) - 1; i < int64(len(keys)) && errs[w] == nil; i = next.Add(1) - 1 {
-				m, err := s.getWhole(ctx, keys[i], buf)
+			for i := next.Add(1) - 1; i < int64(count) && errs[w] == nil; i = next.Add(1) - 1 {
+				m, err := get(int(i), buf)
 				total.Add(m)
 				errs[w] = err
 			}
@@ -143,10 +141,7 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 	if err := srv.upload(ctx, e.ds); err != nil {
 		return err
 	}
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s3Access, "AWS_SECRET_ACCESS_KEY": s3Secret,
-		"AWS_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_ENDPOINT_URL": ""} {
-		os.Setenv(k, v)
-	}
+	setS3Env(s3Access, s3Secret)
 	url := "s3://" + s3Bucket + "/" + s3Prefix
 	cache := filepath.Join(dir, "cache")
 	keys := make([]string, len(e.ds.Files))
@@ -208,40 +203,48 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 		return err
 	}
 	res.blockSize, res.blocks = c.BlockSize, c.Dataset.Blocks
+	// The sidecar as the index left it (cuts probed; none proven, no
+	// record count): every run's first epoch at the defaults starts from
+	// it, as a first mount of the data does.
+	probed := cache + "-probed"
+	os.RemoveAll(probed)
+	if err := os.CopyFS(probed, os.DirFS(cache)); err != nil {
+		return err
+	}
 	res.load[0] = loadAverage()
+	srvCPU := func() float64 { v, _ := cpuSeconds(srv.cmd.Process.Pid); return v }
+	// plain times a read of the whole dataset by the plain client, cold:
+	// its MB/s and the server's CPU seconds a GiB. read returns the bytes
+	// it read, which must be the dataset's.
+	plain := func(what string, read func() (int64, error)) (mb, cpu float64, err error) {
+		if err := dropCaches(); err != nil {
+			return 0, 0, err
+		}
+		s0, start := srvCPU(), time.Now()
+		n, err := read()
+		if err == nil && n != e.ds.Bytes {
+			err = fmt.Errorf("%s read %d bytes, the dataset has %d", what, n, e.ds.Bytes)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return mbps(time.Since(start).Seconds()), (srvCPU() - s0) / gib, nil
+	}
 	for r := range e.o.runs {
 		var run s3SpeedRun
 		// The plain client: whole objects, then ranged GETs of the block
 		// size in a shuffled order.
-		if err := dropCaches(); err != nil {
-			return err
-		}
-		srvCPU := func() float64 { v, _ := cpuSeconds(srv.cmd.Process.Pid); return v }
-		s0 := srvCPU()
-		start := time.Now()
-		n, err := srv.wholeGETs(ctx, keys, s3SpeedWhole)
-		if err == nil && n != e.ds.Bytes {
-			err = fmt.Errorf("whole-object GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
-		}
+		var err error
+		run.whole, run.wholeSrvCPU, err = plain("whole-object GETs", func() (int64, error) { return srv.wholeGETs(ctx, keys, s3SpeedWhole) })
 		if err != nil {
 			return err
 		}
-		run.whole = mbps(time.Since(start).Seconds())
-		run.wholeSrvCPU = (srvCPU() - s0) / gib
-		if err := dropCaches(); err != nil {
-			return err
-		}
-		s0 = srvCPU()
-		start = time.Now()
-		n, err = srv.rangedGETs(ctx, keys, sizes, res.blockSize, s3SpeedRanged, uint64(r))
-		if err == nil && n != e.ds.Bytes {
-			err = fmt.Errorf("ranged GETs read %d bytes, the dataset has %d", n, e.ds.Bytes)
-		}
+		run.ranged, run.rangedSrvCPU, err = plain("ranged GETs", func() (int64, error) {
+			return srv.rangedGETs(ctx, keys, sizes, res.blockSize, s3SpeedRanged, uint64(r))
+		})
 		if err != nil {
 			return err
 		}
-		run.ranged = mbps(time.Since(start).Seconds())
-		run.rangedSrvCPU = (srvCPU() - s0) / gib
 
 		// corgifs at the defaults (a first epoch, then a later one of
 		// the same mount: epoch r+2, none of whose buffers the first
@@ -265,6 +268,12 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			{"full", []string{"--index", "full"}, &run.full, &run.fullCPU, &run.fullSrvCPU},
 			{"block8", []string{"--block-size", "8MiB"}, &run.mount8, &run.mount8CPU, &run.mount8SrvCPU},
 		} {
+			if v.name == "default" {
+				os.RemoveAll(cache)
+				if err := os.CopyFS(cache, os.DirFS(probed)); err != nil {
+					return err
+				}
+			}
 			d, err := mount(fmt.Sprintf("%s-%d", v.name, r), v.args...)
 			if err != nil {
 				return err
@@ -287,6 +296,17 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			}
 			if err := d.stop(); err != nil {
 				return err
+			}
+			if v.name == "default" {
+				if d, err = mount(fmt.Sprintf("remount-%d", r)); err != nil {
+					return err
+				}
+				if run.remount, run.remountCPU, run.remountSrvCPU, err = cold(d, r+4); err != nil {
+					return err
+				}
+				if err := d.stop(); err != nil {
+					return err
+				}
 			}
 		}
 
@@ -351,9 +371,9 @@ func (e *runEnv) runS3Speed(ctx context.Context) error {
 			return err
 		}
 		res.runs = append(res.runs, run)
-		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s (later epoch %.0f, --index full %.0f), 8 MiB blocks %.0f MB/s; "+
+		e.logf("run %d: %d whole GETs at once %.0f MB/s, %d ranged GETs at once %.0f MB/s, corgifs %.0f MB/s (later epoch %.0f, remount %.0f, --index full %.0f), 8 MiB blocks %.0f MB/s; "+
 			"first epoch with --disk-cache %.0f MB/s (%d of %d written, %d skipped), from the disk cache %.0f MB/s (%d GETs), local %.0f MB/s",
-			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.later, run.full, run.mount8, run.fill, run.written, run.fetched, run.skipped,
+			r, s3SpeedWhole, run.whole, s3SpeedRanged, run.ranged, run.mount, run.later, run.remount, run.full, run.mount8, run.fill, run.written, run.fetched, run.skipped,
 			run.disk, run.diskGETs, run.local)
 	}
 	res.load[1] = loadAverage()
@@ -371,8 +391,8 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 	p("Reproduce: `go run ./bench --s3speed --s3-server %s --size %s --record-sizes %s --runs %d` (as root; took %s).\n\n",
 		h.o.s3Server, strings.ReplaceAll(fmtBytes(h.o.size), " ", ""), strings.Join(rs, ","), h.o.runs, took.Round(time.Second))
 	p("Each run reads the same objects, in turn and cold (page cache dropped before each): %d whole-object GETs at once and "+
-		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a fresh corgifs mount at the defaults (its first epoch, then "+
-		"a later epoch of the same mount, none of whose blocks the first prefetched: every block from the store again, into recycled slabs; then that epoch again, from the daemon's memory), a fresh mount with `--index full` "+
+		"%d ranged GETs of the block size at once (minio-go, bench/s3speed.go), a fresh corgifs mount at the defaults (its first epoch, from the sidecar of a probed index and nothing else, then "+
+		"a later epoch of the same mount, none of whose blocks the first prefetched: every block from the store again, into recycled slabs; then that epoch again, from the daemon's memory), a remount with the sidecar it left (cuts proven, record counts learned: a later job's first epoch), a fresh mount with `--index full` "+
 		"(every block's record count known: a buffer is served while it loads), and one with "+
 		"`--block-size 8MiB` (each block fetched as ranged GETs of at most 2 MiB at once, as many as GET slots are free), a first epoch through a new `--disk-cache`, "+
 		"a remount reading the next epoch from it, and a cold epoch of the local directory. Ratios are taken within each run.\n\n",
@@ -383,15 +403,15 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 			continue
 		}
 		p("%s; %s on %s; block size %s (%d blocks); load %s → %s.\n\n", e.ds.label(), res.server, res.endpoint, fmtBytes(res.blockSize), res.blocks, res.load[0], res.load[1])
-		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs first epoch MB/s | ÷ best plain | later epoch MB/s | ÷ best plain | it again, from memory MB/s | `--index full` MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: first; later; full; 8 MiB | slabs mapped MB: first, +later |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		var r1, rl, rf, r8, rd []float64
+		p("| run | whole GETs MB/s (server CPU s/GiB) | ranged GETs MB/s (server) | corgifs first epoch MB/s | ÷ best plain | later epoch MB/s | ÷ best plain | it again, from memory MB/s | remount MB/s | ÷ best plain | `--index full` MB/s | ÷ best plain | 8 MiB blocks MB/s | ÷ best plain | CPU s/GiB daemon, server: first; later; remount; full; 8 MiB | slabs mapped MB: first, +later |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		var r1, rl, rr, rf, r8, rd []float64
 		for i, r := range res.runs {
 			best := max(r.whole, r.ranged)
-			r1, rl, rf, r8 = append(r1, r.mount/best), append(rl, r.later/best), append(rf, r.full/best), append(r8, r.mount8/best)
-			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f | %.0f, +%.0f |\n",
-				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.later, r.later/best, r.warm, r.full, r.full/best, r.mount8, r.mount8/best,
-				r.mountCPU, r.mountSrvCPU, r.laterCPU, r.laterSrvCPU, r.fullCPU, r.fullSrvCPU, r.mount8CPU, r.mount8SrvCPU,
+			r1, rl, rr, rf, r8 = append(r1, r.mount/best), append(rl, r.later/best), append(rr, r.remount/best), append(rf, r.full/best), append(r8, r.mount8/best)
+			p("| %d | %.0f (%.2f) | %.0f (%.2f) | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.2f× | %.0f | %.2f× | %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f; %.2f, %.2f | %.0f, +%.0f |\n",
+				i, r.whole, r.wholeSrvCPU, r.ranged, r.rangedSrvCPU, r.mount, r.mount/best, r.later, r.later/best, r.warm, r.remount, r.remount/best, r.full, r.full/best, r.mount8, r.mount8/best,
+				r.mountCPU, r.mountSrvCPU, r.laterCPU, r.laterSrvCPU, r.remountCPU, r.remountSrvCPU, r.fullCPU, r.fullSrvCPU, r.mount8CPU, r.mount8SrvCPU,
 				float64(r.mapped)/1e6, float64(r.laterMapped-r.mapped)/1e6)
 		}
 		p("\n| run | first epoch with --disk-cache MB/s | blocks written / fetched (skipped, wait s) | from the disk cache MB/s (GETs) | local cold MB/s | disk cache ÷ local |\n")
@@ -406,8 +426,8 @@ func (h *harness) s3SpeedMarkdown(took time.Duration) string {
 			slices.Sort(v)
 			return fmt.Sprintf("%.2f× (%.2f–%.2f)", v[len(v)/2], v[0], v[len(v)-1])
 		}
-		p("\nMedian (min–max) ratios to the best plain client: corgifs first epoch %s, a later epoch of the same mount %s, `--index full` %s, 8 MiB blocks %s; disk cache ÷ local cold %s.\n\n",
-			med(r1), med(rl), med(rf), med(r8), med(rd))
+		p("\nMedian (min–max) ratios to the best plain client: corgifs first epoch %s, a later epoch of the same mount %s, a remount's first epoch %s, `--index full` %s, 8 MiB blocks %s; disk cache ÷ local cold %s.\n\n",
+			med(r1), med(rl), med(rr), med(rf), med(r8), med(rd))
 	}
 	return b.String()
 }

@@ -158,10 +158,7 @@ func runTraffic(ctx context.Context, o trafficOptions, out string, stdout, stder
 		return err
 	}
 	logf("uploaded %s to s3://data/traffic on %s", fmtBytes(ds.Bytes), gw.endpoint)
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": trafficAccess, "AWS_SECRET_ACCESS_KEY": trafficSecret,
-		"AWS_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_ENDPOINT_URL": ""} {
-		os.Setenv(k, v)
-	}
+	setS3Env(trafficAccess, trafficSecret)
 
 	cacheDir := filepath.Join(work, "cache") // index sidecars, shared by the mounts
 	mountNode := func(name string, args ...string) (*daemon, error) {

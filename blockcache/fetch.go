@@ -233,19 +233,20 @@ func (l *Loader) proveRead(exts []extent) error {
 	if l.proof == nil {
 		return nil
 	}
-	var proofs []error
-	var pwg sync.WaitGroup
-	for i, e := range exts {
+	var ids []int32
+	for _, e := range exts {
 		if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
-			if proofs == nil {
-				proofs = make([]error, len(exts))
-			}
-			pwg.Go(func() { proofs[i] = l.proof.prove(e.block, false) })
+			ids = append(ids, e.block)
 		}
 	}
-	pwg.Wait()
-	for _, err := range proofs {
-		if err != nil {
+	if ids == nil {
+		return nil
+	}
+	// Each file walked once, as far as this buffer needs, all at once:
+	// a walk that reads ahead (chain_ahead.go) then sees the whole gap.
+	l.proof.walkAll(ids)
+	for _, id := range ids {
+		if err := l.proof.prove(id, false); err != nil {
 			return err
 		}
 	}

@@ -142,6 +142,7 @@ func (l *Loader) waitLaid(ctx context.Context, b *Buf) (*Buf, error) {
 	if !b.partial || isReady(b) {
 		return l.wait(ctx, b)
 	}
+	l.count.servedLoading.Add(1)
 	return b, nil
 }
 

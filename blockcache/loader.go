@@ -42,7 +42,9 @@ type LoaderOptions struct {
 	// next index scans that file whole. Without it, OnDamage is called.
 	OnProbeWrong func(file index.File, reason string)
 	// Proofs, if set, keeps the files whose probed boundaries were proven
-	// across mounts, so that a remount does not walk them again.
+	// across mounts, so that a remount does not walk them again, and the
+	// record counts learned of every block of a file, so that a remount's
+	// index knows them (index.FillCounts).
 	Proofs *index.ProofLog
 	// MaxOpenFiles bounds the source descriptors open at once; by default
 	// a quarter of the open-file limit, at most 1024.
@@ -83,6 +85,9 @@ type Loader struct {
 	// proof proves the probed boundaries of formats whose probe an
 	// embedded record can fool before a block is served (probe_proof.go).
 	proof *prover
+	// proofs keeps the proofs and the learned counts for the next mount
+	// (LoaderOptions.Proofs).
+	proofs *index.ProofLog
 
 	// mu guards mem, bufs, idle and the Bufs' reference counts; the
 	// methods named …Locked must be called with it held.
@@ -110,9 +115,10 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = poolSize()
 	}
-	var learned []atomic.Int32
+	var learned, files []atomic.Int32
 	if ix.CountsUnknown {
 		learned = make([]atomic.Int32, len(ix.Blocks))
+		files = make([]atomic.Int32, len(ix.Files))
 	}
 	l := &Loader{
 		ix: ix, src: ix.Source(), log: o.Logger, seed: maphash.MakeSeed(), start: time.Now(), prefetch: prefetchDepth(o.Prefetch), ahead: cmp.Or(o.PrefetchBytes, DefaultPrefetchBytes),
@@ -123,11 +129,12 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 			files:    newFilePool(o.MaxOpenFiles),
 			runBytes: max(0, cmp.Or(o.RunBytes, DefaultRunBytes)),
 		},
-		tier:  diskTier{disk: o.DiskCache},
-		learn: learning{counts: learned},
-		mem:   memory{budget: o.MaxMemory, changed: make(chan struct{})},
-		bufs:  make(map[uint64][]*Buf),
-		idle:  newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
+		tier:   diskTier{disk: o.DiskCache},
+		learn:  learning{counts: learned, files: files},
+		proofs: o.Proofs,
+		mem:    memory{budget: o.MaxMemory, changed: make(chan struct{})},
+		bufs:   make(map[uint64][]*Buf),
+		idle:   newIdleList(func(b *Buf) *links[Buf] { return &b.links }),
 	}
 	l.proof = newProver(ix, learned, o.Logger, o.Proofs, func(fi int32, reason string) {
 		if o.OnProbeWrong != nil {
@@ -136,6 +143,9 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 			l.damaged(errors.New(reason))
 		}
 	})
+	if l.proof != nil {
+		l.proof.kept = l.keepCounts
+	}
 	return l
 }
 

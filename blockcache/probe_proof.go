@@ -1,9 +1,6 @@
 package blockcache
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/source"
 )
 
 // Why a probed boundary has to be proven, and how.
@@ -85,6 +83,13 @@ type prover struct {
 	reads, bytes atomic.Int64
 	// wrong is called once per file whose probe was proved wrong.
 	wrong func(file int32, reason string)
+	// ahead is set for a remote source: a walk over a gap of records
+	// smaller than a walk's window reads the gap's blocks whole, several
+	// at once, and checks each one's chain (chain_ahead.go).
+	ahead *aheadReads
+	// kept is called for each file once it is in the ProofLog, so that
+	// its learned record counts are kept too (Loader.keepCounts).
+	kept func(file int32)
 }
 
 // fileProof is the walk of one file: cuts j of its blocks' starts (block
@@ -94,11 +99,17 @@ type fileProof struct {
 	state    []atomic.Uint32
 	once     sync.Once // wrong reported
 	logged   bool      // in the ProofLog (under mu)
+	// proved is logged, for readers without mu (Loader.keepCounts).
+	proved atomic.Bool
 
 	mu     sync.Mutex
 	at     int64 // a true boundary the walk reached
 	next   int32 // the cuts before it are settled
 	broken error // the chain is broken there (a *formats.CorruptError)
+	// chained[j] is set once block j's bytes were read whole and the
+	// record chain from cut j was seen to land exactly on cut j+1
+	// (chain_ahead.go): were cut j true, so would cut j+1 be.
+	chained []bool
 }
 
 // newProver returns the prover of ix, or nil when none is needed: not a
@@ -114,6 +125,9 @@ func newProver(ix *index.Index, learned []atomic.Int32, log *slog.Logger, proofs
 	}
 	p := &prover{ix: ix, chain: ch, learned: learned, log: log, walks: make(chan struct{}, walks),
 		files: make([]fileProof, len(ix.Files)), wrong: wrong, proofs: proofs}
+	if !index.IsLocal(ix.Source()) {
+		p.ahead = newAheadReads()
+	}
 	for i := range p.files {
 		p.files[i].first = -1
 	}
@@ -139,6 +153,7 @@ func newProver(ix *index.Index, learned []atomic.Int32, log *slog.Logger, proofs
 			// Scanned whole (its cuts are a full scan's), or proven by
 			// an earlier mount.
 			fp.logged = true
+			fp.proved.Store(true)
 			for j := range fp.state {
 				fp.state[j].Store(cutTrue)
 			}
@@ -192,6 +207,27 @@ func (p *prover) prove(id int32, end bool) error {
 	return nil
 }
 
+// walkAll walks each file of blocks ids, all at once, to the last cut
+// that prove needs of them. Errors are left to prove, which walks again.
+func (p *prover) walkAll(ids []int32) {
+	targets := map[int32]int32{}
+	for _, id := range ids {
+		b := p.ix.Blocks[id]
+		last := id - p.files[b.File].first
+		if !p.chain.TilingProvesEnd() {
+			last++
+		}
+		if t, ok := targets[b.File]; !ok || last > t {
+			targets[b.File] = last
+		}
+	}
+	var wg sync.WaitGroup
+	for fi, t := range targets {
+		wg.Go(func() { p.walk(fi, t) })
+	}
+	wg.Wait()
+}
+
 // fail is the error for block b, whose cut k is false.
 func (p *prover) fail(b index.Block, k int32) error {
 	fp := &p.files[b.File]
@@ -222,19 +258,37 @@ func (p *prover) walk(fi int32, target int32) error {
 	defer func() { <-p.walks }()
 	f := p.ix.Files[fi]
 	path := p.ix.Path(fi)
-	var r io.ReaderAt
+	var sf source.File // opened by the first read
+	defer func() {
+		if sf != nil {
+			sf.Close()
+		}
+	}()
+	reader := func() (io.ReaderAt, error) {
+		if sf == nil {
+			o, err := p.ix.Source().Open(f.Path, f.Version)
+			if err != nil {
+				return nil, fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
+			}
+			sf = o
+		}
+		return countedReader{sf, p}, nil
+	}
 	defer p.proven(fi)
+	if p.ahead != nil && p.dense(fi) && p.gapAhead(fi, target) {
+		r, err := reader()
+		if err != nil {
+			return err
+		}
+		p.chainAhead(fi, target, r)
+	}
 	for fp.next <= target {
 		j := fp.next
 		c := p.cut(fi, j)
 		if fp.at < c {
-			if r == nil {
-				sf, err := p.ix.Source().Open(f.Path, f.Version)
-				if err != nil {
-					return fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
-				}
-				defer sf.Close()
-				r = countedReader{sf, p}
+			r, err := reader()
+			if err != nil {
+				return err
 			}
 			at, err := p.chain.ChainFrom(r, f.Head, fp.at, c)
 			var ce *formats.CorruptError
@@ -261,6 +315,10 @@ func (p *prover) walk(fi int32, target int32) error {
 		fp.state[j].Store(cutTrue)
 		if p.chain.TilingProvesEnd() && j < fp.n && p.learned != nil && p.learned[fp.first+j].Load() != 0 {
 			// Block j tiled from this true start: its end is true.
+			fp.at = p.cut(fi, j+1)
+		} else if j < fp.n && fp.chained != nil && fp.chained[j] {
+			// The chain from this true start was seen to land on the
+			// next cut: so does the file's own.
 			fp.at = p.cut(fi, j+1)
 		}
 	}
@@ -299,17 +357,11 @@ func (p *prover) proven(fi int32) {
 	}
 	fp.logged = true
 	p.proofs.Add(p.entry(fi))
+	fp.proved.Store(true)
+	if p.kept != nil {
+		p.kept(fi)
+	}
 }
 
 // entry is the ProofLog entry of file fi: its identity and its cuts.
-func (p *prover) entry(fi int32) index.ProofEntry {
-	f := p.ix.Files[fi]
-	fp := &p.files[fi]
-	h := sha256.New()
-	var b [8]byte
-	for j := int32(0); j <= fp.n; j++ {
-		binary.LittleEndian.PutUint64(b[:], uint64(p.cut(fi, j)))
-		h.Write(b[:])
-	}
-	return index.ProofEntry{Path: f.Path, Size: f.Size, Mtime: f.Mtime, Version: f.Version, Cuts: hex.EncodeToString(h.Sum(nil)[:16])}
-}
+func (p *prover) entry(fi int32) index.ProofEntry { return p.ix.ProofEntry(fi) }

@@ -139,47 +139,53 @@ func TestProbedBoundaryIsServedOnlyOnceTheRecordChainProvesIt(t *testing.T) {
 				if !chained {
 					compareIndexes(t, full, probed)
 				}
-				for _, order := range []string{"forward", "backward", "random"} {
-					ids := make([]int32, len(probed.Blocks))
-					for i := range ids {
-						ids[i] = int32(i)
-					}
-					switch order {
-					case "backward":
-						slices.Reverse(ids)
-					case "random":
-						rand.New(rand.NewPCG(uint64(bs), 7)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-					}
-					var wrong []string
-					l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { wrong = append(wrong, f.Path) }})
-					failed := 0
-					for _, id := range ids {
-						b, err := l.Get(t.Context(), blockUnit(id))
-						if err != nil {
-							if !errors.Is(err, syscall.EIO) {
-								t.Fatalf("%s: block %d %+v: %v, want EIO", order, id, probed.Blocks[id], err)
-							}
-							if !chained {
-								t.Fatalf("%s: block %d %+v of a format whose probe is exact: %v", order, id, probed.Blocks[id], err)
-							}
-							failed++
-							continue
+				for _, ahead := range []bool{false, true} {
+					for _, order := range []string{"forward", "backward", "random"} {
+						if ahead {
+							order += ", gaps read ahead"
 						}
-						for _, s := range records(b) {
-							if want[s] == 0 {
-								t.Fatalf("%s: block %d %+v served a record that is not in the source: %q", order, id, probed.Blocks[id], s)
-							}
+						ids := make([]int32, len(probed.Blocks))
+						for i := range ids {
+							ids[i] = int32(i)
 						}
-						// And exactly the full index's records of its bytes.
-						for _, f := range full.Blocks {
-							if f.Offset == probed.Blocks[id].Offset && f.Len != probed.Blocks[id].Len {
-								t.Fatalf("%s: block %d %+v served, the full index's block there is %+v", order, id, probed.Blocks[id], f)
-							}
+						switch strings.TrimSuffix(order, ", gaps read ahead") {
+						case "backward":
+							slices.Reverse(ids)
+						case "random":
+							rand.New(rand.NewPCG(uint64(bs), 7)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 						}
-						l.Release(b)
-					}
-					if chained && (failed == 0 || !slices.Equal(wrong, []string{c.name})) {
-						t.Fatalf("%s: %d blocks failed, files reported wrong %q; want some and %q once", order, failed, wrong, c.name)
+						var wrong []string
+						l := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { wrong = append(wrong, f.Path) }})
+						readAhead(l, ahead)
+						failed := 0
+						for _, id := range ids {
+							b, err := l.Get(t.Context(), blockUnit(id))
+							if err != nil {
+								if !errors.Is(err, syscall.EIO) {
+									t.Fatalf("%s: block %d %+v: %v, want EIO", order, id, probed.Blocks[id], err)
+								}
+								if !chained {
+									t.Fatalf("%s: block %d %+v of a format whose probe is exact: %v", order, id, probed.Blocks[id], err)
+								}
+								failed++
+								continue
+							}
+							for _, s := range records(b) {
+								if want[s] == 0 {
+									t.Fatalf("%s: block %d %+v served a record that is not in the source: %q", order, id, probed.Blocks[id], s)
+								}
+							}
+							// And exactly the full index's records of its bytes.
+							for _, f := range full.Blocks {
+								if f.Offset == probed.Blocks[id].Offset && f.Len != probed.Blocks[id].Len {
+									t.Fatalf("%s: block %d %+v served, the full index's block there is %+v", order, id, probed.Blocks[id], f)
+								}
+							}
+							l.Release(b)
+						}
+						if chained && (failed == 0 || !slices.Equal(wrong, []string{c.name})) {
+							t.Fatalf("%s: %d blocks failed, files reported wrong %q; want some and %q once", order, failed, wrong, c.name)
+						}
 					}
 				}
 			})
@@ -197,29 +203,47 @@ func TestRecordChainProvesEveryCutOfNormalDataInAnyOrder(t *testing.T) {
 			continue
 		}
 		root := c.Write(t)
-		t.Run(c.Format.Name(), func(t *testing.T) {
-			o := index.Options{BlockSize: 3000, Format: c.Format}
-			full := build(t, root, o)
-			o.Probe = true
-			probed := build(t, root, o)
-			lf := NewLoader(full, LoaderOptions{MaxMemory: 64 << 20})
-			lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { t.Errorf("file %s reported wrong: %s", f.Path, reason) }})
-			for id := len(full.Blocks) - 1; id >= 0; id-- {
-				bf, err := lf.Get(t.Context(), blockUnit(int32(id)))
-				if err != nil {
-					t.Fatal(err)
+		for _, ahead := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ReadAhead=%v", c.Format.Name(), ahead), func(t *testing.T) {
+				o := index.Options{BlockSize: 3000, Format: c.Format}
+				full := build(t, root, o)
+				o.Probe = true
+				probed := build(t, root, o)
+				lf := NewLoader(full, LoaderOptions{MaxMemory: 64 << 20})
+				lp := NewLoader(probed, LoaderOptions{MaxMemory: 64 << 20, OnProbeWrong: func(f index.File, reason string) { t.Errorf("file %s reported wrong: %s", f.Path, reason) }})
+				readAhead(lp, ahead)
+				for id := len(full.Blocks) - 1; id >= 0; id-- {
+					bf, err := lf.Get(t.Context(), blockUnit(int32(id)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					bp, err := lp.Get(t.Context(), blockUnit(int32(id)))
+					if err != nil {
+						t.Fatalf("block %d: %v", id, err)
+					}
+					if !slices.Equal(records(bp), records(bf)) {
+						t.Fatalf("block %d: probed index loads other records", id)
+					}
+					lf.Release(bf)
+					lp.Release(bp)
 				}
-				bp, err := lp.Get(t.Context(), blockUnit(int32(id)))
-				if err != nil {
-					t.Fatalf("block %d: %v", id, err)
+				if ahead && lp.proof.ahead == nil {
+					t.Fatal("no read-ahead")
 				}
-				if !slices.Equal(records(bp), records(bf)) {
-					t.Fatalf("block %d: probed index loads other records", id)
-				}
-				lf.Release(bf)
-				lp.Release(bp)
-			}
-		})
+			})
+		}
+	}
+}
+
+// readAhead turns the reading ahead of gaps (chain_ahead.go), which a
+// loader of a remote source does, on or off for a loader of local files.
+func readAhead(l *Loader, on bool) {
+	if l.proof == nil {
+		return
+	}
+	l.proof.ahead = nil
+	if on {
+		l.proof.ahead = newAheadReads()
 	}
 }
 

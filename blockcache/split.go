@@ -17,6 +17,9 @@ import (
 type learning struct {
 	counts          []atomic.Int32
 	blocks, records atomic.Int64
+	// files holds, by file, how many of its blocks have a count: once
+	// all have, the counts are kept for the next mount (keepCounts).
+	files []atomic.Int32
 }
 
 // splitter finds the records of extent e, loaded into b, and fills their
@@ -128,6 +131,9 @@ func (sp *splitter) learn(span int64) error {
 		} else if old == 0 && l.learn.counts[e.block].CompareAndSwap(0, int32(n)) {
 			l.learn.blocks.Add(1)
 			l.learn.records.Add(int64(n))
+			if _, blocks := l.ix.FileBlocks(e.file); l.learn.files[e.file].Add(1) == blocks {
+				l.keepCounts(e.file)
+			}
 		}
 	}
 	sp.lens = make([]uint32, n)
@@ -138,4 +144,27 @@ func (sp *splitter) learn(span int64) error {
 		end = sp.starts[j]
 	}
 	return nil
+}
+
+// keepCounts keeps the learned record counts of file fi in the ProofLog,
+// for the next mount's index (index.FillCounts), once every block of the
+// file has its count and, for a format whose probe must be proven, the
+// record chain has proven its cuts. Called as either becomes true: the
+// second call finds both.
+func (l *Loader) keepCounts(fi int32) {
+	if l.proofs == nil || l.learn.counts == nil {
+		return
+	}
+	first, n := l.ix.FileBlocks(fi)
+	if n == 0 || l.learn.files[fi].Load() < n {
+		return
+	}
+	if l.proof != nil && !l.proof.files[fi].proved.Load() {
+		return
+	}
+	counts := make([]int32, n)
+	for j := range counts {
+		counts[j] = l.learn.counts[first+int32(j)].Load()
+	}
+	l.proofs.AddCounts(l.ix, fi, counts)
 }

@@ -16,27 +16,34 @@ type counters struct {
 	prefetchIssued, prefetchHits, prefetchSkip atomic.Int64
 	cacheHits, stalls, stallNanos, memoryWaits atomic.Int64
 	evictions, loadErrors, directBytes         atomic.Int64
+	servedLoading                              atomic.Int64
 }
 
 // Stats are the loader's counters.
 type Stats struct {
-	BlocksRead      int64   `json:"blocks_read"`
-	RecordsRead     int64   `json:"records_read"` // by strategies that read records one at a time
-	BytesRead       int64   `json:"bytes_read"`
-	DirectBytesRead int64   `json:"direct_bytes_read"` // with O_DIRECT, bypassing the page cache
-	BuffersLoaded   int64   `json:"buffers_loaded"`
-	PrefetchIssued  int64   `json:"prefetch_issued"`
-	PrefetchHits    int64   `json:"prefetch_hits"`
-	PrefetchSkipped int64   `json:"prefetch_skipped"` // not started for lack of memory
-	CacheHits       int64   `json:"cache_hits"`
-	Stalls          int64   `json:"stalls"` // a reader waited for a read
-	StallSeconds    float64 `json:"stall_seconds"`
-	MemoryWaits     int64   `json:"memory_waits"` // a reader waited for memory
-	Evictions       int64   `json:"evictions"`
-	LoadErrors      int64   `json:"load_errors"`
-	MemoryInUse     int64   `json:"memory_in_use"`
-	MemoryPeak      int64   `json:"memory_peak"`
-	MemoryBudget    int64   `json:"memory_budget"`
+	BlocksRead      int64 `json:"blocks_read"`
+	RecordsRead     int64 `json:"records_read"` // by strategies that read records one at a time
+	BytesRead       int64 `json:"bytes_read"`
+	DirectBytesRead int64 `json:"direct_bytes_read"` // with O_DIRECT, bypassing the page cache
+	BuffersLoaded   int64 `json:"buffers_loaded"`
+	// BuffersServedLoading counts the Bufs that Begin returned while
+	// they were still loading (arrival.go): their readers were served the
+	// records that had arrived. Only an index that knows every record
+	// count of a buffer can (a full one, or a probed one whose counts an
+	// earlier mount kept); 0 when every count is learned as blocks load.
+	BuffersServedLoading int64   `json:"buffers_served_loading"`
+	PrefetchIssued       int64   `json:"prefetch_issued"`
+	PrefetchHits         int64   `json:"prefetch_hits"`
+	PrefetchSkipped      int64   `json:"prefetch_skipped"` // not started for lack of memory
+	CacheHits            int64   `json:"cache_hits"`
+	Stalls               int64   `json:"stalls"` // a reader waited for a read
+	StallSeconds         float64 `json:"stall_seconds"`
+	MemoryWaits          int64   `json:"memory_waits"` // a reader waited for memory
+	Evictions            int64   `json:"evictions"`
+	LoadErrors           int64   `json:"load_errors"`
+	MemoryInUse          int64   `json:"memory_in_use"`
+	MemoryPeak           int64   `json:"memory_peak"`
+	MemoryBudget         int64   `json:"memory_budget"`
 	// MemoryMapped counts the fresh memory the slabs were given, which
 	// the system must fault in and zero: far above MemoryPeak, it says
 	// slabs are not recycled.
@@ -82,7 +89,7 @@ func (l *Loader) Stats() Stats {
 	used, peak, mapped := l.mem.used, l.mem.peak, l.mem.mapped
 	l.mu.Unlock()
 	s := Stats{
-		BlocksRead: l.count.blocksRead.Load(), RecordsRead: l.count.recordsRead.Load(), BytesRead: l.count.bytesRead.Load(), DirectBytesRead: l.count.directBytes.Load(), BuffersLoaded: l.count.buffersLoaded.Load(),
+		BlocksRead: l.count.blocksRead.Load(), RecordsRead: l.count.recordsRead.Load(), BytesRead: l.count.bytesRead.Load(), DirectBytesRead: l.count.directBytes.Load(), BuffersLoaded: l.count.buffersLoaded.Load(), BuffersServedLoading: l.count.servedLoading.Load(),
 		PrefetchIssued: l.count.prefetchIssued.Load(), PrefetchHits: l.count.prefetchHits.Load(), PrefetchSkipped: l.count.prefetchSkip.Load(),
 		CacheHits: l.count.cacheHits.Load(), Stalls: l.count.stalls.Load(), StallSeconds: time.Duration(l.count.stallNanos.Load()).Seconds(),
 		MemoryWaits: l.count.memoryWaits.Load(), Evictions: l.count.evictions.Load(), LoadErrors: l.count.loadErrors.Load(),

@@ -42,6 +42,9 @@ type Chainer interface {
 // of a remote object). At its first header and past a large record it
 // makes a small read of chainJumpRead.
 const (
+	// ChainWindow is what a walk reads at a time where records are small:
+	// records shorter than it are read whole by a walk, payloads and all.
+	ChainWindow    = chainWindow
 	chainWindow    = 256 << 10
 	chainWindowMax = 2 << 20
 	chainJumpRead  = 4 << 10
@@ -61,7 +64,34 @@ func newWalkReader(r io.ReaderAt, end int64) *walkReader {
 	return &walkReader{r: r, end: end, off: -1, win: chainWindow}
 }
 
+// Held is bytes of a file held in memory: Data is the file from offset
+// Off on. A chain walk over it reads them where they are, with no window
+// of its own (a walk over blocks already fetched whole).
+type Held struct {
+	Data []byte
+	Off  int64
+}
+
+// ReadAt reads from the held bytes; a read of bytes not held is short,
+// with io.ErrUnexpectedEOF.
+func (h Held) ReadAt(p []byte, off int64) (int, error) {
+	if off < h.Off || off > h.Off+int64(len(h.Data)) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, h.Data[off-h.Off:])
+	if n < len(p) {
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, nil
+}
+
 func (w *walkReader) ReadAt(p []byte, off int64) (int, error) {
+	if h, ok := w.r.(Held); ok {
+		if off+int64(len(p)) > w.end {
+			return 0, io.ErrUnexpectedEOF
+		}
+		return h.ReadAt(p, off)
+	}
 	if w.off >= 0 && off >= w.off && off+int64(len(p)) <= w.off+int64(len(w.buf)) {
 		return copy(p, w.buf[off-w.off:]), nil
 	}

@@ -261,13 +261,8 @@ func (ix *Index) scanStream(fi int32, o Options, ra io.ReaderAt, size int64, who
 	c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
 		return sumReadAt(ra, &chunk, rec, block, c.records, "decompressed offset")
 	}
-	sc := format.Scan(ra, h, h.Start, h.End)
-	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
+	if err := c.cut(format, ra, h, o, f.Path, path, progress); err != nil {
 		return out, err
-	}
-	c.finish(h.End)
-	if ks, ok := sc.(keyScanner); ok {
-		out.keys = ks.Keys()
 	}
 	return out, nil
 }

@@ -109,6 +109,14 @@ type Index struct {
 	recOff   []int64 // file offset of every record, from Frames
 	blockRec []int64 // index of the first record of every block, and the total
 
+	fileOnce  sync.Once
+	fileStart []int32 // the first block of every file, and the block count (FileBlocks)
+	// countsKept is how many files' record counts FillCounts took from
+	// an earlier mount, keptRecords the records they hold (not in the
+	// sidecar: gob skips them).
+	countsKept  int
+	keptRecords int64
+
 	// Probed is set for an index built by probing (see probe.go): it has
 	// no Frames nor RecordCRCs, and its blocks no CRC.
 	Probed bool

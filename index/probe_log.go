@@ -109,6 +109,10 @@ type ProofEntry struct {
 // proven while the file keeps its identity (path, size, mtime, version)
 // and the index its cuts. New entries are written at most every
 // proofFlushEvery and at Close.
+//
+// Beside the proofs it keeps the record counts a loader learned for every
+// block of a file (counts.go), so that the next mount's probed index knows
+// them (FillCounts).
 type ProofLog struct {
 	src     source.Source
 	o       Options
@@ -116,6 +120,10 @@ type ProofLog struct {
 	set     map[ProofEntry]bool
 	dirty   bool
 	flushed time.Time
+	// counts are the files' learned record counts, by identity and cuts;
+	// countsDirty says they changed since they were written.
+	counts      map[ProofEntry]countsEntry
+	countsDirty bool
 }
 
 // proofFlushEvery is how often at most a ProofLog is rewritten while a
@@ -135,7 +143,7 @@ func proofLogName(src source.Source) string {
 // are none or no cache directory.
 func OpenProofLog(src source.Source, o Options) (*ProofLog, error) {
 	o.fill()
-	pl := &ProofLog{src: src, o: o, set: map[ProofEntry]bool{}, flushed: time.Now()}
+	pl := &ProofLog{src: src, o: o, set: map[ProofEntry]bool{}, counts: map[ProofEntry]countsEntry{}, flushed: time.Now()}
 	if o.CacheDir == "" {
 		return pl, nil
 	}
@@ -148,6 +156,7 @@ func OpenProofLog(src source.Source, o Options) (*ProofLog, error) {
 		return pl, err
 	}
 	defer dir.Close()
+	pl.readCounts(dir)
 	name := proofLogName(src)
 	if !dir.Exists(name) {
 		return pl, nil
@@ -179,16 +188,23 @@ func (pl *ProofLog) Add(e ProofEntry) {
 		return
 	}
 	pl.set[e], pl.dirty = true, true
+	pl.flushDue()
+}
+
+// flushDue flushes when the last flush is proofFlushEvery old, under
+// pl.mu.
+func (pl *ProofLog) flushDue() {
 	if time.Since(pl.flushed) >= proofFlushEvery {
 		pl.flush() // a failure is tried again at the next flush
 	}
 }
 
-// flush rewrites the list, under pl.mu. A failure leaves it dirty: proofs
-// not kept only cost a walk at the next mount.
+// flush rewrites the lists that changed, under pl.mu. A failure leaves
+// them dirty: proofs not kept only cost a walk at the next mount, counts
+// not kept a mount that serves a buffer once it is loaded whole.
 func (pl *ProofLog) flush() error {
 	pl.flushed = time.Now()
-	if !pl.dirty || pl.o.CacheDir == "" {
+	if !pl.dirty && !pl.countsDirty || pl.o.CacheDir == "" {
 		return nil
 	}
 	path, err := cacheDirFor(pl.o.CacheDir, pl.src)
@@ -200,6 +216,15 @@ func (pl *ProofLog) flush() error {
 		return err
 	}
 	defer dir.Close()
+	if pl.countsDirty {
+		if err := pl.writeCounts(dir); err != nil {
+			return err
+		}
+		pl.countsDirty = false
+	}
+	if !pl.dirty {
+		return nil
+	}
 	list := make([]ProofEntry, 0, len(pl.set))
 	for e := range pl.set {
 		list = append(list, e)

@@ -8,6 +8,7 @@ package index
 import (
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"math"
 	"strings"
@@ -102,6 +103,21 @@ func (c *blockCutter) add(rec formats.Record) error {
 		}
 	}
 	c.out.to = rec.Offset + rec.Len
+	return nil
+}
+
+// cut cuts the records format scans in r, from h.Start to h.End, into
+// blocks (scan, then finish), and keeps the keys of a format whose records
+// have them.
+func (c *blockCutter) cut(format formats.Format, r io.ReaderAt, h formats.Head, o Options, file, path string, progress func(int64)) error {
+	sc := format.Scan(r, h, h.Start, h.End)
+	if err := c.scan(sc, o, file, path, progress); err != nil {
+		return err
+	}
+	c.finish(h.End)
+	if ks, ok := sc.(keyScanner); ok {
+		c.out.keys = ks.Keys()
+	}
 	return nil
 }
 
@@ -237,13 +253,8 @@ func (ix *Index) scanFile(fi int32, o Options, rd *aheadReader, progress func(in
 	c.sum = func(rec formats.Record, block *uint32) (uint32, error) {
 		return sumRecord(rd, &chunk, rec, block, c.records)
 	}
-	sc := format.Scan(rd, h, h.Start, h.End)
-	if err := c.scan(sc, o, f.Path, path, progress); err != nil {
+	if err := c.cut(format, rd, h, o, f.Path, path, progress); err != nil {
 		return out, err
-	}
-	c.finish(h.End)
-	if ks, ok := sc.(keyScanner); ok {
-		out.keys = ks.Keys()
 	}
 	return out, nil
 }

@@ -131,6 +131,10 @@ func Open(ctx context.Context, src source.Source, o Options) (ix *Index, fromCac
 			if stale, err := dir.ReadFile(name+staleSuffix, 4<<10); err == nil {
 				why += ": " + string(stale)
 			}
+			// A kept record count may be what was wrong (counts.go).
+			if err := dir.Remove(countsLogName(src)); err != nil {
+				o.Logger.Warn("could not remove the record counts kept by earlier mounts; the blocks they are wrong for fail their check again", "err", err)
+			}
 		} else {
 			ix, why = loadSidecar(dir, name, h)
 			if ix == nil && why == "" {

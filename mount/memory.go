@@ -49,19 +49,25 @@ const tableBytes = index.LoadedRecordBytes
 // most that keeps the sum within the bound, which may be less than the
 // largest block: the mount then refuses, naming MinMaxMemory.
 func MemorySplit(ix *index.Index, maxMemory int64, recordStrategy bool) (slabs, heapLimit int64) {
-	index := 4 * ix.Records
+	// The record counts of a probed index that an earlier mount kept
+	// (index.FillCounts) are left out: the slabs' share is the planner's
+	// memory, which can lower the buffers, and the plan, and so the bytes
+	// of every part, must be those of a mount that learns the counts as
+	// blocks load, which knew only the probe's.
+	records := ix.Records - ix.KeptRecords()
+	index := 4 * records
 	if ix.RecordCRCs != nil {
-		index += 4 * ix.Records // a CRC32C per record, for formats without checksums
+		index += 4 * records // a CRC32C per record, for formats without checksums
 	}
 	if recordStrategy {
-		index += 16 * ix.Records
+		index += 16 * records
 	}
 	// tables is the heap the record tables of s bytes of loaded blocks take.
 	tables := func(s int64) int64 {
-		if ix.Records <= 0 || ix.Bytes <= 0 {
+		if records <= 0 || ix.Bytes <= 0 {
 			return 0
 		}
-		return tableBytes * min(ix.Records, s/max(1, ix.Bytes/ix.Records))
+		return tableBytes * min(records, s/max(1, ix.Bytes/records))
 	}
 	over := func(s int64) int64 { // what the heap and the rest take past the 64 MiB allowance
 		return max(0, index+tables(s)+fs.RequestMemory+gcRoom+outsideHeap-64<<20)

@@ -55,8 +55,9 @@ type Dataset struct {
 
 	blockSizeGiven, bufferGiven bool
 	log                         *slog.Logger
-	// proofs are the record-chain proofs of a probed index, kept
-	// across mounts in the cache directory.
+	// proofs are the record-chain proofs of a probed index and the
+	// record counts its loads learned, kept across mounts in the cache
+	// directory (index/counts.go).
 	proofs    *index.ProofLog
 	diskCache *diskcache.Cache
 }
@@ -85,6 +86,18 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 	ix := d.Index
 	log.Info("index ready", "source", ix.Root, "index", api.IndexMode(ix), "files", len(ix.Files), "records", RecordsText(ix),
 		"bytes", humanize.IBytes(uint64(ix.Bytes)), "blocks", len(ix.Blocks), "cached", d.Cached)
+	d.warnIndex()
+	if err := d.plan(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// warnIndex logs what is amiss with serving d's index in d's order: the
+// bytes it left out, and a strategy that decompresses a compressed file
+// record by record.
+func (d *Dataset) warnIndex() {
+	c, ix, log := &d.Config, d.Index, d.log
 	if len(ix.Damaged) > 0 {
 		log.Warn("damaged bytes left out of the index", "ranges", len(ix.Damaged))
 	}
@@ -92,10 +105,6 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Dataset, error) {
 		log.Warn("this strategy reads records one at a time, and each record of a compressed file is decompressed from the access point before it (up to a block of output per record): slow; a block strategy (corgipile, block, local, pls) decompresses each block once",
 			"strategy", c.Strategy, "compressed_files", comp.Files)
 	}
-	if err := d.plan(); err != nil {
-		return nil, err
-	}
-	return d, nil
 }
 
 // plan divides MaxMemory, checks that the largest block fits, opens the
@@ -184,6 +193,17 @@ func (d *Dataset) index(ctx context.Context) error {
 		return err
 	}
 	d.Index, d.Cached = ix, cached
+	if ix.Probed {
+		// Files proven by an earlier mount are not walked again, and
+		// the record counts it learned are known before planning: the
+		// buffers are then served as they load (index/counts.go).
+		if d.proofs, err = index.OpenProofLog(src, o); err != nil {
+			log.Warn("could not read the record-chain proofs and record counts of earlier mounts; every probed file is walked again and its counts learned again", "err", err)
+		}
+		if n := d.proofs.FillCounts(ix, log); n > 0 {
+			log.Info("probe index: record counts known from an earlier mount", "files", n, "of", len(ix.Files), "all_known", !ix.CountsUnknown)
+		}
+	}
 	return nil
 }
 
@@ -256,12 +276,18 @@ func (c *Config) ChooseSizes(ctx context.Context, src *s3.Source, recordStrategy
 	ch := sizing.Choose(in)
 	log.Info("block size and buffer", "block_size", humanize.IBytes(uint64(ch.BlockSize)), "buffer", ch.Buffer.String(),
 		"source_bytes", humanize.IBytes(uint64(bytes)), "parts", in.Parts, "blocks_per_buffer", ch.BlocksPerBuffer, "why", ch.Reason)
+	warnSizes(log, ch)
+	return ch
+}
+
+// warnSizes logs the rule's warning of ch, if it has one: memory cannot
+// hold enough blocks a buffer.
+func warnSizes(log *slog.Logger, ch sizing.Choice) {
 	if ch.Warning != "" {
 		log.Warn("too few blocks per buffer for a good shuffle: "+ch.Warning,
 			"block_size", humanize.IBytes(uint64(ch.BlockSize)), "blocks_per_buffer", ch.BlocksPerBuffer,
 			"buffer", humanize.IBytes(uint64(ch.BufferBytes)), "expected_label_tv", strconv.FormatFloat(ch.ExpectedTV, 'f', 3, 64))
 	}
-	return ch
 }
 
 // SizingInfo is config.json's account of the block size and the buffer.
@@ -404,8 +430,13 @@ func (d *Dataset) Close() error {
 // RecordsText is the record count of ix for people: a number, or that it
 // is not known yet (a probed index learns it as blocks load).
 func RecordsText(ix *index.Index) string {
-	if ix.CountsUnknown {
+	switch {
+	case ix.CountsUnknown && ix.CountsKept() > 0:
+		return fmt.Sprintf("not known yet (probed index: learned as blocks load; those of %d of %d files known from an earlier mount)", ix.CountsKept(), len(ix.Files))
+	case ix.CountsUnknown:
 		return "not known yet (probed index: learned as blocks load)"
+	case ix.CountsKept() > 0:
+		return strconv.FormatInt(ix.Records, 10) + " (probed index: counts known from an earlier mount)"
 	}
 	return strconv.FormatInt(ix.Records, 10)
 }

@@ -340,10 +340,12 @@ func Options() []Option {
 				}
 				return strconv.FormatUint(c.Seed, 10)
 			}),
-		option(Option{Name: "max-memory", Default: sizeText(def.MaxMemory), Commands: cmdOrdering | CmdIndex, ConfigKey: "max_memory",
+		option(Option{Name: "max-memory", Default: sizeText(def.MaxMemory), Commands: cmdOrdering | CmdIndex | CmdTune, ConfigKey: "max_memory",
 			Help: "memory `budget` for loaded blocks, shared by all open parts",
 			variants: []variant{{cmds: CmdIndex, def: sizeText(def.MaxMemory),
-				help: "memory `budget` of indexing: the index's per-record tables (4 bytes a record, 8 for\nformats without checksums) may take a quarter of it; a source of more records is refused"}}},
+				help: "memory `budget` of indexing: the index's per-record tables (4 bytes a record, 8 for\nformats without checksums) may take a quarter of it; a source of more records is refused"},
+				{cmds: CmdTune, def: sizeText(def.MaxMemory),
+					help: "memory `budget` of the mount tune advises for: the mount's default block and buffer\nare chosen within it (package sizing), and the mount line carries it"}}},
 			func(c *Config, v string) (err error) { c.MaxMemory, err = parseSize(v); return err },
 			func(c *Config) string { return sizeText(c.MaxMemory) }),
 		option(Option{Name: "partition", Default: shuffler.PartitionRandom, Commands: cmdOrdering, ConfigKey: "partition",

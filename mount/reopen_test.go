@@ -38,7 +38,7 @@ func TestReopenMakesTheDatasetOpenWouldOverTheSameIndex(t *testing.T) {
 			}
 			defer opened.Close()
 			rc.CacheDir = t.TempDir()
-			re, err := base.Reopen(rc)
+			re, err := base.Reopen(rc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestReopenMakesTheDatasetOpenWouldOverTheSameIndex(t *testing.T) {
 	rc := c
 	rc.BalanceRuleGiven = true
 	var oe *OptionError
-	if _, err := base.Reopen(rc); !errors.As(err, &oe) || oe.Option != "balance-rule" {
+	if _, err := base.Reopen(rc, nil); !errors.As(err, &oe) || oe.Option != "balance-rule" {
 		t.Errorf("a balance rule with corgipile: err = %v, want the OptionError of balance-rule", err)
 	}
 }

@@ -41,6 +41,10 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 	debug.SetMemoryLimit(d.HeapLimit)
 	lo := c.LoaderOptions(d.Source, d.SlabBudget, log)
 	lo.OnDamage = func(reason string) {
+		// A count kept by an earlier mount may be what was wrong.
+		if err := d.proofs.ForgetCounts(); err != nil {
+			log.Warn("could not forget the record counts kept by earlier mounts", "err", err)
+		}
 		if err := index.MarkStale(ix.Source(), c.IndexOptions(log), reason); err != nil {
 			log.Warn("could not mark the index sidecar stale", "err", err)
 			return
@@ -54,11 +58,14 @@ func (d *Dataset) Serve(ctx context.Context, mountpoint string) (*fs.Server, err
 		}
 		log.Warn("index sidecar marked stale: the next mount rebuilds the index, scanning this file whole", "file", file.Path)
 	}
-	if ix.Probed {
-		// Files proven by an earlier mount are not walked again.
+	if ix.Probed && d.proofs == nil {
+		// Files proven by an earlier mount are not walked again (Open
+		// opened the log, unless the Dataset was made otherwise).
 		if d.proofs, err = index.OpenProofLog(ix.Source(), c.IndexOptions(log)); err != nil {
 			log.Warn("could not read the record-chain proofs of earlier mounts; every probed file is walked again", "err", err)
 		}
+	}
+	if d.proofs != nil {
 		lo.Proofs = d.proofs
 	}
 	if d.diskCache, err = d.openDiskCache(); err != nil {

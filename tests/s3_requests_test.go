@@ -249,3 +249,64 @@ func TestS3EpochAtTheDefaultsGETsOnlyItsBlocksAndProbesUnderFivePercent(t *testi
 		t.Fatalf("remount: epoch 0 served %d bytes of %d", len(got), cfg.Dataset.Bytes)
 	}
 }
+
+// A first epoch of a probed index whose part spans several buffers proves
+// the cuts of each buffer's blocks before serving them, by the record
+// chain from the start of each object. Over records smaller than a walk's
+// window that chain is every byte of the gaps between the buffer's blocks:
+// the walk reads them as whole blocks, in runs of adjacent blocks, several
+// at once, never a header at a time. Checked through the server's own view
+// (a range-logging proxy): no GET of the epoch is a header's or a window's, the walks read each gap byte at most once, and the
+// epoch's records are those of a mount of the same objects with a full
+// index (every byte read), each once.
+func TestS3FirstEpochOfAProbedIndexProvesItsCutsByReadingWholeBlocksAhead(t *testing.T) {
+	s := startS3(t)
+	large := genSynthetic(t, 18000, 512, 4, 3, "clustered")
+	if err := s.client.MakeBucket(t.Context(), "large", minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(large)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, err := s.client.FPutObject(t.Context(), "large", "set/"+e.Name(), filepath.Join(large, e.Name()), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startRangeLog(t, s)
+	// 16 MiB of memory: buffers of three 1 MiB blocks, four to an epoch.
+	flags := []string{"--s3-endpoint", p.srv.URL, "--max-memory", "16MiB"}
+	m := startMount(t, "s3://large/set", flags...)
+	cfg := readConfig(t, m)
+	if cfg.Dataset.Index != "probe" || cfg.BlockSize != 1<<20 || cfg.Dataset.Blocks < 9 {
+		t.Fatalf("index %q, %d-byte blocks, %d blocks; want a probe index of 1 MiB blocks, more than three buffers of them", cfg.Dataset.Index, cfg.BlockSize, cfg.Dataset.Blocks)
+	}
+	_, c0 := quietRanges(t, m, p)
+	got := m.read(0, 0, 1)
+	rs, c1 := quietRanges(t, m, p)
+	gets, bytes, smallest := rangeTotals(rs)
+	proofs, proofBytes := c1.ProofReads-c0.ProofReads, c1.ProofBytes-c0.ProofBytes
+	t.Logf("epoch 0 (and the prefetch of epoch 1): %d GETs, %d bytes, the smallest %d; proof walks %d reads, %d bytes, of a %d-byte dataset in %d blocks",
+		gets, bytes, smallest, proofs, proofBytes, cfg.Dataset.Bytes, cfg.Dataset.Blocks)
+	if proofs == 0 {
+		t.Fatalf("no proof walk read anything: the buffers are not what the test means (config %+v)", cfg)
+	}
+	// The last block of an object may be short, a header is 12 bytes and
+	// a walk's first window 4 KiB.
+	if smallest < 16<<10 {
+		t.Fatalf("a GET of %d bytes in the first epoch: a walk read a header or a window, not whole blocks", smallest)
+	}
+	if proofBytes > cfg.Dataset.Bytes || proofs > int64(cfg.Dataset.Blocks) {
+		t.Fatalf("the proof walks read %d bytes in %d reads; want each gap byte at most once (%d bytes), at most a read a block (%d)",
+			proofBytes, proofs, cfg.Dataset.Bytes, cfg.Dataset.Blocks)
+	}
+	m.stop()
+	// Every record once, as a full index (every byte read, every cut a
+	// record boundary) has them; its mount is another configuration
+	// (config.json's index), whose order is not compared.
+	full := startMount(t, "s3://large/set", append(flags, "--index", "full")...)
+	if g, w := sortedHashes(hashes(frames(t, got))), sortedHashes(hashes(frames(t, full.read(0, 0, 1)))); !slices.Equal(g, w) {
+		t.Fatalf("the probed index's first epoch served %d records, not the %d of a full index's epoch", len(g), len(w))
+	}
+}

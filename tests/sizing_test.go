@@ -245,34 +245,48 @@ func TestValidateWithNoFlagsMountsAsAPlainMountDoes(t *testing.T) {
 	}
 }
 
-// TestValidateReportsTheWarningsOfItsMounts gives validate a buffer of too
-// few blocks: the mount's warning must reach validate's stderr and JSON
-// (the mount's own log is deleted with validate's work directory).
-func TestValidateReportsTheWarningsOfItsMounts(t *testing.T) {
+// TestValidateReportsTheWarningsOfItsMountsViaMountAndDirect gives
+// validate a buffer of too few blocks: the mount's warning must reach
+// validate's stderr and JSON (the mount's own log is deleted with
+// validate's work directory), and an in-process run (--via direct) must
+// report the same warnings in its JSON as its mount does (issue 23 item 2).
+func TestValidateReportsTheWarningsOfItsMountsViaMountAndDirect(t *testing.T) {
 	fuseOK(t)
 	train := genSynthetic(t, 20000, 16, 10, 4, "clustered")
 	test := genSynthetic(t, 2000, 16, 10, 1, "shuffled", "--first-id", "20000")
-	out := filepath.Join(t.TempDir(), "r.json")
-	_, stderr, code := run("validate", "--data", train, "--test", test, "--strategies", "corgipile", "--epochs", "1", "--seed", "5",
-		"--block-size", "64KiB", "--buffer", "10%", "--cache-dir", t.TempDir(), "--json", out)
-	if code != 0 {
-		t.Fatalf("validate exit %d:\n%s", code, stderr)
-	}
 	const warning = "too few blocks per buffer"
-	if !strings.Contains(stderr, "mount of corgipile: ") || !strings.Contains(stderr, warning) {
-		t.Fatalf("validate's stderr lacks the mount's warning:\n%s", stderr)
+	got := map[string][][]string{}
+	for _, via := range []string{"mount", "direct"} {
+		out := filepath.Join(t.TempDir(), "r.json")
+		_, stderr, code := run("validate", "--data", train, "--test", test, "--strategies", "corgipile,window", "--epochs", "1", "--seed", "5",
+			"--block-size", "64KiB", "--buffer", "10%", "--cache-dir", t.TempDir(), "--json", out, "--via", via)
+		if code != 0 {
+			t.Fatalf("validate --via %s exit %d:\n%s", via, code, stderr)
+		}
+		if !strings.Contains(stderr, warning) || via == "mount" && !strings.Contains(stderr, "mount of corgipile: ") ||
+			via == "direct" && !strings.Contains(stderr, "run=corgipile") {
+			t.Fatalf("validate --via %s: stderr lacks the run's warning:\n%s", via, stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Runs []struct {
+				Warnings []string `json:"warnings"`
+			} `json:"runs"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil || len(r.Runs) != 2 || len(r.Runs[0].Warnings) == 0 || !strings.Contains(r.Runs[0].Warnings[0], warning) {
+			t.Fatalf("validate --via %s: the JSON lacks the corgipile mount's warning (%v):\n%s", via, err, b)
+		}
+		for _, run := range r.Runs {
+			got[via] = append(got[via], run.Warnings)
+		}
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Runs []struct {
-			Warnings []string `json:"warnings"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Runs) != 1 || len(r.Runs[0].Warnings) == 0 || !strings.Contains(r.Runs[0].Warnings[0], warning) {
-		t.Fatalf("validate's JSON lacks the mount's warning (%v):\n%s", err, b)
+	// window reads records one at a time: its 10% buffer mixes records,
+	// so neither its mount nor its in-process run warns.
+	if !reflect.DeepEqual(got["mount"], got["direct"]) {
+		t.Errorf("the runs' warnings differ:\nvia mount:  %q\nvia direct: %q", got["mount"], got["direct"])
 	}
 }
 

@@ -46,6 +46,7 @@ type tuneJSON struct {
 		WholePart bool    `json:"buffer_is_whole_part"`
 		MixTV     float64 `json:"mix_tv"`
 		Enough    bool    `json:"enough"`
+		Reason    string  `json:"reason"`
 	} `json:"defaults"`
 	Mount string `json:"mount"`
 }
@@ -117,6 +118,33 @@ func TestTuneCutsTheDataAtTheProbedRecommendation(t *testing.T) {
 	}
 }
 
+// tune --max-memory reports the mix of the buffer a mount chooses at that
+// budget, by the same rule (issue 23 item 4): at 2 MiB a part of 1.9 MiB
+// no longer fits twice, so the default buffer is a share of it, which
+// tune names with the reason config.json gives; its mount line carries
+// the budget, and a mount of that line serves the buffer tune reported.
+func TestTuneAtAGivenMaxMemoryReportsTheBufferTheMountChoosesThere(t *testing.T) {
+	src := genSynthetic(t, 20000, 8, 4, 2, "clustered")
+	args := []string{src, "--label", "label", "--block-size", "16KiB", "--probe=false", "--mix-tv", "0.15"}
+	def := tuneRun(t, args...)
+	if def.Defaults == nil || !def.Defaults.WholePart || def.Defaults.Buffer != "100%" {
+		t.Fatalf("at the default --max-memory: defaults %+v, want a buffer of the whole part", def.Defaults)
+	}
+	r := tuneRun(t, append(args, "--max-memory", "2MiB")...)
+	if r.Defaults == nil || r.Defaults.WholePart || r.Defaults.MixTV <= 0 || r.Defaults.Blocks >= def.Defaults.Blocks {
+		t.Fatalf("at --max-memory 2MiB: defaults %+v, want a share of the part, fewer blocks than %d, a label TV above 0", r.Defaults, def.Defaults.Blocks)
+	}
+	want := "corgifs mount " + src + " MNT --block-size 16KiB --max-memory 2MiB"
+	if !r.Defaults.Enough || r.Mount != want {
+		t.Fatalf("mount line %q (defaults %+v), want %q: the budget, and no --buffer where the default mixes to --mix-tv", r.Mount, r.Defaults, want)
+	}
+	m := startMount(t, src, "--block-size", "16KiB", "--max-memory", "2MiB")
+	c := readConfig(t, m)
+	if c.Buffer != r.Defaults.Buffer || c.Sizing == nil || c.Sizing.WholePart || c.Sizing.Reason != r.Defaults.Reason {
+		t.Errorf("the mount of tune's line serves buffer %q, sizing %+v; tune reported %q: %s", c.Buffer, c.Sizing, r.Defaults.Buffer, r.Defaults.Reason)
+	}
+}
+
 func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	// The flag package prints the usage on stderr.
 	b, err := exec.Command(bin, "tune", "--help").CombinedOutput()
@@ -125,7 +153,7 @@ func TestTuneHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	}
 	out := string(b)
 	for _, want := range []string{"-label", "-features", "-probe", "-probe-bytes", "-probe-time", "-in-flight", "-min-block",
-		"-max-block", "-data-bytes", "-seed", "-json", "-block-size", "-cache-dir", "(default 256 MiB)", "(default 10s)", "(default 1.0 GiB)",
+		"-max-block", "-data-bytes", "-seed", "-json", "-block-size", "-cache-dir", "-max-memory", "(default 256 MiB)", "(default 10s)", "(default 1.0 GiB)",
 		"-mix-tv", "(default 0.1)", "label mix", "(1-alpha)*h_D <= 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("tune --help lacks %q:\n%s", want, out)

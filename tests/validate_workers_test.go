@@ -35,9 +35,9 @@ func rawValidate(t *testing.T, args ...string) []map[string]any {
 		for _, e := range run["epochs"].([]any) {
 			delete(e.(map[string]any), "seconds")
 		}
-		// What a run's child mount chose (its config.json) and logged
-		// (its warnings) exist only via mount: the runs compare what was
-		// trained.
+		// What a run's child mount chose (its config.json) exists only
+		// via mount, and what it logged (its warnings) not via files:
+		// the runs compare what was trained.
 		delete(run, "mount_config")
 		delete(run, "warnings")
 	}

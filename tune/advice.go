@@ -13,6 +13,7 @@ import (
 
 	"github.com/corgifs/corgifs/formats"
 	"github.com/corgifs/corgifs/index"
+	"github.com/corgifs/corgifs/mount"
 	"github.com/corgifs/corgifs/option"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/corgifs/corgifs/sizing"
@@ -188,17 +189,30 @@ func PlannedBuffer(ix *index.Index, parts int, p float64) (mean, fewest int, err
 	return int(math.Round(float64(total) / float64(len(plan.Buffers)))), fewest, nil
 }
 
-func MountLine(src string, block int64, parts int, buf *BufferChoice) string {
+// MountLine is the corgifs mount command that serves src as advised:
+// blocks of block bytes, parts parts, and buf's --buffer if not nil.
+// maxMemory is tune's --max-memory, 0 for the default: the line carries a
+// given budget, since the mount's default buffer is chosen within it, and
+// raises it when two buffers of buf need more.
+func MountLine(src string, block int64, parts int, maxMemory int64, buf *BufferChoice) string {
 	s := fmt.Sprintf("corgifs mount %s MNT --block-size %s", ShellQuote(src), FlagSize(block))
 	if parts > 1 {
 		s += fmt.Sprintf(" --parts %d", parts)
 	}
+	mem := maxMemory
 	if buf != nil {
 		s += fmt.Sprintf(" --buffer %g%%", buf.Percent)
 		// Two buffers (the one served and the next) must fit in --max-memory.
-		if need := 2 * buf.Bytes; need > 1<<30 {
-			s += " --max-memory " + FlagSize(need+need/8)
+		budget := maxMemory
+		if budget == 0 {
+			budget = mount.Defaults().MaxMemory
 		}
+		if need := 2 * buf.Bytes; need+need/8 > budget {
+			mem = need + need/8
+		}
+	}
+	if mem > 0 {
+		s += " --max-memory " + FlagSize(mem)
 	}
 	return s
 }

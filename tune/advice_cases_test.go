@@ -128,25 +128,30 @@ func TestDefaultsAdviceSaysWhetherTheMountsOwnBufferIsEnough(t *testing.T) {
 }
 
 // The mount line is one a shell runs as printed: the source quoted when
-// it must be, sizes as the flags take them, --max-memory raised when two
-// buffers need more than the default.
+// it must be, sizes as the flags take them, tune's --max-memory carried
+// (the mount's default buffer is chosen within it), and raised when two
+// buffers need more than it.
 func TestMountLineIsTheCommandToRun(t *testing.T) {
 	cases := []struct {
 		src   string
 		block int64
 		parts int
+		mem   int64
 		buf   *BufferChoice
 		want  string
 	}{
-		{"/data", 32 << 10, 1, nil, "corgifs mount /data MNT --block-size 32KiB"},
-		{"s3://b/p", 8 << 20, 1, nil, "corgifs mount s3://b/p MNT --block-size 8MiB"},
-		{"/my data", 1 << 20, 4, &BufferChoice{Percent: 8.4, Bytes: 100 << 20}, "corgifs mount '/my data' MNT --block-size 1MiB --parts 4 --buffer 8.4%"},
-		{"/it's", 1000, 1, &BufferChoice{Percent: 50, Bytes: 1 << 30}, `corgifs mount '/it'\''s' MNT --block-size 1000 --buffer 50% --max-memory 2304MiB`},
-		{"/d", 1500000, 1, nil, "corgifs mount /d MNT --block-size 2MiB"},
+		{"/data", 32 << 10, 1, 0, nil, "corgifs mount /data MNT --block-size 32KiB"},
+		{"s3://b/p", 8 << 20, 1, 0, nil, "corgifs mount s3://b/p MNT --block-size 8MiB"},
+		{"/my data", 1 << 20, 4, 0, &BufferChoice{Percent: 8.4, Bytes: 100 << 20}, "corgifs mount '/my data' MNT --block-size 1MiB --parts 4 --buffer 8.4%"},
+		{"/it's", 1000, 1, 0, &BufferChoice{Percent: 50, Bytes: 1 << 30}, `corgifs mount '/it'\''s' MNT --block-size 1000 --buffer 50% --max-memory 2304MiB`},
+		{"/d", 1500000, 1, 0, nil, "corgifs mount /d MNT --block-size 2MiB"},
+		{"/d", 64 << 10, 2, 16 << 20, nil, "corgifs mount /d MNT --block-size 64KiB --parts 2 --max-memory 16MiB"},
+		{"/d", 64 << 10, 1, 16 << 20, &BufferChoice{Percent: 5, Bytes: 4 << 20}, "corgifs mount /d MNT --block-size 64KiB --buffer 5% --max-memory 16MiB"},
+		{"/d", 64 << 10, 1, 16 << 20, &BufferChoice{Percent: 50, Bytes: 64 << 20}, "corgifs mount /d MNT --block-size 64KiB --buffer 50% --max-memory 144MiB"},
 	}
 	for _, tc := range cases {
-		if got := MountLine(tc.src, tc.block, tc.parts, tc.buf); got != tc.want {
-			t.Errorf("MountLine(%q, %d, %d, %+v)\n got %s\nwant %s", tc.src, tc.block, tc.parts, tc.buf, got, tc.want)
+		if got := MountLine(tc.src, tc.block, tc.parts, tc.mem, tc.buf); got != tc.want {
+			t.Errorf("MountLine(%q, %d, %d, %d, %+v)\n got %s\nwant %s", tc.src, tc.block, tc.parts, tc.mem, tc.buf, got, tc.want)
 		}
 	}
 }

@@ -195,7 +195,11 @@ func Advise(ctx context.Context, c Config, log *slog.Logger) (Advice, error) {
 	if out.Defaults != nil && out.Defaults.Enough {
 		buf = nil // the mount's own buffer mixes enough: no --buffer
 	}
-	out.Mount = MountLine(c.Mount.Source, block, c.Parts, buf)
+	var mem int64 // the default budget goes without saying
+	if c.Mount.MaxMemory != mount.Defaults().MaxMemory {
+		mem = c.Mount.MaxMemory
+	}
+	out.Mount = MountLine(c.Mount.Source, block, c.Parts, mem, buf)
 	if out.Storage != nil && out.Storage.Remote {
 		out.Mount += fmt.Sprintf(" --s3-concurrency %d", out.Storage.Concurrency)
 	}

@@ -27,7 +27,8 @@ type Run struct {
 	// per-example gradients, what was written to the order server.
 	Feedback *FeedbackSummary `json:"feedback,omitempty"`
 	// Warnings are those the run's mount logged (corgifs validate's child
-	// mounts), and MountConfig its .corgifs/config.json.
+	// mounts; with --via direct, its in-process Dataset), and MountConfig
+	// its .corgifs/config.json (child mounts only).
 	Warnings    []string        `json:"warnings,omitempty"`
 	MountConfig json.RawMessage `json:"mount_config,omitempty"`
 }

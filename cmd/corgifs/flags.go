@@ -189,8 +189,11 @@ func parse(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 
 // recordsPhrase is "N records", or that they are not known yet.
 func recordsPhrase(ix *index.Index) string {
-	if ix.CountsUnknown {
+	switch {
+	case ix.CountsUnknown:
 		return "records not known yet (probed index)"
+	case ix.Probed && ix.CountsKept() > 0:
+		return strconv.FormatInt(ix.Records, 10) + " records, counted by an earlier mount (probed index)"
 	}
 	return strconv.FormatInt(ix.Records, 10) + " records"
 }

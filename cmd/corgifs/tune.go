@@ -66,8 +66,9 @@ asked for.
 
 It also shows the label mix of the buffer a mount chooses itself at that block
 size when given no --buffer (package sizing: a whole part when it fits in
-memory). Last, it prints a 'corgifs mount' line with the block size, and with
---buffer only when the mount's own buffer mixes less than the rule asks.`
+--max-memory, which tune takes as a mount does). Last, it prints a 'corgifs
+mount' line with the block size, a --max-memory given, and --buffer only
+when the mount's own buffer mixes less than the rule asks.`
 
 func runTune(args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("tune", "SRC", tuneAbout, stderr)

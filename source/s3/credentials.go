@@ -147,12 +147,65 @@ func value(c aws.Credentials) credentials.Value {
 
 func (p *sdkCredentials) IsExpired() bool { return true }
 
+// origin is where the credentials in use come from.
+type origin struct {
+	// From names the source as the log line "credentials from: ..."
+	// shows it, with what a user checks when it gives none (the file,
+	// the role, the profile that holds the keys, the STS endpoint
+	// asked); "none" when there is none.
+	From string
+	// Fix is what to check when a server refuses the credentials it
+	// gave: the keys of the environment or of a profile, the role that
+	// STS issued them for, the SSO login, ...
+	Fix string
+}
+
 // chain is the credentials the AWS tools would use, and where they come
-// from ("none" if nowhere: requests are then anonymous, as public buckets
-// allow, and none is the instance metadata service's answer). It fails if a source is configured but gives no credentials
-// (a role that cannot be assumed, a missing token file, a bad profile).
-func chain(ctx context.Context, region string, timeout time.Duration, log *slog.Logger) (creds *credentials.Credentials, from string, none, err error) {
-	profile := profileName()
+// from (From "none" if nowhere: requests are then anonymous, as public
+// buckets allow, and none is the instance metadata service's answer). It
+// fails if a source is configured but gives no credentials (a role that
+// cannot be assumed, a missing token file, a bad profile).
+func chain(ctx context.Context, region string, timeout time.Duration, log *slog.Logger) (creds *credentials.Credentials, from origin, none, err error) {
+	cfg, profile, stsURL, err := loadConfig(ctx, region, log)
+	if err != nil {
+		return nil, origin{}, nil, err
+	}
+	from = credentialSource(cfg, profile, stsURL)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fetched := time.Now()
+	got, err := cfg.Credentials.Retrieve(rctx)
+	switch {
+	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
+		// The instance metadata service is the last resort of the
+		// chain, asked when nothing else is configured: off EC2 it does
+		// not answer, and that is "no credentials".
+		anonymous := credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
+		return anonymous, origin{From: "none"}, unwrapCache(err), nil
+	case err != nil:
+		return nil, from, nil, fmt.Errorf("credentials from %s: %w", from.From, unwrapCache(err))
+	}
+	if from.From == "" {
+		from = staticKeys(got.Source == config.CredentialsSourceName, profile)
+	}
+	// The cache moves Expires refreshBefore earlier, but for the
+	// instance metadata's credentials, which it leaves alone when they
+	// expire within 15 minutes and extends itself when a refresh fails.
+	early := refreshBefore
+	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		early = 0
+	}
+	// The ones just fetched are the first in use: short-lived ones would
+	// be fetched again at once otherwise (the cache holds them expired).
+	p := &sdkCredentials{provider: cfg.Credentials, from: from.From, timeout: timeout, early: early, log: log}
+	p.keepLocked(got, fetched)
+	return credentials.New(p), from, nil, nil
+}
+
+// loadConfig runs the SDK's config loader as the AWS tools would, and
+// says which profile it read and where its STS calls go.
+func loadConfig(ctx context.Context, region string, log *slog.Logger) (cfg aws.Config, profile, stsURL string, err error) {
+	profile = profileName()
 	opts := []func(*config.LoadOptions) error{
 		// The SDK's own warnings (such as its fallback to IMDSv1) go
 		// to corgifs's log, not to stderr in the SDK's format.
@@ -166,7 +219,7 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 	if region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
-	stsURL := stsEndpoint(profile)
+	stsURL = stsEndpoint(profile)
 	if stsURL != "" {
 		at := func(o *sts.Options) { o.BaseEndpoint = aws.String(stsURL) }
 		// The loader applies these options twice: once to an empty
@@ -185,46 +238,26 @@ func chain(ctx context.Context, region string, timeout time.Duration, log *slog.
 				}
 			}))
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	cfg, err = config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
+		return cfg, profile, "", fmt.Errorf("AWS configuration of profile %q (%s, %s): %w", profile, configFile(), credentialsFile(), err)
 	}
 	if stsURL == "" {
 		stsURL = "https://sts." + cfg.Region + ".amazonaws.com" // the SDK's regional default
 	}
-	from = credentialSource(cfg, profile, stsURL)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	fetched := time.Now()
-	got, err := cfg.Credentials.Retrieve(rctx)
-	switch {
-	case err != nil && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) && os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT") == "":
-		// The instance metadata service is the last resort of the
-		// chain, asked when nothing else is configured: off EC2 it does
-		// not answer, and that is "no credentials".
-		anonymous := credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
-		return anonymous, "none", unwrapCache(err), nil
-	case err != nil:
-		return nil, from, nil, fmt.Errorf("credentials from %s: %w", from, unwrapCache(err))
+	return cfg, profile, stsURL, nil
+}
+
+// staticKeys is the origin of keys read as they are: from the
+// environment, else from the shared profile.
+func staticKeys(env bool, profile string) origin {
+	if env {
+		return origin{From: "environment",
+			Fix: "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (temporary keys need their AWS_SESSION_TOKEN too), or unset them to use a profile (AWS_PROFILE)"}
 	}
-	if from == "" {
-		from = "shared profile " + profile
-		if got.Source == config.CredentialsSourceName {
-			from = "environment"
-		}
-	}
-	// The cache moves Expires refreshBefore earlier, but for the
-	// instance metadata's credentials, which it leaves alone when they
-	// expire within 15 minutes and extends itself when a refresh fails.
-	early := refreshBefore
-	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
-		early = 0
-	}
-	// The ones just fetched are the first in use: short-lived ones would
-	// be fetched again at once otherwise (the cache holds them expired).
-	p := &sdkCredentials{provider: cfg.Credentials, from: from, timeout: timeout, early: early, log: log}
-	p.keepLocked(got, fetched)
-	return credentials.New(p), from, nil, nil
+	return origin{From: "shared profile " + profile,
+		Fix: "check aws_access_key_id and aws_secret_access_key (temporary keys need their aws_session_token too) of profile " + profile +
+			" in " + credentialsFile() + " or " + configFile() + ", or name another profile with AWS_PROFILE"}
 }
 
 // stsAt is an STS client whose calls go to another endpoint.
@@ -256,12 +289,10 @@ func stsEndpoint(name string) string {
 		serviceEndpoint(configFile(), p.Services, "sts"), p.Endpoint)
 }
 
-// credentialSource names where the provider the SDK chose gets
-// credentials, with what a user checks when it fails (the file, the role,
-// the profile that holds the keys, the STS endpoint asked), or "" for
-// static keys (the environment or a profile: the Source of the keys says
-// which).
-func credentialSource(cfg aws.Config, profile, stsURL string) string {
+// credentialSource is where the provider the SDK chose gets credentials
+// (origin), or the zero origin for static keys (the environment or a
+// profile: the Source of the keys says which, staticKeys).
+func credentialSource(cfg aws.Config, profile, stsURL string) origin {
 	var sc config.SharedConfig
 	for _, s := range cfg.ConfigSources {
 		if c, ok := s.(config.SharedConfig); ok {
@@ -269,40 +300,57 @@ func credentialSource(cfg aws.Config, profile, stsURL string) string {
 			break
 		}
 	}
+	// Credentials an STS issued for a role are refused when the role may
+	// not read the bucket, or when the S3 server does not trust that STS
+	// (another account, another server): new keys in the environment are
+	// no fix.
+	role := func(arn string) string {
+		return "the temporary credentials STS at " + stsURL + " issued for role " + arn + " were refused: check that the role may read the bucket " +
+			"(its permissions policy) and that the S3 endpoint trusts that STS (the same account, or for MinIO its own STS)"
+	}
 	is := func(target aws.CredentialsProvider) bool { return aws.IsCredentialsProvider(cfg.Credentials, target) }
 	switch {
 	case is((*stscreds.WebIdentityRoleProvider)(nil)):
 		if f := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); f != "" {
-			return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + os.Getenv("AWS_ROLE_ARN") + "; STS at " + stsURL + ")"
+			arn := os.Getenv("AWS_ROLE_ARN")
+			return origin{From: "web identity (AWS_WEB_IDENTITY_TOKEN_FILE " + f + ", AWS_ROLE_ARN " + arn + "; STS at " + stsURL + ")", Fix: role(arn)}
 		}
-		return "web identity (web_identity_token_file " + sc.WebIdentityTokenFile + ", role_arn " + sc.RoleARN + " of shared profile " + profile + "; STS at " + stsURL + ")"
+		return origin{From: "web identity (web_identity_token_file " + sc.WebIdentityTokenFile + ", role_arn " + sc.RoleARN + " of shared profile " + profile + "; STS at " + stsURL + ")",
+			Fix: role(sc.RoleARN)}
 	case is((*stscreds.AssumeRoleProvider)(nil)):
 		keys := "source_profile " + sc.SourceProfileName
 		if sc.SourceProfileName == "" {
 			keys = "credential_source " + sc.CredentialSource
 		}
-		return "assume role " + sc.RoleARN + " (role_arn of shared profile " + profile + ", " + keys + "; STS at " + stsURL + ")"
+		return origin{From: "assume role " + sc.RoleARN + " (role_arn of shared profile " + profile + ", " + keys + "; STS at " + stsURL + ")",
+			Fix: role(sc.RoleARN)}
 	case is((*endpointcreds.Provider)(nil)):
 		u := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")
 		if u == "" {
 			u = "169.254.170.2" + os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
 		}
-		return "container (" + u + ")"
+		return origin{From: "container (" + u + ")",
+			Fix: "the container credentials service at " + u + " gave credentials that were refused: check that the task role (ECS) or pod identity (EKS) may read the bucket"}
 	case is((*ec2rolecreds.Provider)(nil)):
 		e := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
 		if e == "" {
 			e = "http://169.254.169.254"
 		}
-		return "instance metadata (" + e + ")"
+		return origin{From: "instance metadata (" + e + ")",
+			Fix: "the instance metadata service at " + e + " gave credentials that were refused: check that the instance profile's role may read the bucket"}
 	case is((*processcreds.Provider)(nil)):
-		return "credential_process of shared profile " + profile
+		return origin{From: "credential_process of shared profile " + profile,
+			Fix: "check the keys that credential_process of profile " + profile + " in " + configFile() + " prints (AccessKeyId, SecretAccessKey, SessionToken)"}
 	case is((*ssocreds.Provider)(nil)):
+		of := "sso_start_url " + sc.SSOStartURL
 		if sc.SSOSessionName != "" {
-			return "SSO cache of shared profile " + profile + " (sso_session " + sc.SSOSessionName + ")"
+			of = "sso_session " + sc.SSOSessionName
 		}
-		return "SSO cache of shared profile " + profile + " (sso_start_url " + sc.SSOStartURL + ")"
+		return origin{From: "SSO cache of shared profile " + profile + " (" + of + ")",
+			Fix: "the SSO role " + sc.SSORoleName + " of account " + sc.SSOAccountID + " (sso_role_name, sso_account_id of profile " + profile +
+				") gave credentials that were refused: check that it may read the bucket, or log in again (aws sso login --profile " + profile + ")"}
 	}
-	return ""
+	return origin{}
 }
 
 // unwrapCache drops the CredentialsCache's "failed to refresh cached

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/minio/minio-go/v7"
 )
 
 // isolate empties every source of AWS credentials and writes the shared
@@ -56,7 +57,7 @@ func TestChainNamesWhereTheCredentialsComeFrom(t *testing.T) {
 		t.Setenv("AWS_ACCESS_KEY_ID", "env-key")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
 		creds, from, none, err := chain(ctx, "", time.Second, log)
-		if err != nil || none != nil || from != "environment" {
+		if err != nil || none != nil || from.From != "environment" {
 			t.Fatalf("from %q, none %v, err %v", from, none, err)
 		}
 		if v, err := creds.GetWithContext(nil); err != nil || v.AccessKeyID != "env-key" || v.SecretAccessKey != "env-secret" {
@@ -69,7 +70,7 @@ credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAcc
 `)
 		t.Setenv("AWS_PROFILE", "proc")
 		creds, from, _, err := chain(ctx, "", 10*time.Second, log)
-		if err != nil || from != "credential_process of shared profile proc" {
+		if err != nil || from.From != "credential_process of shared profile proc" {
 			t.Fatalf("from %q, err %v", from, err)
 		}
 		// They count as expired refreshBefore before their expiry.
@@ -81,7 +82,7 @@ credential_process = /bin/echo '{"Version":1,"AccessKeyId":"proc-key","SecretAcc
 	t.Run("nothing", func(t *testing.T) {
 		isolate(t, "")
 		creds, from, none, err := chain(ctx, "", time.Second, log)
-		if err != nil || none == nil || from != "none" {
+		if err != nil || none == nil || from.From != "none" {
 			t.Fatalf("from %q, none %v, err %v", from, none, err)
 		}
 		if v, _ := creds.GetWithContext(nil); v.AccessKeyID != "" {
@@ -262,5 +263,85 @@ func TestCredentialsShorterLivedThanTheRefreshWindowAreFetchedAgainAtHalfTheirLi
 	time.Sleep(1100 * time.Millisecond)
 	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "k2" || calls != 2 {
 		t.Fatalf("after half their life: %+v, %v, %d calls; want k2 from a second call", v, err, calls)
+	}
+}
+
+// When a server refuses the credentials, the error says what to check for
+// the source they came from: the keys for keys from the environment or a
+// profile; the role, and whether the server trusts its STS, for
+// credentials STS issued (assume role, web identity); the SSO role and a
+// new login for the SSO cache; and never new environment keys or
+// AWS_PROFILE where those are no fix.
+func TestRefusedCredentialsSayWhatToCheckForTheirSource(t *testing.T) {
+	for _, c := range []struct {
+		name, config string
+		env          map[string]string
+		want         []string
+		static       bool // keys read as they are: the chain gets them offline
+	}{
+		{"environment", "", map[string]string{"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+			[]string{"they came from environment;", "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"}, true},
+		{"shared profile", "[profile dev]\naws_access_key_id = k\naws_secret_access_key = s\n", map[string]string{"AWS_PROFILE": "dev"},
+			[]string{"they came from shared profile dev;", "check aws_access_key_id and aws_secret_access_key", "of profile dev in "}, true},
+		{"assume role", "[profile base]\naws_access_key_id = k\naws_secret_access_key = s\n\n[profile role]\nrole_arn = arn:aws:iam::1:role/reader\nsource_profile = base\n",
+			map[string]string{"AWS_PROFILE": "role", "AWS_ENDPOINT_URL_STS": "http://127.0.0.1:9000"},
+			[]string{"they came from assume role arn:aws:iam::1:role/reader", "STS at http://127.0.0.1:9000 issued for role arn:aws:iam::1:role/reader were refused",
+				"may read the bucket", "trusts that STS"}, false},
+		{"web identity", "", map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/run/token", "AWS_ROLE_ARN": "arn:aws:iam::1:role/trainer"},
+			[]string{"they came from web identity (AWS_WEB_IDENTITY_TOKEN_FILE /run/token", "issued for role arn:aws:iam::1:role/trainer were refused", "trusts that STS"}, false},
+		{"SSO cache", "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = reader\n\n[sso-session corp]\nsso_region = us-east-1\nsso_start_url = https://corp.awsapps.com/start\n",
+			map[string]string{"AWS_PROFILE": "dev"},
+			[]string{"they came from SSO cache of shared profile dev", "the SSO role reader of account 123456789012", "aws sso login --profile dev"}, false},
+		{"credential_process", "[profile proc]\ncredential_process = /bin/false\n", map[string]string{"AWS_PROFILE": "proc"},
+			[]string{"check the keys that credential_process of profile proc"}, false},
+		{"container", "", map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:1/creds"},
+			[]string{"container credentials service at http://127.0.0.1:1/creds", "task role"}, false},
+		{"instance metadata", "", map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:1", "AWS_EC2_METADATA_DISABLED": ""},
+			[]string{"instance metadata service at http://127.0.0.1:1", "instance profile's role"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			isolate(t, c.config)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			log := slog.New(slog.DiscardHandler)
+			var from origin
+			if c.static {
+				_, o, none, err := chain(context.Background(), "us-east-1", time.Second, log)
+				if err != nil || none != nil {
+					t.Fatalf("chain: %v, none %v", err, none)
+				}
+				from = o
+			} else {
+				// The other sources need their service to give
+				// credentials; the origin is known before they are asked.
+				cfg, profile, stsURL, err := loadConfig(context.Background(), "us-east-1", log)
+				if err != nil {
+					t.Fatal(err)
+				}
+				from = credentialSource(cfg, profile, stsURL)
+			}
+			s := &Source{bucket: "data", prefix: "set/", endpoint: "http://127.0.0.1:9000", credsFrom: from}
+			for _, refused := range []minio.ErrorResponse{
+				{StatusCode: 403, Code: "InvalidAccessKeyId", Message: "The Access Key Id you provided does not exist in our records."},
+				{StatusCode: 403}, // a HEAD's answer has no body
+			} {
+				msg := s.explain(refused).Error()
+				for _, w := range c.want[1:] {
+					if !strings.Contains(msg, w) {
+						t.Errorf("%s: %q lacks %q", refused.Code, msg, w)
+					}
+				}
+				if refused.Code != "" && !strings.Contains(msg, c.want[0]) {
+					t.Errorf("%q lacks %q", msg, c.want[0])
+				}
+				if c.name != "environment" && strings.Contains(msg, "AWS_ACCESS_KEY_ID") {
+					t.Errorf("%q suggests environment keys for credentials from %s", msg, from.From)
+				}
+				if c.name != "environment" && c.name != "shared profile" && strings.Contains(msg, "AWS_PROFILE") {
+					t.Errorf("%q suggests AWS_PROFILE for credentials from %s", msg, from.From)
+				}
+			}
+		})
 	}
 }

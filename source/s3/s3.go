@@ -66,7 +66,7 @@ type Source struct {
 	attempts       int
 	log            *slog.Logger
 	count          *counters
-	credsFrom      string // where the credentials come from, for errors
+	credsFrom      origin // where the credentials come from, for errors
 	noCreds        error  // the instance metadata service's answer when there are none (anonymous requests), else nil
 }
 
@@ -131,7 +131,7 @@ func New(ctx context.Context, rawURL string, c Config) (*Source, error) {
 	if none != nil {
 		c.Logger.Warn("credentials from: none: no AWS credentials were found, requests are anonymous", "instance_metadata", none)
 	} else {
-		c.Logger.Info("credentials from: " + from)
+		c.Logger.Info("credentials from: " + from.From)
 	}
 	lookup := minio.BucketLookupAuto
 	if c.PathStyle {
@@ -196,8 +196,8 @@ func (s *Source) explain(err error) error {
 		if s.noCreds != nil {
 			return fmt.Errorf("%s: %s refused anonymous access (%s: %s), and %s (the instance metadata service: %w)", s, s.endpoint, er.Code, er.Message, noCredentials, s.noCreds)
 		}
-		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); they came from %s; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE: %w",
-			s, s.endpoint, er.Code, er.Message, s.credsFrom, err)
+		return fmt.Errorf("%s: the credentials were refused by %s (%s: %s); they came from %s; %s: %w",
+			s, s.endpoint, er.Code, er.Message, s.credsFrom.From, s.credsFrom.Fix, err)
 	case "NoSuchBucket":
 		return fmt.Errorf("%s: bucket %q does not exist at %s: %w", s, s.bucket, s.endpoint, err)
 	}
@@ -205,7 +205,7 @@ func (s *Source) explain(err error) error {
 		if s.noCreds != nil {
 			return fmt.Errorf("%s: %s refused anonymous access, and %s (the instance metadata service: %w)", s, s.endpoint, noCredentials, s.noCreds)
 		}
-		return fmt.Errorf("%s: access denied by %s to the credentials from %s (wrong credentials, or no permission on the bucket): %w", s, s.endpoint, s.credsFrom, err)
+		return fmt.Errorf("%s: access denied by %s to the credentials from %s (wrong credentials, or no permission on the bucket; %s): %w", s, s.endpoint, s.credsFrom.From, s.credsFrom.Fix, err)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/corgifs/corgifs/blockcache"
@@ -25,9 +26,12 @@ type runIO struct {
 	feedback      validator.Feedback                       // nil unless a feedback strategy
 	feedbackStats func() (feedback.Stats, error)
 	done          func() error // cleans up
-	// Of a child mount: its config.json, and the warnings it logged.
+	// Of a child mount: its config.json. warnings returns the warnings
+	// the run's mount logged, or those its in-process Dataset logged
+	// (logged set: they reached the log as they came).
 	mountConfig json.RawMessage
 	warnings    func() []string
+	logged      bool
 }
 
 // epochOpener returns how to open the Workers parts of one epoch of a
@@ -81,12 +85,16 @@ func (v *validation) epochOpener(ctx context.Context, r strategyRun, seed uint64
 	// The planner and the loader a mount of this strategy would make,
 	// over the same index: its slabs' share of MaxMemory, less what it
 	// sets aside for the feedback vectors, and its feedback store.
-	ds, err := v.base.Reopen(v.runConfig(r, seed, cacheDir, fbDim))
+	// It logs what the run's mount would (too few blocks a buffer for this
+	// strategy, feedback that came late), and the run keeps its warnings
+	// as it keeps a mount's.
+	w := new(warnings)
+	ds, err := v.base.Reopen(v.runConfig(r, seed, cacheDir, fbDim), w.logger(v.log.With("run", r.label)))
 	if err != nil {
 		return nil, err
 	}
 	pl, ld := ds.Planner, ds.NewLoader()
-	rio := &runIO{done: func() error { pl.Close(); return ds.Close() }}
+	rio := &runIO{done: func() error { pl.Close(); return ds.Close() }, warnings: w.all, logged: true}
 	rio.open = func(e int) ([]io.ReadCloser, error) {
 		return openParts(k, func(i int) (io.ReadCloser, error) {
 			plan, err := pl.Plan(e, i, k)
@@ -132,7 +140,9 @@ func (v *validation) loaderOptions() blockcache.LoaderOptions {
 func (v *validation) sourceOrder(ctx context.Context, seed uint64) (func() (io.ReadCloser, error), func(), error) {
 	c := v.runConfig(strategyRun{strategy: "none"}, seed, v.Mount.CacheDir, 0)
 	c.Buffer, c.EqualParts, c.Parts = v.base.Sizes.Buffer, false, 1
-	ds, err := v.base.Reopen(c)
+	// Not an order a mount serves: the buffer rule's warning for it would
+	// mislead.
+	ds, err := v.base.Reopen(c, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, nil, fmt.Errorf("the training set in source order: %w", err)
 	}

@@ -260,9 +260,12 @@ func Run(ctx context.Context, c Config, log *slog.Logger) (Result, error) {
 		if rio.warnings != nil {
 			// A child mount's warnings (too few blocks a buffer, more
 			// parts than blocks) are the run's: its log is deleted with
-			// the work directory.
+			// the work directory. An in-process run's reached the log
+			// as they came.
 			for _, w := range rio.warnings() {
-				log.Warn("mount of " + r.label + ": " + w)
+				if !rio.logged {
+					log.Warn("mount of " + r.label + ": " + w)
+				}
 				run.Warnings = append(run.Warnings, w)
 			}
 		}

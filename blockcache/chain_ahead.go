@@ -1,0 +1,154 @@
+package blockcache
+
+// Proving a gap of a remote file in parallel: its blocks read whole, a few
+// at once, each block's record chain checked from its own probed start.
+//
+// Why. A walk settles the cuts between the last proven boundary of a file
+// and the block to be served (probe_proof.go). In a first epoch the gaps
+// are most of each file: a buffer holds a third of the blocks, at random.
+// Where records are smaller than a walk's window (chainWindow), a walk
+// reads every byte of the gap anyway, in windows that follow each other:
+// one file's walk is as fast as one request at a time (at 100 KiB records
+// in 1 MiB blocks from MinIO: 1,320 GETs and 347 MB for the first buffer
+// of a 512 MiB dataset, 2.7 s for an epoch that whole-object GETs read in
+// 0.33 s).
+//
+// How, and why it proves the same. Block k of the gap spans [cut k,
+// cut k+1). Read whole, its chain from cut k either lands exactly on
+// cut k+1 or it does not. If it lands, then cut k+1 is true whenever cut k
+// is (a walk from a true boundary meets the file's own boundaries), so a
+// walk that reaches cut k proven true may jump to cut k+1 — as it does over
+// a block the loader tiled (TilingProvesEnd). Nothing is taken on trust:
+// the jumps still start at the start of the file's records, and a block
+// whose chain does not land is walked as before, which settles its cuts
+// (a false cut is found false, a broken chain broken). The checks of many
+// blocks are independent, so they run at once, in ranged GETs of adjacent
+// blocks up to aheadRange.
+
+import (
+	"io"
+	"sync"
+
+	"github.com/corgifs/corgifs/formats"
+)
+
+const (
+	// aheadRange is the most bytes of adjacent blocks read by one ReadAt
+	// of a gap (an object store's source may split it into parallel
+	// GETs): MinIO on this machine serves 4 MiB ranges at 1.7x the rate of
+	// 1 MiB ones (BENCHMARKS.md, issue 25).
+	aheadRange = 4 << 20
+	// aheadInFlight is how many such reads a prover makes at once, all its
+	// walks together: their buffers, aheadRange each, are the prover's
+	// memory beside the loader's budget (16 MiB, as the 8 remote walks'
+	// windows of 2 MiB were).
+	aheadInFlight = 4
+	// aheadSlack is read past a run of blocks where the file goes on: a
+	// tar walk decides that a sample starts at a cut from the member
+	// header there.
+	aheadSlack = 4 << 10
+)
+
+// aheadReads is a prover's reads of gaps: a slot and a buffer per read in
+// flight.
+type aheadReads struct {
+	bufs chan []byte
+}
+
+func newAheadReads() *aheadReads {
+	a := &aheadReads{bufs: make(chan []byte, aheadInFlight)}
+	for range aheadInFlight {
+		a.bufs <- nil // allocated when first used
+	}
+	return a
+}
+
+// dense reports whether the records of file fi, as far as the loader has
+// learned them, are shorter on average than a walk's window: then a walk
+// reads the whole gap anyway, and reading it as blocks costs no more bytes.
+// Where records are long a walk reads a header a record, far fewer bytes.
+func (p *prover) dense(fi int32) bool {
+	if p.learned == nil {
+		return false
+	}
+	fp := &p.files[fi]
+	var bytes, records int64
+	for j := range fp.n {
+		if n := p.learned[fp.first+j].Load(); n > 0 {
+			bytes += p.ix.Blocks[fp.first+j].Len
+			records += int64(n)
+		}
+	}
+	return records > 0 && bytes/records < formats.ChainWindow
+}
+
+// aheadNeeded reports whether block k of file fi would be read by a walk
+// that reaches its start: not empty, not checked already, and not a block
+// the loader tiled (a jump for a format whose tiling proves the end).
+func (p *prover) aheadNeeded(fi, k int32) bool {
+	fp := &p.files[fi]
+	if fp.chained != nil && fp.chained[k] || p.cut(fi, k) == p.cut(fi, k+1) {
+		return false
+	}
+	return !p.chain.TilingProvesEnd() || p.learned[fp.first+k].Load() == 0
+}
+
+// gapAhead reports whether a walk of file fi to cut target has blocks to
+// check ahead. Called under the file's mu.
+func (p *prover) gapAhead(fi, target int32) bool {
+	fp := &p.files[fi]
+	for k := fp.next; k < min(target, fp.n); k++ {
+		if p.aheadNeeded(fi, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// chainAhead reads the blocks of file fi from its next unsettled cut to
+// cut target, in runs of adjacent blocks, and marks those whose record
+// chain from their start lands on their end (fileProof.chained). A read
+// that fails marks nothing: the walk then reads those bytes itself and
+// reports what is wrong. Called under the file's mu.
+func (p *prover) chainAhead(fi, target int32, r io.ReaderAt) {
+	fp := &p.files[fi]
+	if fp.chained == nil {
+		fp.chained = make([]bool, fp.n)
+	}
+	type run struct{ lo, hi int32 } // blocks lo to hi-1
+	var runs []run
+	for k := fp.next; k < min(target, fp.n); k++ {
+		if !p.aheadNeeded(fi, k) {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1].hi == k && p.cut(fi, k+1)-p.cut(fi, runs[n-1].lo) <= aheadRange {
+			runs[n-1].hi++
+			continue
+		}
+		runs = append(runs, run{k, k + 1})
+	}
+	head := p.ix.Files[fi].Head
+	var wg sync.WaitGroup
+	for _, rn := range runs {
+		buf := <-p.ahead.bufs
+		wg.Go(func() {
+			defer func() { p.ahead.bufs <- buf }()
+			lo := p.cut(fi, rn.lo)
+			end := min(head.End, p.cut(fi, rn.hi)+aheadSlack)
+			if int64(cap(buf)) < end-lo {
+				buf = make([]byte, max(end-lo, aheadRange+aheadSlack))
+			}
+			held := formats.Held{Data: buf[:end-lo], Off: lo}
+			if _, err := r.ReadAt(held.Data, lo); err != nil {
+				return
+			}
+			h := head
+			h.End = end
+			for k := rn.lo; k < rn.hi; k++ {
+				at, err := p.chain.ChainFrom(held, h, p.cut(fi, k), p.cut(fi, k+1))
+				fp.chained[k] = err == nil && at == p.cut(fi, k+1)
+			}
+		})
+	}
+	wg.Wait()
+}
