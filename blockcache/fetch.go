@@ -23,6 +23,7 @@ type fetcher struct {
 	files    *filePool
 	direct   bool        // read blocks directly when not cached
 	noDirect atomic.Bool // the file system refused a direct read
+	runBytes int64       // LoaderOptions.RunBytes; 0: never coalesce
 	// decoders holds *zaccess.Decoder for compressed files, kept from
 	// one extent to the next.
 	decoders sync.Pool
@@ -123,21 +124,35 @@ func (l *Loader) read(b *Buf) error {
 			order = nil
 		}
 	}
+	// The extents in the groups they are read in: adjacent blocks of a
+	// store that bills requests with one GET (runs.go), any other extent
+	// with a read of its own.
+	groups := runs(exts, order, l.coalesces(b.unit, exts), l.fetch.runBytes)
+	split := func(i int) *splitter {
+		if own != nil {
+			own[i] = splitter{l: l, b: b, e: exts[i], own: true}
+			return &own[i]
+		}
+		return &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
+	}
 	var failed atomic.Bool
-	for range min(workers, len(exts)) {
+	for range min(workers, len(groups)) {
 		wg.Go(func() {
 			var dc decoder // kept from extent to extent: it may decode on
 			defer dc.put(l)
-			for k := int(next.Add(1) - 1); k < len(exts) && !failed.Load(); k = int(next.Add(1) - 1) {
-				i := k
-				if order != nil {
-					i = order[k]
+			for k := int(next.Add(1) - 1); k < len(groups) && !failed.Load(); k = int(next.Add(1) - 1) {
+				if g := groups[k]; len(g) > 1 {
+					l.fetch.sem <- struct{}{}
+					i, err := l.readRun(b, files, exts, g, split)
+					<-l.fetch.sem
+					if err != nil {
+						errs[i] = err
+						failed.Store(true)
+					}
+					continue
 				}
-				sp := &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
-				if own != nil {
-					own[i] = splitter{l: l, b: b, e: exts[i], own: true}
-					sp = &own[i]
-				}
+				i := groups[k][0]
+				sp := split(i)
 				l.fetch.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.

@@ -56,6 +56,11 @@ type LoaderOptions struct {
 	// PrefetchBytes bounds the bytes of the buffers loaded ahead beyond
 	// the first (see DefaultPrefetchBytes); 0 means the default.
 	PrefetchBytes int64
+	// RunBytes is the most bytes of blocks adjacent in one file that one
+	// request reads from a store that bills requests (a
+	// source.RunRequester: runs.go): 0 means DefaultRunBytes; negative,
+	// a request for each block.
+	RunBytes int64
 }
 
 // Loader turns lists of block ids into loaded Bufs. All memory it hands out
@@ -119,9 +124,10 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 		ix: ix, src: ix.Source(), log: o.Logger, seed: maphash.MakeSeed(), start: time.Now(), prefetch: prefetchDepth(o.Prefetch), ahead: cmp.Or(o.PrefetchBytes, DefaultPrefetchBytes),
 		damage: damage{report: o.OnDamage},
 		fetch: fetcher{
-			direct: readsDirect(ix, o),
-			sem:    make(chan struct{}, o.InFlight),
-			files:  newFilePool(o.MaxOpenFiles),
+			direct:   readsDirect(ix, o),
+			sem:      make(chan struct{}, o.InFlight),
+			files:    newFilePool(o.MaxOpenFiles),
+			runBytes: max(0, cmp.Or(o.RunBytes, DefaultRunBytes)),
 		},
 		tier:   diskTier{disk: o.DiskCache},
 		learn:  learning{counts: learned, files: files},

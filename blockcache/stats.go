@@ -50,7 +50,9 @@ type Stats struct {
 	MemoryMapped int64 `json:"memory_mapped"`
 	// SourceRequests counts the reads of extents from the source: one
 	// ranged GET each from a remote source (retries inside the client
-	// aside), one or more preads from a local one.
+	// aside), or a share of one for blocks adjacent in their object
+	// (runs.go; Epochs counts the GETs), one or more preads from a
+	// local one.
 	SourceRequests int64 `json:"source_requests"`
 	// Totals is the sum of Epochs: the bytes loaded from the source,
 	// from the disk cache and found in memory.

@@ -65,6 +65,20 @@ type Requester interface {
 	ReadAtCounted(p []byte, off int64) (n int, requests int64, err error)
 }
 
+// RunRequester is a Requester that reads adjacent ranges of a file with
+// one request: a store whose cost is per request serves one large range
+// at several times the speed of as many small ones.
+type RunRequester interface {
+	Requester
+	// ReadRunCounted fills ps[0], ps[1], ... with the file's bytes from
+	// off on, back to back, with one request (more only to try again
+	// after a failure, from the first range not yet in), and calls
+	// arrived(i), in order, once ps[i] holds its bytes, checked as any
+	// read's; an error of arrived ends the read with it. A range is
+	// passed to arrived once. It returns the requests it made.
+	ReadRunCounted(ps [][]byte, off int64, arrived func(i int) error) (requests int64, err error)
+}
+
 // ErrChanged says that a file is no longer the version that was indexed.
 var ErrChanged = errors.New("changed since indexing")
 

@@ -70,7 +70,10 @@ type Source struct {
 	noCreds        error  // the instance metadata service's answer when there are none (anonymous requests), else nil
 }
 
-var _ source.Source = (*Source)(nil)
+var (
+	_ source.Source       = (*Source)(nil)
+	_ source.RunRequester = (*object)(nil)
+)
 
 // IsURL reports whether src names an S3 source (s3://bucket/prefix).
 func IsURL(src string) bool { return strings.HasPrefix(src, "s3://") }
@@ -288,19 +291,104 @@ func (o *object) readRange(p []byte, off int64) (int, int64, error) {
 	return 0, gets, fmt.Errorf("read %s at offset %d (%d bytes): %w: %w", o.Name(), off, len(p), err, syscall.EIO)
 }
 
+// readRun reads the adjacent ranges ps at off (ps[0] at off, ps[1] right
+// after it, ...) with one ranged GET, calling arrived(i) once ps[i] is in,
+// as readRange reads one: retried on the same errors, within the same
+// attempts. A try that fails part way is tried again from the first range
+// not yet in, so that no range is passed to arrived twice. It returns the
+// GETs it made; an error of arrived ends it with that error.
+func (o *object) readRun(ps [][]byte, off int64, arrived func(i int) error) (int64, error) {
+	var err error
+	var gets int64
+	done := 0 // ranges in and handed to arrived, from the first
+	for attempt := range o.s.attempts {
+		if attempt > 0 {
+			o.s.count.retries.Add(1)
+			d := min(100*time.Millisecond<<attempt, 5*time.Second)
+			time.Sleep(rand.N(d))
+		}
+		from := off
+		for _, p := range ps[:done] {
+			from += int64(len(p))
+		}
+		var in func(int) error
+		if arrived != nil {
+			in = func(i int) error { return arrived(done + i) }
+		}
+		var k int
+		k, err = o.getRun(ps[done:], from, in)
+		gets++
+		if k > 0 {
+			var n int64
+			for _, p := range ps[done : done+k] {
+				n += int64(len(p))
+			}
+			// The bytes of the ranges in: a try that failed after some
+			// did bring them, and they are not asked for again.
+			o.s.count.getBytes.Add(n)
+		}
+		done += k
+		if err == nil {
+			return gets, nil
+		}
+		var ae *arrivedError
+		if errors.As(err, &ae) {
+			return gets, ae.err
+		}
+		if !retryable(err) {
+			break
+		}
+		o.s.log.Debug("S3 read failed; retrying", "object", o.Name(), "offset", from, "attempt", attempt+1, "err", err)
+	}
+	o.s.count.failed.Add(1)
+	var n int64
+	for _, p := range ps {
+		n += int64(len(p))
+	}
+	if errors.Is(err, source.ErrChanged) {
+		o.s.count.changed.Add(1)
+		o.s.log.Error("S3 object replaced since indexing; its blocks give EIO (remount to reindex)", "object", o.Name(), "err", err)
+		return gets, fmt.Errorf("read %s at offset %d: %w: %w", o.Name(), off, err, syscall.EIO)
+	}
+	return gets, fmt.Errorf("read %s at offset %d (%d bytes in %d adjacent ranges): %w: %w", o.Name(), off, n, len(ps), err, syscall.EIO)
+}
+
+// ReadRunCounted reads adjacent ranges with one GET (source.RunRequester).
+func (o *object) ReadRunCounted(ps [][]byte, off int64, arrived func(i int) error) (int64, error) {
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	return o.readRun(ps, off, arrived)
+}
+
 // get makes one ranged GET of len(p) bytes at off into p.
 func (o *object) get(p []byte, off int64) error {
+	_, err := o.getRun([][]byte{p}, off, nil)
+	return err
+}
+
+// getRun makes one ranged GET of the bytes at off into ps, back to back:
+// ps[0] gets the first len(ps[0]) bytes, ps[1] the next, and so on. Once
+// ps[i] is filled, arrived(i) is called (if arrived is set) before the
+// body is read on; an error of it ends the GET with that error, wrapped in
+// arrivedError. It returns how many of ps, from the first, were handed to
+// arrived: a try that fails part way returns those that were.
+func (o *object) getRun(ps [][]byte, off int64, arrived func(i int) error) (int, error) {
+	var n int64
+	for _, p := range ps {
+		n += int64(len(p))
+	}
 	o.s.sem <- struct{}{}
 	defer func() { <-o.s.sem }()
 	ctx, cancel := context.WithTimeout(context.Background(), o.s.timeout)
 	defer cancel()
 	var opts minio.GetObjectOptions
-	if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
-		return err
+	if err := opts.SetRange(off, off+n-1); err != nil {
+		return 0, err
 	}
 	if o.etag != "" {
 		if err := opts.SetMatchETag(o.etag); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	o.s.count.gets.Add(1)
@@ -311,47 +399,84 @@ func (o *object) get(p []byte, off int64) error {
 		er := minio.ToErrorResponse(err)
 		switch {
 		case er.StatusCode == http.StatusPreconditionFailed || er.Code == "PreconditionFailed":
-			return fmt.Errorf("ETag is no longer %q: %w", o.etag, source.ErrChanged)
+			return 0, fmt.Errorf("ETag is no longer %q: %w", o.etag, source.ErrChanged)
 		case er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("object removed: %w", source.ErrChanged)
+			return 0, fmt.Errorf("object removed: %w", source.ErrChanged)
 		case er.StatusCode == http.StatusRequestedRangeNotSatisfiable || er.Code == "InvalidRange":
-			return fmt.Errorf("object shorter than indexed: %w", source.ErrChanged)
+			return 0, fmt.Errorf("object shorter than indexed: %w", source.ErrChanged)
 		}
-		return err
+		return 0, err
 	}
 	defer body.Close()
 	if o.etag != "" && info.ETag != "" && info.ETag != o.etag {
 		// A server that ignores If-Match.
-		return fmt.Errorf("ETag is now %q, was %q: %w", info.ETag, o.etag, source.ErrChanged)
+		return 0, fmt.Errorf("ETag is now %q, was %q: %w", info.ETag, o.etag, source.ErrChanged)
 	}
-	if err := checkRange(status, hdr, off, int64(len(p)), o.etag); err != nil {
-		return o.bad(err, status, hdr, off, len(p))
+	if err := checkRange(status, hdr, off, n, o.etag); err != nil {
+		return 0, o.bad(err, status, hdr, off, n)
 	}
-	n, err := io.ReadFull(body, p)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
+	// With its length announced, a body is cut there by net/http: each
+	// piece is passed on as it arrives. Without, a body longer than the
+	// range is not the range asked for, which only its end shows: no
+	// piece is passed on before.
+	early := hdr.Get("Content-Length") != ""
+	handed := func(i int) int { // of the first i filled
+		if early {
+			return i
 		}
-		if hdr.Get("Content-Length") == "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-			// With no length announced, the body ended before the
-			// range: the server's answer, not a connection cut.
-			return o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), errShortBody), status, hdr, off, len(p))
+		return 0
+	}
+	var got int64
+	for i, p := range ps {
+		k, err := io.ReadFull(body, p)
+		got += int64(k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return handed(i), fmt.Errorf("no response within %s: %w", o.s.timeout, ctx.Err())
+			}
+			if hdr.Get("Content-Length") == "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				// With no length announced, the body ended before the
+				// range: the server's answer, not a connection cut.
+				return handed(i), o.bad(fmt.Errorf("body ended after %d of %d bytes: %w", got, n, errShortBody), status, hdr, off, n)
+			}
+			// Short of the length announced (checked equal to the
+			// range): the connection was cut.
+			return handed(i), fmt.Errorf("body cut off after %d of %d bytes: %w", got, n, err)
 		}
-		// Short of the length announced (checked equal to the range):
-		// the connection was cut.
-		return fmt.Errorf("body cut off after %d of %d bytes: %w", n, len(p), err)
+		if i == len(ps)-1 {
+			// Nothing past the range: a longer body is not the range
+			// asked for, and none of it may be passed on as checked.
+			var one [1]byte
+			if k, _ := body.Read(one[:]); k > 0 {
+				return handed(i), o.bad(fmt.Errorf("body longer than %d bytes: %w", n, errShortBody), status, hdr, off, n)
+			}
+		}
+		if arrived != nil && early {
+			if err := arrived(i); err != nil {
+				return i, &arrivedError{err}
+			}
+		}
 	}
-	// Nothing past the range: a longer body is not the range asked for.
-	var one [1]byte
-	if k, _ := body.Read(one[:]); k > 0 {
-		return o.bad(fmt.Errorf("body longer than %d bytes: %w", len(p), errShortBody), status, hdr, off, len(p))
+	if arrived != nil && !early {
+		for i := range ps {
+			if err := arrived(i); err != nil {
+				return i, &arrivedError{err}
+			}
+		}
 	}
-	return nil
+	return len(ps), nil
 }
+
+// arrivedError is the error of the callback of getRun: the caller's
+// check of the bytes, not a failure of the GET, so never tried again.
+type arrivedError struct{ err error }
+
+func (e *arrivedError) Error() string { return e.err.Error() }
+func (e *arrivedError) Unwrap() error { return e.err }
 
 // bad counts and logs an answer whose bytes are not the range asked for,
 // and returns err: the read fails, and nothing of it is served or cached.
-func (o *object) bad(err error, status int, hdr http.Header, off int64, n int) error {
+func (o *object) bad(err error, status int, hdr http.Header, off, n int64) error {
 	o.s.count.badResponses.Add(1)
 	o.s.log.Warn("S3 answer to a ranged GET refused: not the bytes asked for", "object", o.Name(), "offset", off, "length", n,
 		"status", status, "content_range", hdr.Get("Content-Range"), "content_length", hdr.Get("Content-Length"), "etag", hdr.Get("ETag"), "err", err)
