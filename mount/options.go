@@ -223,7 +223,7 @@ func Options() []Option {
 	opts := []Option{
 		// Which source and index.
 		option(Option{Name: "block-size", Commands: cmdIndexing, ConfigKey: "block_size",
-			Help: "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record),\nor after 65,536 records averaging under 32 bytes (--index full)\n(default: chosen from the dataset's size before indexing, so that a buffer holds at least\n256 blocks: a power of two from 4 KiB (1 MiB for s3://) to 8 MiB; see .corgifs/config.json)",
+			Help: "`size` of a block, the unit of disk reads: a block ends at the first record boundary at\nor after each multiple of it in its file (so it is this size plus at most one record),\nor after 65,536 records averaging under 32 bytes (--index full)\n(default: chosen from the dataset's size before indexing, so that a buffer holds at least\n256 blocks: a power of two from 512 bytes (1 MiB for s3://) to 8 MiB; see .corgifs/config.json)",
 			// tune's help says its default in its own words.
 			variants: []variant{{cmds: CmdTune,
 				help: "block `size` of the data analysis and of the mount line (default: the size the\nstorage probe recommends, or the one a mount chooses with --probe=false)"}}},

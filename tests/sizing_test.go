@@ -312,3 +312,71 @@ func TestValidateDirectAtTheDefaultsTrainsAsItsMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestTinyDatasetAtTheDefaultsIsServedInBlocksOfTheLocalFloor mounts two
+// datasets far under 256 blocks of the floor a part, without --block-size:
+// one of records smaller than the floor (several a block) and one of
+// records larger (a block each: a block is cut only at a record boundary).
+// Blocks of 512 bytes are smaller than a page and than many records, so
+// the test reads every part of two epochs through the mount and checks
+// that each record is served once, CRCs intact, that parts differ by at
+// most about a block of bytes (few, coarse blocks a part made the
+// lock-step tail of an epoch lean to one class, VALIDATION.md), and that
+// no block was read with O_DIRECT, which needs whole pages.
+func TestTinyDatasetAtTheDefaultsIsServedInBlocksOfTheLocalFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		records, features int
+	}{
+		{"records under the floor", 600, 16},
+		{"records over the floor", 120, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := genSynthetic(t, tc.records, tc.features, 4, 4, "clustered")
+			want := sourceRecords(t, src)
+			var maxRec int64
+			names, _ := filepath.Glob(filepath.Join(src, "*.tfrecord"))
+			for _, n := range names {
+				b, err := os.ReadFile(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range frames(t, b) {
+					maxRec = max(maxRec, int64(len(r))+16)
+				}
+			}
+			const k = 4
+			m := startMount(t, src, "--seed", "3", "--parts", fmt.Sprint(k), "--cache-dir", t.TempDir())
+			c := readSizing(t, m.dir)
+			if c.BlockSize != sizing.LocalFloor || c.Sizing == nil || c.Sizing.BlockSizeGiven || !strings.Contains(c.Sizing.Reason, "the floor of a local source") {
+				t.Fatalf("config.json block_size %d, sizing %+v: want the local floor %d, chosen, and why", c.BlockSize, c.Sizing, sizing.LocalFloor)
+			}
+			total, blocks := c.Dataset.Bytes, int64(c.Dataset.Blocks)
+			if maxRec > sizing.LocalFloor && blocks != int64(len(want)) {
+				t.Fatalf("%d blocks of %d records over %d bytes: want a block a record", blocks, len(want), sizing.LocalFloor)
+			}
+			if maxRec < sizing.LocalFloor && blocks < total/sizing.LocalFloor-4 {
+				t.Fatalf("%d blocks for %d bytes: want about one every %d bytes", blocks, total, sizing.LocalFloor)
+			}
+			// A block is at most a floor of bytes plus the record that
+			// crosses its end.
+			block := sizing.LocalFloor + maxRec
+			for e := range 2 {
+				var got [][32]byte
+				for i := range k {
+					b := m.read(e, i, k)
+					if d := int64(k)*int64(len(b)) - total; d > k*block || -d > k*block {
+						t.Errorf("epoch %d part %d of %d holds %d bytes, want %d ± %d (bytes/K ± a block)", e, i, k, len(b), total/k, block)
+					}
+					got = append(got, hashes(frames(t, b))...)
+				}
+				if !reflect.DeepEqual(sortedHashes(got), sortedHashes(want)) {
+					t.Fatalf("epoch %d: the parts hold %d records, not each of the source's %d once", e, len(got), len(want))
+				}
+			}
+			if s := m.stats(); s.DirectBytesRead != 0 || s.BlocksRead == 0 {
+				t.Fatalf("stats: %d blocks read, %d bytes with O_DIRECT: want blocks under a page read through the page cache", s.BlocksRead, s.DirectBytesRead)
+			}
+		})
+	}
+}

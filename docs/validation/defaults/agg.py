@@ -1,12 +1,16 @@
 # Makes VALIDATION.md's table "At the defaults" from the validate --json files beside it
 # (NAME-kK-sS.json): run from the repository's root, `python3 docs/validation/defaults/agg.py`.
+# An argument names another directory of the same layout: `agg.py docs/validation/defaults/floor4k`
+# gives the small sets' rows at the 4 KiB local floor of before, floor1k at a 1 KiB one.
 #
 # For every row it also gives the null of each criterion: the same statistic for `full` of
 # seed s against `full` of seed s+1 (cyclically), two independent uniform shuffles trained
 # alike. At the defaults every part is one buffer, so corgipile serves an exact uniform
 # shuffle of each part: a corgipile − full gap inside the null's spread is the spread of
 # SGD over orders, not a property of the order.
-import collections, glob, itertools, json, re, statistics as st
+import collections, glob, itertools, json, re, statistics as st, sys
+
+BASE = sys.argv[1] if len(sys.argv) > 1 else "docs/validation/defaults"
 
 LABELS = {
     "fmnist": "Fashion-MNIST",
@@ -19,7 +23,7 @@ LABELS = {
 ORDER = list(LABELS)
 
 res = collections.defaultdict(dict)
-for f in sorted(glob.glob("docs/validation/defaults/*.json")):
+for f in sorted(glob.glob(BASE + "/*.json")):
     m = re.match(r".*/(.+)-k(\d+)-s(\d+)\.json", f)
     ds, k, s = m.group(1), int(m.group(2)), int(m.group(3))
     r = json.load(open(f))
@@ -89,7 +93,7 @@ for (ds, k) in sorted(res, key=lambda dk: (ORDER.index(dk[0]), dk[1])):
 # Seeds 6–15 of a row (more/NAME-kK-sS.json, runval5.sh and runval6.sh) with its seeds 1–5: the
 # spread of both final epochs over 15 seeds, and the null over every ordered pair of full's seeds.
 more = collections.defaultdict(dict)
-for f in sorted(glob.glob("docs/validation/defaults/more/*.json")):
+for f in sorted(glob.glob(BASE + "/more/*.json")):
     m = re.match(r".*/(.+)-k(\d+)-s(\d+)\.json", f)
     ds, k, s = m.group(1), int(m.group(2)), int(m.group(3))
     more[(ds, k)][s] = {run["strategy"]: run for run in json.load(open(f))["runs"]}
