@@ -127,7 +127,15 @@ func (l *Loader) read(b *Buf) error {
 	// The extents in the groups they are read in: adjacent blocks of a
 	// store that bills requests with one GET (runs.go), any other extent
 	// with a read of its own.
-	groups := runs(exts, order, l.coalesces(b.unit, exts), l.fetch.runBytes)
+	// Any other load reads its extents one by one in order, with no
+	// table of groups (a load's allocations are bounded per buffer:
+	// shuffler's TestStreamSequentialReadDoesNotAllocatePerRecord).
+	var groups [][]int
+	n := len(exts)
+	if l.coalesces(b.unit, exts) {
+		groups = runs(exts, order, true, l.fetch.runBytes)
+		n = len(groups)
+	}
 	split := func(i int) *splitter {
 		if own != nil {
 			own[i] = splitter{l: l, b: b, e: exts[i], own: true}
@@ -136,12 +144,13 @@ func (l *Loader) read(b *Buf) error {
 		return &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 	}
 	var failed atomic.Bool
-	for range min(workers, len(groups)) {
+	for range min(workers, n) {
 		wg.Go(func() {
 			var dc decoder // kept from extent to extent: it may decode on
 			defer dc.put(l)
-			for k := int(next.Add(1) - 1); k < len(groups) && !failed.Load(); k = int(next.Add(1) - 1) {
-				if g := groups[k]; len(g) > 1 {
+			for k := int(next.Add(1) - 1); k < n && !failed.Load(); k = int(next.Add(1) - 1) {
+				if groups != nil && len(groups[k]) > 1 {
+					g := groups[k]
 					l.fetch.sem <- struct{}{}
 					i, err := l.readRun(b, files, exts, g, split)
 					<-l.fetch.sem
@@ -151,8 +160,21 @@ func (l *Loader) read(b *Buf) error {
 					}
 					continue
 				}
-				i := groups[k][0]
-				sp := split(i)
+				i := k
+				switch {
+				case groups != nil:
+					i = groups[k][0]
+				case order != nil:
+					i = order[k]
+				}
+				// Built here, not by split: a splitter that does not
+				// leave this goroutine stays off the heap (a load's
+				// allocations are per buffer, not per block).
+				sp := &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
+				if own != nil {
+					own[i] = splitter{l: l, b: b, e: exts[i], own: true}
+					sp = &own[i]
+				}
 				l.fetch.sem <- struct{}{}
 				// The file under the read slot: a worker waiting for room
 				// in the pool waits for workers that are reading.
