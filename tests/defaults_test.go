@@ -60,7 +60,9 @@ func TestExplicitBlockSizeTooLargeForTheBufferWarns(t *testing.T) {
 	if c := readSizing(t, m.dir); c.BlockSize != 1<<20 || c.Buffer != "10%" || c.Sizing == nil || !c.Sizing.BlockSizeGiven || !c.Sizing.BufferGiven || c.Sizing.Warning == "" {
 		t.Fatalf("config.json block_size %d, buffer %s, sizing %+v: want the 1 MiB and 10%% given, and the warning", c.BlockSize, c.Buffer, c.Sizing)
 	}
-	want := []string{"level=WARN", "too few blocks per buffer", "a total-variation distance of about", "use a larger --buffer (at least 128 MiB)", "blocks_per_buffer=1"}
+	// The buffer of 254 KiB holds 128 blocks of the 512-byte local floor:
+	// the fix named is the smaller block.
+	want := []string{"level=WARN", "too few blocks per buffer", "a total-variation distance of about", "use --block-size 1.0 KiB or less (or leave it out)", "blocks_per_buffer=1"}
 	log, _ := m.logHas(want...)
 	for _, want := range want {
 		if !strings.Contains(log, want) {
