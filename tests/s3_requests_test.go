@@ -115,19 +115,7 @@ func rangeTotals(rs map[string][][2]int64) (gets, bytes, smallest int64) {
 func TestS3EpochAtTheDefaultsGETsOnlyItsBlocksAndProbesUnderFivePercent(t *testing.T) {
 	s := startS3(t)
 	s.upload("data", "small", genSynthetic(t, 2000, 512, 4, 2000, "clustered"))
-	large := genSynthetic(t, 18000, 512, 4, 3, "clustered")
-	if err := s.client.MakeBucket(t.Context(), "large", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(large)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if _, err := s.client.FPutObject(t.Context(), "large", "set/"+e.Name(), filepath.Join(large, e.Name()), minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.upload("large", "set", genSynthetic(t, 18000, 512, 4, 3, "clustered"))
 	p := startRangeLog(t, s)
 	for _, c := range []struct{ name, src string }{{"2000 one-record objects", "s3://data/small"}, {"3 objects", "s3://large/set"}} {
 		m := startMount(t, c.src, "--s3-endpoint", p.srv.URL)
@@ -261,19 +249,7 @@ func TestS3EpochAtTheDefaultsGETsOnlyItsBlocksAndProbesUnderFivePercent(t *testi
 // index (every byte read), each once.
 func TestS3FirstEpochOfAProbedIndexProvesItsCutsByReadingWholeBlocksAhead(t *testing.T) {
 	s := startS3(t)
-	large := genSynthetic(t, 18000, 512, 4, 3, "clustered")
-	if err := s.client.MakeBucket(t.Context(), "large", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(large)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if _, err := s.client.FPutObject(t.Context(), "large", "set/"+e.Name(), filepath.Join(large, e.Name()), minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.upload("large", "set", genSynthetic(t, 18000, 512, 4, 3, "clustered"))
 	p := startRangeLog(t, s)
 	// 16 MiB of memory: buffers of three 1 MiB blocks, four to an epoch.
 	flags := []string{"--s3-endpoint", p.srv.URL, "--max-memory", "16MiB"}
