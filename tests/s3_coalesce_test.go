@@ -189,25 +189,9 @@ func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the run only, and the epoch serves the exact bytes of the local mount,
 // with every retry counted and no read failed.
 func TestS3RunCutOffMidBodyIsTriedAgainFromItsFirstBlockNotYetIn(t *testing.T) {
-	s := startS3(t)
-	src := genSynthetic(t, 40000, 512, 4, 4, "clustered")
-	s.upload("data", "cut", src)
-	p := startCutProxy(t, s)
-	flags := []string{"--seed", "5", "--parts", "1", "--max-memory", "4GiB", "--index", "full", "--block-size", "1MiB", "--prefetch", "0"}
-	m := startMount(t, "s3://data/cut", append(flags, "--s3-endpoint", p.srv.URL, "--s3-timeout", "10s")...)
-	c0 := readS3Counters(t, m)
-	p.cut.Store(3)
-	got := m.read(0, 0, 1)
-	c1 := readS3Counters(t, m)
-	l := startMount(t, src, flags...)
-	if local := l.read(0, 0, 1); !bytes.Equal(got, local) {
-		t.Fatalf("epoch 0 through S3 with 3 runs cut off (%d bytes) differs from the same mount of the local files (%d bytes)", len(got), len(local))
-	}
+	p := cutRunsEpoch(t, "cut", false, 3)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.cuts) != 3 || c1.Source.Retries-c0.Source.Retries != 3 || c1.Source.Failed != c0.Source.Failed {
-		t.Fatalf("%d GETs cut off, %d retries, %d reads failed; want 3, 3, none", len(p.cuts), c1.Source.Retries-c0.Source.Retries, c1.Source.Failed-c0.Source.Failed)
-	}
 	for _, c := range p.cuts {
 		// The retry: the same run's end, from a block boundary past its
 		// start (60% of a run of several 1 MiB blocks holds one whole)
@@ -228,26 +212,9 @@ func TestS3RunCutOffMidBodyIsTriedAgainFromItsFirstBlockNotYetIn(t *testing.T) {
 // whole, from its first block, and the epoch serves the local mount's
 // bytes.
 func TestS3RunAnsweredWithoutALengthIsTriedAgainWholeWhenCutOff(t *testing.T) {
-	s := startS3(t)
-	src := genSynthetic(t, 40000, 512, 4, 4, "clustered")
-	s.upload("data", "chunked", src)
-	p := startCutProxy(t, s)
-	p.chunked = true
-	flags := []string{"--seed", "5", "--parts", "1", "--max-memory", "4GiB", "--index", "full", "--block-size", "1MiB", "--prefetch", "0"}
-	m := startMount(t, "s3://data/chunked", append(flags, "--s3-endpoint", p.srv.URL, "--s3-timeout", "10s")...)
-	c0 := readS3Counters(t, m)
-	p.cut.Store(2)
-	got := m.read(0, 0, 1)
-	c1 := readS3Counters(t, m)
-	l := startMount(t, src, flags...)
-	if local := l.read(0, 0, 1); !bytes.Equal(got, local) {
-		t.Fatalf("epoch 0 through S3 with 2 chunked runs cut off (%d bytes) differs from the same mount of the local files (%d bytes)", len(got), len(local))
-	}
+	p := cutRunsEpoch(t, "chunked", true, 2)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.cuts) != 2 || c1.Source.Retries-c0.Source.Retries != 2 || c1.Source.Failed != c0.Source.Failed {
-		t.Fatalf("%d GETs cut off, %d retries, %d reads failed; want 2, 2, none", len(p.cuts), c1.Source.Retries-c0.Source.Retries, c1.Source.Failed-c0.Source.Failed)
-	}
 	for _, c := range p.cuts {
 		n := 0
 		for _, r := range p.ranges {
@@ -259,4 +226,35 @@ func TestS3RunAnsweredWithoutALengthIsTriedAgainWholeWhenCutOff(t *testing.T) {
 			t.Fatalf("the chunked run of bytes %d-%d of %s, cut off after %d bytes, was asked for %d times; want twice, whole: the GETs %v", c.first, c.last, c.key, c.sent, n, p.ranges)
 		}
 	}
+}
+
+// cutRunsEpoch reads epoch 0 of a dataset uploaded under prefix through a
+// cut proxy (chunked: answering without a Content-Length) that cuts the
+// first n GETs of the epoch off part way. It checks that the epoch serves
+// the same mount's bytes of the local files, and that each cut GET was
+// tried again once with no read failed; it returns the proxy, whose GETs
+// the caller checks.
+func cutRunsEpoch(t *testing.T, prefix string, chunked bool, n int) *cutProxy {
+	t.Helper()
+	s := startS3(t)
+	src := genSynthetic(t, 40000, 512, 4, 4, "clustered")
+	s.upload("data", prefix, src)
+	p := startCutProxy(t, s)
+	p.chunked = chunked
+	flags := []string{"--seed", "5", "--parts", "1", "--max-memory", "4GiB", "--index", "full", "--block-size", "1MiB", "--prefetch", "0"}
+	m := startMount(t, "s3://data/"+prefix, append(flags, "--s3-endpoint", p.srv.URL, "--s3-timeout", "10s")...)
+	c0 := readS3Counters(t, m)
+	p.cut.Store(int64(n))
+	got := m.read(0, 0, 1)
+	c1 := readS3Counters(t, m)
+	l := startMount(t, src, flags...)
+	if local := l.read(0, 0, 1); !bytes.Equal(got, local) {
+		t.Fatalf("epoch 0 through S3 with %d runs cut off (chunked %v; %d bytes) differs from the same mount of the local files (%d bytes)", n, chunked, len(got), len(local))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.cuts) != n || c1.Source.Retries-c0.Source.Retries != int64(n) || c1.Source.Failed != c0.Source.Failed {
+		t.Fatalf("%d GETs cut off, %d retries, %d reads failed; want %d, %d, none", len(p.cuts), c1.Source.Retries-c0.Source.Retries, c1.Source.Failed-c0.Source.Failed, n, n)
+	}
+	return p
 }
