@@ -236,11 +236,7 @@ func (pl *ProofLog) ForgetCounts() error {
 	if pl.o.CacheDir == "" {
 		return nil
 	}
-	path, err := cacheDirFor(pl.o.CacheDir, pl.src)
-	if err != nil {
-		return err
-	}
-	dir, err := cachedir.OpenPath(path)
+	dir, err := pl.openDir()
 	if err != nil {
 		return err
 	}

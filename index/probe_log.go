@@ -207,11 +207,7 @@ func (pl *ProofLog) flush() error {
 	if !pl.dirty && !pl.countsDirty || pl.o.CacheDir == "" {
 		return nil
 	}
-	path, err := cacheDirFor(pl.o.CacheDir, pl.src)
-	if err != nil {
-		return err
-	}
-	dir, err := cachedir.OpenPath(path)
+	dir, err := pl.openDir()
 	if err != nil {
 		return err
 	}
@@ -234,6 +230,16 @@ func (pl *ProofLog) flush() error {
 	}
 	pl.dirty = false
 	return nil
+}
+
+// openDir opens the cache directory of pl's source, where its proofs and
+// kept counts are written.
+func (pl *ProofLog) openDir() (*cachedir.Dir, error) {
+	path, err := cacheDirFor(pl.o.CacheDir, pl.src)
+	if err != nil {
+		return nil, err
+	}
+	return cachedir.OpenPath(path)
 }
 
 // Close writes the proofs not yet written.
