@@ -111,6 +111,14 @@ const (
 	s3MinIO     = "minio"
 )
 
+// serverName is how the results name the server of kind (--s3-server).
+func serverName(kind string) string {
+	if kind == s3MinIO {
+		return "MinIO"
+	}
+	return "versitygw"
+}
+
 // startS3Server starts a server of kind on a free port of 127.0.0.1,
 // serving dir/root (MinIO: dir/minio-root), and waits until it answers.
 func startS3Server(ctx context.Context, dir, kind string) (*s3Server, error) {
@@ -641,9 +649,15 @@ func (h *harness) s3Markdown(took time.Duration) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n\n", s3Heading)
-	p("A real S3 server on this machine: versitygw v1.8.0 (the S3 gateway `.ci/run` builds for the\n")
-	p("tests; the issue names MinIO, which serves the same API) serving a copy of the dataset from\n")
-	p("this machine's disk on 127.0.0.1 (posix backend, access log on, where the GETs are counted).\n")
+	if h.o.s3Server == s3MinIO {
+		p("A real S3 server on this machine: MinIO (the server `.ci/run` builds for the tests) serving a\n")
+		p("copy of the dataset from this machine's disk on 127.0.0.1 (its request counters, read from its\n")
+		p("metrics, count the GETs).\n")
+	} else {
+		p("A real S3 server on this machine: versitygw v1.8.0 (the S3 gateway `.ci/run` builds for the\n")
+		p("tests; the issue names MinIO, which serves the same API) serving a copy of the dataset from\n")
+		p("this machine's disk on 127.0.0.1 (posix backend, access log on, where the GETs are counted).\n")
+	}
 	p("Every figure is from the same run. Before each timed epoch the page cache is dropped (`echo 3 >\n")
 	p("/proc/sys/vm/drop_caches`), so the server reads its files from the disk. Round-robin, %d runs\n", h.o.runs)
 	p("each: (1) the objects read with minio-go (the client corgifs uses), one whole-object GET after\n")
@@ -668,7 +682,7 @@ func (e *runEnv) s3Body() string {
 		best, bestName = par, "parallel GETs"
 	}
 	p("#### Setup\n\n%s", datasetLine(e.ds))
-	p("- Server: versitygw at %s, objects `s3://%s/%s/`, %d of them.\n", res.endpoint, s3Bucket, s3Prefix, len(e.ds.Files))
+	p("- Server: %s at %s, objects `s3://%s/%s/`, %d of them.\n", serverName(e.o.s3Server), res.endpoint, s3Bucket, s3Prefix, len(e.ds.Files))
 	how := "full: every object read once"
 	if res.indexMode == "probe" {
 		how = "probe: a small ranged GET at each multiple of the block size finds the record boundary there; records are counted as blocks load"
@@ -712,7 +726,7 @@ func (e *runEnv) s3Body() string {
 	p("local directory read that epoch at %.0f MB/s: from S3 corgifs ran at %.2f× its own speed on local files.\n", cl.med, cg.med/cl.med)
 	p("The plain GETs hand their bytes to no one; corgifs copies them into its buffers and serves them\n")
 	p("through FUSE to another process, on the same CPUs as the server (CPU columns: the server's\n")
-	p("versitygw and the client, the benchmark process or the corgifs daemon; `cat`'s is not counted).\n\n")
+	p("%s and the client, the benchmark process or the corgifs daemon; `cat`'s is not counted).\n\n", serverName(e.o.s3Server))
 
 	p("#### GET requests per epoch\n\n")
 	p("| reader | GETs per epoch | bytes per GET |\n| --- | ---: | ---: |\n")
