@@ -181,6 +181,7 @@ func (pl *ProofLog) FillCounts(ix *Index, log *slog.Logger) int {
 	if len(pl.counts) == 0 {
 		return 0
 	}
+	pl.pruneCounts(ix)
 	filled, unknown, before := 0, false, ix.Records
 	for fi := range ix.Files {
 		first, n := ix.FileBlocks(int32(fi))
@@ -220,6 +221,28 @@ func (pl *ProofLog) FillCounts(ix *Index, log *slog.Logger) int {
 	ix.countsKept += filled
 	ix.keptRecords += ix.Records - before
 	return filled
+}
+
+// pruneCounts drops, under pl.mu, the counts kept for an earlier version
+// of a file of ix (same path, another size, mtime or version): no index
+// will ask for them again, and without this a dataset rewritten epoch
+// after epoch would grow the list without end. Counts of the same version
+// at other cuts stay (an index at another block size may be mounted
+// again), as do those of paths ix does not list (a mount of part of the
+// source).
+func (pl *ProofLog) pruneCounts(ix *Index) {
+	current := make(map[string]ProofEntry, len(ix.Files))
+	for fi := range ix.Files {
+		e := ix.ProofEntry(int32(fi))
+		current[e.Path] = e
+	}
+	for id := range pl.counts {
+		cur, ok := current[id.Path]
+		if ok && (cur.Size != id.Size || cur.Mtime != id.Mtime || cur.Version != id.Version) {
+			delete(pl.counts, id)
+			pl.countsDirty = true
+		}
+	}
 }
 
 // ForgetCounts drops every kept count of pl's source, in memory and in

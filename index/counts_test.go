@@ -104,6 +104,33 @@ func TestKeptRecordCountsAreNotGivenToAFileWhoseIdentityCutsOrFormatDiffer(t *te
 			}
 		}
 	})
+	t.Run("earlier-version-pruned", func(t *testing.T) {
+		root, files := blocktest.Dataset(t, 15, 2, 400, 300)
+		o := Options{BlockSize: 4000, CacheDir: t.TempDir(), Probe: true}
+		full := build(t, root, Options{BlockSize: 4000})
+		keepAll(t, openLog(t, root, o), build(t, root, o), full)
+		o3 := o
+		o3.BlockSize = 3000 // counts of the same files at other cuts stay
+		keepAll(t, openLog(t, root, o3), build(t, root, o3), build(t, root, Options{BlockSize: 3000}))
+		data := slices.Clone(files[1].Data)
+		data[len(data)-1] ^= 0xff
+		blocktest.WriteBytes(t, filepath.Join(root, "f1.tfrecord"), data)
+		pl := openLog(t, root, o)
+		pl.FillCounts(build(t, root, o), nil)
+		if err := pl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		pl = openLog(t, root, o)
+		var paths []string
+		for id := range pl.counts {
+			paths = append(paths, id.Path)
+		}
+		slices.Sort(paths)
+		// f0 at both block sizes; f1's counts were for its earlier bytes.
+		if want := []string{"f0.tfrecord", "f0.tfrecord"}; !slices.Equal(paths, want) {
+			t.Fatalf("kept counts after f1 was rewritten are for %v, want %v", paths, want)
+		}
+	})
 	t.Run("other-block-size", func(t *testing.T) {
 		root, _ := blocktest.Dataset(t, 7, 2, 400, 300)
 		o := Options{BlockSize: 4000, CacheDir: t.TempDir(), Probe: true}
