@@ -212,7 +212,7 @@ class Dataset(tud.IterableDataset):
         offset, count = self._consumed.get(i, (0, 0))
         path = self.part(worker, workers)
         decode = self.reader.decode if self.decode is True else self.decode
-        with self.reader.open(path) as f:
+        with self.reader.open_ahead(path) as f:  # a mount's part: read ahead (readahead.py)
             recs = self.reader.records_for(f, offset, decode) if decode else self.reader.records(f, offset)
             for rec, nxt in recs:
                 count += 1

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import tfrecord as _tfrecord
 from .tfrecord import CHUNK, CorruptRecord, decode_example, read_tfrecords
+from .readahead import ReadAhead as _ReadAhead
 
 # The decoders that take a bytearray record as theirs to keep.
 _VIEWING = (_tfrecord.decode_example, _tfrecord.parse_example, _tfrecord.decode_example_pure,
@@ -70,8 +71,20 @@ class Reader:
         reader may then yield buffers the decoding can keep."""
         return self.records(f, offset)
 
+    #: whether records() only seeks before it reads and then reads forward
+    #: with read(), so that a file can be read ahead of it (open_ahead).
+    forward = False
+
     def open(self, path):
         return open(path, "rb", buffering=self.buffering)
+
+    def open_ahead(self, path):
+        """open(path), read one chunk ahead by a thread where the format
+        reads forward (readahead.py says why: a mount's parts)."""
+        f = self.open(path)
+        if not self.forward:
+            return f
+        return _ReadAhead(f, chunk=self.chunk)
 
 
 class TFRecord(Reader):
@@ -80,6 +93,7 @@ class TFRecord(Reader):
     mount already made when it loaded each record's block."""
 
     name, ext = "tfrecord", ".tfrecord"
+    forward = True
 
     def records(self, f, offset=0):
         return read_tfrecords(f, offset, verify=self.verify, chunk=self.chunk)
@@ -99,6 +113,7 @@ class Lines(Reader):
     """Text lines; decode gives the line as str (without "\\n" or "\\r\\n")."""
 
     name, ext = "lines", ".txt"
+    forward = True
 
     def records(self, f, offset=0):
         return _lines(f, offset, self.chunk)
