@@ -231,14 +231,16 @@ func (pl *ProofLog) FillCounts(ix *Index, log *slog.Logger) int {
 // again), as do those of paths ix does not list (a mount of part of the
 // source).
 func (pl *ProofLog) pruneCounts(ix *Index) {
-	current := make(map[string]ProofEntry, len(ix.Files))
-	for fi := range ix.Files {
-		e := ix.ProofEntry(int32(fi))
-		current[e.Path] = e
+	current := make(map[string]int, len(ix.Files))
+	for fi, f := range ix.Files {
+		current[f.Path] = fi
 	}
 	for id := range pl.counts {
-		cur, ok := current[id.Path]
-		if ok && (cur.Size != id.Size || cur.Mtime != id.Mtime || cur.Version != id.Version) {
+		fi, ok := current[id.Path]
+		if !ok {
+			continue
+		}
+		if f := &ix.Files[fi]; f.Size != id.Size || f.Mtime != id.Mtime || f.Version != id.Version {
 			delete(pl.counts, id)
 			pl.countsDirty = true
 		}
