@@ -155,7 +155,7 @@ func TestOpenChoosesSizesIndexesAndPlansALocalDataset(t *testing.T) {
 	if info := ds.SizingInfo(); info.BlockSizeGiven || info.BufferGiven || info.Reason == "" {
 		t.Errorf("SizingInfo() = %+v: want both chosen, with a reason", info)
 	}
-	if est := (8 + tableBytes) * ds.Index.Records; ds.SlabBudget > c.MaxMemory || c.MaxMemory-ds.SlabBudget > est {
+	if est := (8+tableBytes)*ds.Index.Records + index.BlockHeapBytes*int64(len(ds.Index.Blocks)); ds.SlabBudget > c.MaxMemory || c.MaxMemory-ds.SlabBudget > est {
 		t.Errorf("slabs %d of a small index, want max memory %d less at most %d", ds.SlabBudget, c.MaxMemory, est)
 	}
 	p, err := ds.Planner.Plan(0, 0, 1)

@@ -38,8 +38,8 @@ const tableBytes = index.LoadedRecordBytes
 
 // MemorySplit divides maxMemory between the loader's slabs, which live
 // outside the Go heap, and the heap, so that the daemon's resident size stays
-// within maxMemory + 64 MiB. The heap holds the index (the frame lengths, 4
-// bytes a record; with record strategies also record offsets and two
+// within maxMemory + 64 MiB. The heap holds the index (index.BlockHeapBytes
+// a block, the frame lengths, 4 bytes a record; with record strategies also record offsets and two
 // epochs' plans, 16 more), the record tables of loaded buffers and of the
 // buffers parts serve (tableBytes for each record the slabs hold: twice
 // the slabs themselves for records of 16 bytes), the reply buffers of
@@ -55,7 +55,7 @@ func MemorySplit(ix *index.Index, maxMemory int64, recordStrategy bool) (slabs, 
 	// of every part, must be those of a mount that learns the counts as
 	// blocks load, which knew only the probe's.
 	records := ix.Records - ix.KeptRecords()
-	index := 4 * records
+	index := 4*records + index.BlockHeapBytes*int64(len(ix.Blocks))
 	if ix.RecordCRCs != nil {
 		index += 4 * records // a CRC32C per record, for formats without checksums
 	}

@@ -26,6 +26,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/corgifs/corgifs/index"
 	"github.com/corgifs/corgifs/shuffler"
 	"github.com/dustin/go-humanize"
 )
@@ -60,6 +61,14 @@ const (
 	// Ceiling is the largest default block: the size every mount used
 	// before this rule; larger blocks only make a buffer's mix coarser.
 	Ceiling = 8 << 20
+	// IndexShare is the share of --max-memory the index's blocks may take
+	// (index.BlockHeapBytes each): where the buffer's TargetBlocks would
+	// cut a large dataset into more blocks than that, blocks are made
+	// larger. 1 GiB of 1 KiB records in 64 parts at --max-memory 64MiB
+	// got 512 B blocks, one a record (1,048,576 blocks), and the daemon
+	// peaked at 149 MiB against the stated 128; at the 4 KiB this share
+	// gives, 103 MiB.
+	IndexShare = 4
 	// RecordBuffer is the default buffer of the strategies that read
 	// records one at a time: window's window and mrs's reservoir are the
 	// baselines of tf.data and Bismarck, which hold a small share.
@@ -103,6 +112,9 @@ type Choice struct {
 	// buffer to the dataset's mix, were the dataset sorted by label into
 	// 10 equal classes (0 for a buffer of the whole dataset).
 	ExpectedTV float64
+	// IndexBound is set when the block was made larger than the buffer
+	// asks for, to keep the index within 1/IndexShare of --max-memory.
+	IndexBound bool
 	// Reason says what was chosen and why, for config.json and the log.
 	Reason string
 	// Warning is set when memory cannot hold enough blocks: the expected
@@ -128,6 +140,17 @@ func Floor(objectStore bool) int64 {
 
 // Choose applies the rule. It does no I/O.
 func Choose(in Input) Choice {
+	c := choose(in)
+	// Strategies that read records one at a time mix records, not blocks.
+	if !in.RecordStrategy && !c.WholePart && c.BlocksPerBuffer < MinBlocks {
+		c.Warning = warning(in, c)
+	}
+	return c
+}
+
+// choose is Choose without the warning, which searches choose for the
+// memory that would need none.
+func choose(in Input) Choice {
 	k := int64(max(1, in.Parts))
 	part := max(1, (in.DatasetBytes+k-1)/k)
 	limit := BufferLimit(max(1, in.MaxMemory/2))
@@ -181,7 +204,14 @@ func Choose(in Input) Choice {
 	} else {
 		bs := floorPow2(max(1, bytesOf(blockBuf)/TargetBlocks))
 		c.BlockSize = min(max(bs, floor), Ceiling)
+		// The index's share of memory comes before the ceiling: a
+		// dataset too large for it at the ceiling gets larger blocks.
+		indexed := indexBlock(in)
 		switch {
+		case c.BlockSize < indexed:
+			c.BlockSize, c.IndexBound = indexed, true
+			why = append(why, fmt.Sprintf("block %s: the smallest whose index (%d bytes a block) takes at most 1/%d of {max-memory}",
+				humanize.IBytes(uint64(c.BlockSize)), index.BlockHeapBytes, IndexShare))
 		case bs < floor:
 			why = append(why, fmt.Sprintf("block %s: the floor of %s (%d blocks a buffer would be smaller)",
 				humanize.IBytes(uint64(c.BlockSize)), kind(in.ObjectStore), TargetBlocks))
@@ -199,16 +229,14 @@ func Choose(in Input) Choice {
 		// Records are mixed one by one: blocks say nothing of the mix.
 		c.Reason = why[0] + "; " + why[1]
 	}
-	// Strategies that read records one at a time mix records, not blocks.
-	if !in.RecordStrategy && !c.WholePart && c.BlocksPerBuffer < MinBlocks {
-		c.Warning = warning(in, c, floor, limit)
-	}
 	return c
 }
 
 // warning says that a buffer holds too few blocks, what mix to expect and
 // which flag fixes it.
-func warning(in Input, c Choice, floor, limit int64) string {
+func warning(in Input, c Choice) string {
+	floor := Floor(in.ObjectStore)
+	limit := BufferLimit(max(1, in.MaxMemory/2))
 	fix := ""
 	// The memory whose buffer holds MinBlocks blocks of the size in use,
 	// or of the floor if smaller blocks are allowed.
@@ -219,14 +247,66 @@ func warning(in Input, c Choice, floor, limit int64) string {
 	case in.Buffer != (shuffler.BufferSize{}) && c.BufferBytes < limit:
 		fix = fmt.Sprintf("use a larger {buffer} (at least %s)", humanize.IBytes(uint64(MinBlocks*bs)))
 	default:
-		if in.BlockSize == 0 {
-			bs = floor
+		fix = fmt.Sprintf("use {max-memory} %s or more", humanize.IBytes(uint64(roundUp(memoryForMinBlocks(in)))))
+		if c.IndexBound {
+			fix = fmt.Sprintf("blocks of %s keep the index of %s within 1/%d of {max-memory}; %s",
+				humanize.IBytes(uint64(c.BlockSize)), humanize.IBytes(uint64(in.DatasetBytes)), IndexShare, fix)
 		}
-		need := MemoryFor(MinBlocks * bs)
-		fix = fmt.Sprintf("use {max-memory} %s or more", humanize.IBytes(uint64(need)))
 	}
 	return fmt.Sprintf("a buffer holds %d blocks of %s (at least %d keep the shuffle close to a full one): on data sorted by label a buffer's class mix is off by a total-variation distance of about %.2f, which cost points of accuracy in measurements; %s",
 		c.BlocksPerBuffer, humanize.IBytes(uint64(c.BlockSize)), MinBlocks, c.ExpectedTV, fix)
+}
+
+// indexBlock is the smallest power-of-two block that keeps the index of
+// in's dataset within its share of --max-memory.
+func indexBlock(in Input) int64 {
+	blocks := max(1, in.MaxMemory/IndexShare/index.BlockHeapBytes)
+	n := (in.DatasetBytes + blocks - 1) / blocks
+	if n <= 1 {
+		return 1
+	}
+	return floorPow2(n-1) << 1
+}
+
+// memoryForMinBlocks returns the smallest --max-memory at which in's
+// buffer holds MinBlocks blocks, with in's other flags: more memory gives
+// a larger buffer, and never a larger default block than the buffer or
+// the index's share asks for.
+func memoryForMinBlocks(in Input) int64 {
+	enough := func(m int64) bool {
+		in := in
+		in.MaxMemory = m
+		c := choose(in)
+		return c.WholePart || c.BlocksPerBuffer >= MinBlocks
+	}
+	lo, hi := max(1, in.MaxMemory), max(2, 2*in.MaxMemory)
+	for !enough(hi) && hi < 1<<50 {
+		lo, hi = hi, 2*hi
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if enough(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// roundUp rounds n up to a size that humanize.IBytes prints exactly (a
+// tenth of its unit under 10 units, else a unit), so that the printed
+// figure is never less than n.
+func roundUp(n int64) int64 {
+	u := int64(1)
+	for n/u >= 1024 {
+		u <<= 10
+	}
+	step := u
+	if n/u < 10 && u > 1 {
+		step = u / 10
+	}
+	return (n + step - 1) / step * step
 }
 
 // MemoryFor returns the smallest --max-memory whose buffer limit is at

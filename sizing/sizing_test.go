@@ -46,10 +46,16 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 		// K parts read on one node share the memory: 1 GiB in 8 parts
 		// does not fit whole, so each gets an eighth of the buffer room.
 		{"1 GiB local K=8", Input{DatasetBytes: gib, Parts: 8, MaxMemory: gib}, 64 * kib, shuffler.BufferSize{Bytes: BufferLimit(gib/2) / 8}, false, ""},
-		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use {max-memory} 516 MiB or more"},
+		{"s3 small memory", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true}, mib, shuffler.BufferSize{Bytes: BufferLimit(64 * mib)}, false, "use {max-memory} 517 MiB or more"},
 		// Given flags are kept; the rule says what they cost.
 		{"given block", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, BlockSize: 8 * mib}, 8 * mib, shuffler.BufferSize{Bytes: BufferLimit(gib / 2)}, false, "use {block-size} 1.0 MiB or less"},
-		{"given buffer", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 32 * kib}}, LocalFloor, shuffler.BufferSize{Bytes: 32 * kib}, false, "use a larger {buffer} (at least 64 KiB)"},
+		{"given buffer", Input{DatasetBytes: gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 32 * kib}}, LocalFloor, shuffler.BufferSize{Bytes: 32 * kib}, false, "use a larger {buffer} (at least 64 KiB)"},
+		// The index's share of memory: 10 GiB at the floor would be 21
+		// million blocks, 800 MiB of index; 2 KiB blocks keep it to 200.
+		{"given buffer, index bound", Input{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: gib, Buffer: shuffler.BufferSize{Bytes: 32 * kib}}, 2 * kib, shuffler.BufferSize{Bytes: 32 * kib}, false, "use a larger {buffer} (at least 256 KiB)"},
+		// TestSixtyFourReadersStayWithinMaxMemoryPlus64MiB's mount: 1 GiB
+		// in 64 parts at 64 MiB, whose buffers ask for 512 B blocks.
+		{"64 readers at 64 MiB", Input{DatasetBytes: gib, Parts: 64, MaxMemory: 64 * mib}, 4 * kib, shuffler.BufferSize{Bytes: BufferLimit(32*mib) / 64}, false, "blocks of 4.0 KiB keep the index of 1.0 GiB within 1/4 of {max-memory}; use {max-memory} 80 MiB or more"},
 		{"given 10%", Input{DatasetBytes: 48 * 1000 * 1000, Parts: 1, MaxMemory: gib, Buffer: pct(10)}, 16 * kib, pct(10), false, ""},
 		// Record strategies keep their small window, and the block size
 		// of the other strategies (one index for all).
@@ -77,8 +83,8 @@ func TestChooseGivesManyBlocksPerBufferAndAWholePartWhenItFits(t *testing.T) {
 				t.Fatal("no reason")
 			}
 			if !tc.in.RecordStrategy && tc.in.BlockSize == 0 && tc.in.Buffer == (shuffler.BufferSize{}) && !c.WholePart &&
-				c.BlockSize < Ceiling && c.BlockSize > Floor(tc.in.ObjectStore) && c.BlocksPerBuffer < TargetBlocks {
-				t.Fatalf("%d blocks a buffer, want at least %d when neither floor nor ceiling binds", c.BlocksPerBuffer, TargetBlocks)
+				c.BlockSize < Ceiling && c.BlockSize > Floor(tc.in.ObjectStore) && !c.IndexBound && c.BlocksPerBuffer < TargetBlocks {
+				t.Fatalf("%d blocks a buffer, want at least %d when neither floor, ceiling nor the index's share binds", c.BlocksPerBuffer, TargetBlocks)
 			}
 			// The buffer of a part always fits twice in the slabs the
 			// loader is sure to get.
@@ -119,16 +125,48 @@ func TestExpectedTVMatchesTheMeasuredMixes(t *testing.T) {
 
 // TestNoWarningAtTheDefaultsForDataOf64FloorsOrMore is issue 23's target:
 // at the default --max-memory no dataset of at least 64 × the floor warns,
-// whatever its size, K or source kind.
+// whatever its K or source kind, unless its index would not fit its share
+// of the memory at blocks small enough (IndexBound): then the warning
+// names the memory that holds both. In one part that is past 10 TiB.
 func TestNoWarningAtTheDefaultsForDataOf64FloorsOrMore(t *testing.T) {
 	for _, objectStore := range []bool{false, true} {
 		for size := 64 * Floor(objectStore); size <= 1<<50; size = size*3 + 7 {
 			for _, k := range []int{1, 2, 8, 64, 1024} {
-				c := Choose(Input{DatasetBytes: size, Parts: k, ObjectStore: objectStore, MaxMemory: gib})
-				if c.Warning != "" {
+				in := Input{DatasetBytes: size, Parts: k, ObjectStore: objectStore, MaxMemory: gib}
+				c := Choose(in)
+				if c.Warning != "" && (!c.IndexBound || !strings.Contains(c.Warning, "keep the index")) {
 					t.Fatalf("%d bytes, K=%d, object store %v: %s", size, k, objectStore, c.Warning)
 				}
+				if c.Warning != "" && k == 1 && size < 10<<40 {
+					t.Fatalf("%d bytes in one part, object store %v: %s", size, objectStore, c.Warning)
+				}
+				if c.BlocksPerBuffer > 0 && !c.WholePart && size/c.BlockSize > gib/IndexShare/40+1 {
+					t.Fatalf("%d bytes, K=%d: %d blocks of %d, an index over its share", size, k, size/c.BlockSize, c.BlockSize)
+				}
 			}
+		}
+	}
+}
+
+// TestTheWarnedMemoryNeedsNoWarning: the --max-memory a warning names
+// gives a buffer of MinBlocks blocks, and a little less does not.
+func TestTheWarnedMemoryNeedsNoWarning(t *testing.T) {
+	for _, in := range []Input{
+		{DatasetBytes: gib, Parts: 64, MaxMemory: 64 * mib},
+		{DatasetBytes: 10 * gib, Parts: 1, MaxMemory: 128 * mib, ObjectStore: true},
+		{DatasetBytes: 1 << 44, Parts: 64, MaxMemory: gib},
+	} {
+		if Choose(in).Warning == "" {
+			t.Fatalf("%+v: no warning", in)
+		}
+		m := memoryForMinBlocks(in)
+		in.MaxMemory = m
+		if w := Choose(in).Warning; w != "" {
+			t.Fatalf("at the named %d: %s", m, w)
+		}
+		in.MaxMemory = m - m/100
+		if Choose(in).Warning == "" {
+			t.Fatalf("1%% under the named %d: no warning, so it was not the smallest", m)
 		}
 	}
 }
