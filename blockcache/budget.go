@@ -102,6 +102,11 @@ func (l *Loader) reserveLocked(n int64, evict bool) *Buf {
 			l.unmapLastFreeLocked()
 			continue
 		}
+		// Blocks a walk kept go before any Buf: a buffer's memory is
+		// the budget's first use.
+		if l.dropWalkedLocked() {
+			continue
+		}
 		victim := l.nextVictimLocked(nil, evict, now)
 		if victim == nil {
 			return nil
@@ -181,6 +186,7 @@ func (l *Loader) canFreeLocked(need int64, evict bool, now time.Duration) bool {
 	for _, f := range l.mem.free {
 		need -= int64(cap(f.Data))
 	}
+	need -= l.walkedFreeLocked()
 	for v := l.nextVictimLocked(nil, evict, now); need > 0 && v != nil; v = l.nextVictimLocked(v, evict, now) {
 		need -= int64(cap(v.Data))
 	}

@@ -50,9 +50,20 @@ const (
 )
 
 // aheadReads is a prover's reads of gaps: a slot and a buffer per read in
-// flight.
+// flight, and where the blocks read go for the loads that need them.
 type aheadReads struct {
 	bufs chan []byte
+	keep walkKeeper // nil: dropped once checked
+}
+
+// walkKeeper keeps blocks a gap read checked, for the later loads that
+// hold them: the Loader (walked.go).
+type walkKeeper interface {
+	// walkRoom returns room for n bytes to be kept, or nil.
+	walkRoom(n int64) *walkedRun
+	// keepWalked keeps blocks of run, read from file offset off; it
+	// gives run back if it keeps none.
+	keepWalked(run *walkedRun, off int64, blocks []int32)
 }
 
 func newAheadReads() *aheadReads {
@@ -135,18 +146,32 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt) {
 			defer func() { p.ahead.bufs <- buf }()
 			lo := p.cut(fi, rn.lo)
 			end := min(head.End, p.cut(fi, rn.hi)+aheadSlack)
-			if int64(cap(buf)) < end-lo {
+			var run *walkedRun // the read is kept in it, if room
+			if p.ahead.keep != nil {
+				run = p.ahead.keep.walkRoom(end - lo)
+			}
+			data := buf
+			if run != nil {
+				data = run.data
+			} else if int64(cap(buf)) < end-lo {
 				buf = make([]byte, max(end-lo, aheadRange+aheadSlack))
+				data = buf
 			}
-			held := formats.Held{Data: buf[:end-lo], Off: lo}
-			if _, err := r.ReadAt(held.Data, lo); err != nil {
-				return
+			held := formats.Held{Data: data[:end-lo], Off: lo}
+			var ids []int32
+			if _, err := r.ReadAt(held.Data, lo); err == nil {
+				h := head
+				h.End = end
+				for k := rn.lo; k < rn.hi; k++ {
+					at, err := p.chain.ChainFrom(held, h, p.cut(fi, k), p.cut(fi, k+1))
+					fp.chained[k] = err == nil && at == p.cut(fi, k+1)
+					if fp.chained[k] && run != nil {
+						ids = append(ids, fp.first+k)
+					}
+				}
 			}
-			h := head
-			h.End = end
-			for k := rn.lo; k < rn.hi; k++ {
-				at, err := p.chain.ChainFrom(held, h, p.cut(fi, k), p.cut(fi, k+1))
-				fp.chained[k] = err == nil && at == p.cut(fi, k+1)
+			if run != nil {
+				p.ahead.keep.keepWalked(run, lo, ids)
 			}
 		})
 	}

@@ -96,6 +96,7 @@ type Loader struct {
 	bufs map[uint64][]*Buf
 	// Bufs with refs == 0, least recently used at the front.
 	idle idleList[Buf]
+	walk walked // blocks a chain walk read whole, kept (walked.go)
 }
 
 // damage reports, once, a block that no longer matches the index.
@@ -145,6 +146,9 @@ func NewLoader(ix *index.Index, o LoaderOptions) *Loader {
 	})
 	if l.proof != nil {
 		l.proof.kept = l.keepCounts
+		if l.proof.ahead != nil {
+			l.proof.ahead.keep = l
+		}
 	}
 	return l
 }

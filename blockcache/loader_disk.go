@@ -23,6 +23,10 @@ type EpochStats struct {
 	SourceGETs     int64 `json:"source_gets,omitempty"`
 	DiskCacheBytes int64 `json:"disk_cache_bytes"`
 	MemoryBytes    int64 `json:"memory_bytes"`
+	// WalkedBytes are bytes of blocks a record-chain walk had read whole
+	// and the loader kept (walked.go): read from the source once, by the
+	// walk (Stats.ProofBytes), not again.
+	WalkedBytes int64 `json:"walked_bytes,omitempty"`
 }
 
 // diskTier is the loader's state for the disk cache and the counts per
@@ -34,11 +38,19 @@ type diskTier struct {
 	epochs         map[int]*EpochStats
 }
 
-// readCachedExtent serves extent e of b from the disk cache if it holds
-// it, and reports whether it did; err is then the check of its bytes. A
+// readCachedExtent serves extent e of b from the blocks a walk kept
+// (walked.go) or the disk cache if either holds it, and reports whether it
+// did; err is then the check of its bytes. A
 // disk cache that reads into whole pages (diskcache.PageTier) gets the
 // block's pages, where it is placed as for a direct read (placesPages).
 func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bool, error) {
+	if l.takeWalked(e, b.Data[e.at:e.at+e.n]) {
+		if err := check(e.n); err != nil {
+			return true, err
+		}
+		l.addEpoch(b.unit.Epoch, EpochStats{WalkedBytes: e.n})
+		return true, nil
+	}
 	if l.tier.disk == nil || e.block < 0 {
 		return false, nil
 	}
@@ -120,6 +132,7 @@ func (l *Loader) addEpoch(e int, d EpochStats) {
 	s.SourceGETs += d.SourceGETs
 	s.DiskCacheBytes += d.DiskCacheBytes
 	s.MemoryBytes += d.MemoryBytes
+	s.WalkedBytes += d.WalkedBytes
 }
 
 // diskStats fills in the counters of the disk cache and of the epochs.
@@ -133,6 +146,7 @@ func (l *Loader) diskStats(s *Stats) {
 		s.Totals.SourceGETs += v.SourceGETs
 		s.Totals.DiskCacheBytes += v.DiskCacheBytes
 		s.Totals.MemoryBytes += v.MemoryBytes
+		s.Totals.WalkedBytes += v.WalkedBytes
 	}
 	l.tier.epochMu.Unlock()
 	if l.tier.disk != nil {

@@ -236,7 +236,9 @@ func TestRecordChainProvesEveryCutOfNormalDataInAnyOrder(t *testing.T) {
 }
 
 // readAhead turns the reading ahead of gaps (chain_ahead.go), which a
-// loader of a remote source does, on or off for a loader of local files.
+// loader of a remote source does, on or off for a loader of local files,
+// with the blocks read kept for their loads (walked.go) as a remote
+// source's loader keeps them.
 func readAhead(l *Loader, on bool) {
 	if l.proof == nil {
 		return
@@ -244,6 +246,7 @@ func readAhead(l *Loader, on bool) {
 	l.proof.ahead = nil
 	if on {
 		l.proof.ahead = newAheadReads()
+		l.proof.ahead.keep = l
 	}
 }
 

@@ -71,6 +71,10 @@ type Stats struct {
 	// boundaries (probe_proof.go): TFRecord and tar only.
 	ProofReads int64 `json:"proof_reads,omitempty"`
 	ProofBytes int64 `json:"proof_bytes,omitempty"`
+	// WalkKeptBytes are the bytes of blocks those walks read whole and
+	// the loader kept for the loads that hold them (walked.go); the
+	// epochs' WalkedBytes say how many were used.
+	WalkKeptBytes int64 `json:"walk_kept_bytes,omitempty"`
 }
 
 // Learned returns how many blocks of a probed index have been loaded, so
@@ -86,7 +90,7 @@ func (l *Loader) Learned() (blocks int, records int64) {
 // Stats returns a snapshot of the counters.
 func (l *Loader) Stats() Stats {
 	l.mu.Lock()
-	used, peak, mapped := l.mem.used, l.mem.peak, l.mem.mapped
+	used, peak, mapped, kept := l.mem.used, l.mem.peak, l.mem.mapped, l.walk.kept
 	l.mu.Unlock()
 	s := Stats{
 		BlocksRead: l.count.blocksRead.Load(), RecordsRead: l.count.recordsRead.Load(), BytesRead: l.count.bytesRead.Load(), DirectBytesRead: l.count.directBytes.Load(), BuffersLoaded: l.count.buffersLoaded.Load(), BuffersServedLoading: l.count.servedLoading.Load(),
@@ -102,6 +106,7 @@ func (l *Loader) Stats() Stats {
 	}
 	if l.proof != nil {
 		s.ProofReads, s.ProofBytes = l.proof.reads.Load(), l.proof.bytes.Load()
+		s.WalkKeptBytes = kept
 	}
 	return s
 }
