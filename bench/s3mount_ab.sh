@@ -4,7 +4,8 @@
 # `go run ./bench --s3speed --s3-server minio --work W --keep` left in
 # W/records-SIZE/s3-speed/minio-root, the page cache dropped before each
 # (root), and prints each run's MB/s of `cat` of part 0, the GETs and bytes
-# stats.json counts under epoch 0, and the daemon's and the server's CPU
+# stats.json counts under epoch 0, the chain walks' reads and bytes, the
+# walked bytes kept and those epoch 0 used, and the daemon's and the server's CPU
 # seconds.
 #
 #   bench/s3mount_ab.sh DIR RUNS LABEL:BINARY[:EXTRA MOUNT ARGS] ...
@@ -39,7 +40,7 @@ for r in $(seq "$RUNS"); do
 		cat "$part" > /dev/null
 		t1=$(date +%s.%N)
 		c1=$(ticks "$pid") s1=$(ticks $MPID)
-		ep=$(python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['epochs']['0']; print(e.get('source_gets',0), e['source_bytes'])" "$mnt/.corgifs/stats.json")
+		ep=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); e=s['epochs']['0']; print(e.get('source_gets',0), e['source_bytes'], 'walk', s.get('proof_reads',0), s.get('proof_bytes',0), 'kept', s.get('walk_kept_bytes',0), 'used', e.get('walked_bytes',0))" "$mnt/.corgifs/stats.json")
 		buf=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['buffer_bytes_per_part'])" "$mnt/.corgifs/config.json")
 		# With --debug among the extra arguments, the log says how long
 		# each buffer took to load: the GETs alone, without serving.

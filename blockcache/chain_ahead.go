@@ -120,8 +120,9 @@ func (p *prover) gapAhead(fi, target int32) bool {
 // cut target, in runs of adjacent blocks, and marks those whose record
 // chain from their start lands on their end (fileProof.chained). A read
 // that fails marks nothing: the walk then reads those bytes itself and
-// reports what is wrong. Called under the file's mu.
-func (p *prover) chainAhead(fi, target int32, r io.ReaderAt) {
+// reports what is wrong. With keptOnly a run the keeper has no room for
+// is left out. Called under the file's mu.
+func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 	fp := &p.files[fi]
 	if fp.chained == nil {
 		fp.chained = make([]bool, fp.n)
@@ -150,6 +151,9 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt) {
 			if p.ahead.keep != nil {
 				run = p.ahead.keep.walkRoom(end - lo)
 			}
+			if run == nil && keptOnly {
+				return
+			}
 			data := buf
 			if run != nil {
 				data = run.data
@@ -176,4 +180,66 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt) {
 		})
 	}
 	wg.Wait()
+}
+
+// aheadOfLoad reads, before a load reads blocks ids, what the walks
+// proving them will cross after it (proveRead) together with the load's
+// own blocks among it, from each file's last settled cut to the load's
+// last block there: in a first epoch, most of each file, read in runs of
+// adjacent blocks up to aheadRange instead of a GET for each of the
+// load's blocks (or each run of them) and then the walk's reads of the
+// gaps between them. Each block is kept (walked.go): the load takes its
+// own, the later loads theirs. Only while the keeper has room: a read
+// that is not kept would be read again, and a walk over records longer
+// than its window reads only their headers. A file with no gap, all of
+// whose unsettled blocks up to there are the load's, is left to the
+// load's own runs (runs.go), as large and as many at once as it likes.
+// TFRecord only, whose walk jumps over every block whose chain was seen
+// to land.
+func (p *prover) aheadOfLoad(ids []int32) {
+	if p.ahead == nil || p.ahead.keep == nil || !p.chain.TilingProvesEnd() {
+		return
+	}
+	targets := map[int32]int32{}
+	in := make(map[int32]bool, len(ids))
+	for _, id := range ids {
+		fi := p.ix.Blocks[id].File
+		in[id] = true
+		last := id - p.files[fi].first
+		if t, ok := targets[fi]; !ok || last > t {
+			targets[fi] = last
+		}
+	}
+	var wg sync.WaitGroup
+	for fi, t := range targets {
+		wg.Go(func() {
+			fp := &p.files[fi]
+			fp.mu.Lock()
+			defer fp.mu.Unlock()
+			if fp.next > t || fp.broken != nil || !p.gapBesides(fi, t, in) {
+				return
+			}
+			f := p.ix.Files[fi]
+			sf, err := p.ix.Source().Open(f.Path, f.Version)
+			if err != nil {
+				return // the walk reports it
+			}
+			defer sf.Close()
+			p.chainAhead(fi, t+1, countedReader{sf, p}, true)
+		})
+	}
+	wg.Wait()
+}
+
+// gapBesides reports whether a walk of file fi to cut target has blocks
+// to check ahead that are not among the load's blocks in. Called under
+// the file's mu.
+func (p *prover) gapBesides(fi, target int32, in map[int32]bool) bool {
+	fp := &p.files[fi]
+	for k := fp.next; k < min(target, fp.n); k++ {
+		if p.aheadNeeded(fi, k) && !in[fp.first+k] {
+			return true
+		}
+	}
+	return false
 }

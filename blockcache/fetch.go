@@ -143,6 +143,11 @@ func (l *Loader) read(b *Buf) error {
 		}
 		return &splitter{l: l, b: b, e: exts[i], lo: pos[i], hi: pos[i+1]}
 	}
+	// What the walks after the reads will cross, and this load's blocks
+	// among it, read first in large runs and kept (chain_ahead.go).
+	if ids := l.unproven(exts); ids != nil {
+		l.proof.aheadOfLoad(ids)
+	}
 	var failed atomic.Bool
 	for range min(workers, n) {
 		wg.Go(func() {
@@ -252,15 +257,7 @@ func isOrder(order []int32, n int) bool {
 // bytes of the buffer's own blocks a second time (issue 25: 8% of a
 // 38 MB dataset in GETs that were not blocks', in its first epoch).
 func (l *Loader) proveRead(exts []extent) error {
-	if l.proof == nil {
-		return nil
-	}
-	var ids []int32
-	for _, e := range exts {
-		if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
-			ids = append(ids, e.block)
-		}
-	}
+	ids := l.unproven(exts)
 	if ids == nil {
 		return nil
 	}
@@ -273,6 +270,21 @@ func (l *Loader) proveRead(exts []extent) error {
 		}
 	}
 	return nil
+}
+
+// unproven returns the blocks of exts whose probed boundaries are still
+// to be proven, or nil.
+func (l *Loader) unproven(exts []extent) []int32 {
+	if l.proof == nil {
+		return nil
+	}
+	var ids []int32
+	for _, e := range exts {
+		if e.block >= 0 && e.records == 0 && !l.proof.ready(e.block) {
+			ids = append(ids, e.block)
+		}
+	}
+	return ids
 }
 
 // checkChunk is how much of an extent is read through the page cache

@@ -49,6 +49,10 @@ func (l *Loader) readCachedExtent(b *Buf, e extent, check func(int64) error) (bo
 			return true, err
 		}
 		l.addEpoch(b.unit.Epoch, EpochStats{WalkedBytes: e.n})
+		if l.tier.disk != nil {
+			// Bytes from the source, checked: as fetched offers them.
+			l.tier.disk.OfferExtent(diskcache.Extent{File: e.file, Block: e.block, Off: e.off, Len: e.n}, b.unit.Epoch, b.Data[e.at:e.at+e.n])
+		}
 		return true, nil
 	}
 	if l.tier.disk == nil || e.block < 0 {

@@ -280,7 +280,7 @@ func (p *prover) walk(fi int32, target int32) error {
 		if err != nil {
 			return err
 		}
-		p.chainAhead(fi, target, r)
+		p.chainAhead(fi, target, r, false)
 	}
 	for fp.next <= target {
 		j := fp.next

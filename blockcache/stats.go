@@ -75,6 +75,10 @@ type Stats struct {
 	// the loader kept for the loads that hold them (walked.go); the
 	// epochs' WalkedBytes say how many were used.
 	WalkKeptBytes int64 `json:"walk_kept_bytes,omitempty"`
+	// WalkTaken counts the blocks loads took from them instead of the
+	// source: each is offered to the disk cache as a fetched block is,
+	// beside the SourceRequests.
+	WalkTaken int64 `json:"walk_taken,omitempty"`
 }
 
 // Learned returns how many blocks of a probed index have been loaded, so
@@ -90,7 +94,7 @@ func (l *Loader) Learned() (blocks int, records int64) {
 // Stats returns a snapshot of the counters.
 func (l *Loader) Stats() Stats {
 	l.mu.Lock()
-	used, peak, mapped, kept := l.mem.used, l.mem.peak, l.mem.mapped, l.walk.kept
+	used, peak, mapped, kept, taken := l.mem.used, l.mem.peak, l.mem.mapped, l.walk.kept, l.walk.taken
 	l.mu.Unlock()
 	s := Stats{
 		BlocksRead: l.count.blocksRead.Load(), RecordsRead: l.count.recordsRead.Load(), BytesRead: l.count.bytesRead.Load(), DirectBytesRead: l.count.directBytes.Load(), BuffersLoaded: l.count.buffersLoaded.Load(), BuffersServedLoading: l.count.servedLoading.Load(),
@@ -106,7 +110,7 @@ func (l *Loader) Stats() Stats {
 	}
 	if l.proof != nil {
 		s.ProofReads, s.ProofBytes = l.proof.reads.Load(), l.proof.bytes.Load()
-		s.WalkKeptBytes = kept
+		s.WalkKeptBytes, s.WalkTaken = kept, taken
 	}
 	return s
 }

@@ -46,7 +46,7 @@ type walked struct {
 	blocks map[int32]walkedBlock
 	runs   []*walkedRun // oldest first
 	kept   int64        // bytes of blocks kept, ever (Stats.WalkKeptBytes)
-	hits   int64        // bytes of blocks served from here (Stats.WalkHitBytes)
+	taken  int64        // blocks served from here (Stats.WalkTaken)
 }
 
 // walkRoom returns a slab of n bytes for a gap read to be kept, or nil when
@@ -116,7 +116,7 @@ func (l *Loader) takeWalked(e extent, dst []byte) bool {
 	defer l.mu.Unlock()
 	w.run.pinned--
 	w.run.left--
-	l.walk.hits += w.n
+	l.walk.taken++
 	if w.run.left == 0 || w.run.gone {
 		l.retireWalkedLocked(w.run)
 	}

@@ -73,7 +73,7 @@ func (m *mount) settled() api.Stats {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		s := m.cacheStats()
 		d := s.DiskCache
-		if d.Written+d.WriteSkipped+d.NotAdmitted >= s.SourceRequests || d.Disabled != "" {
+		if d.Written+d.WriteSkipped+d.NotAdmitted >= s.SourceRequests+s.WalkTaken || d.Disabled != "" {
 			return s
 		}
 		if time.Now().After(deadline) {
@@ -105,7 +105,7 @@ func TestS3DiskCacheServesLaterEpochsAndRemountsWithoutGETsAndRefetchesDamagedEn
 	m := startMount(t, "s3://data/cached", append(slices.Clone(remote), "--disk-cache", dc)...)
 	sameEpoch(t, m, local, 0)
 	st := m.settled()
-	if st.DiskCache.Written == 0 || st.DiskCache.Written != st.SourceRequests {
+	if st.DiskCache.Written == 0 || st.DiskCache.Written != st.SourceRequests+st.WalkTaken {
 		t.Fatalf("epoch 0 fetched %d blocks and cached %d, want all", st.SourceRequests, st.DiskCache.Written)
 	}
 	before := p.gets.Load()
