@@ -30,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/corgifs/corgifs/formats"
+	"github.com/corgifs/corgifs/source"
 )
 
 const (
@@ -43,6 +44,15 @@ const (
 	// memory beside the loader's budget (16 MiB, as the 8 remote walks'
 	// windows of 2 MiB were).
 	aheadInFlight = 4
+	// keptRange and keptInFlight are aheadRange and aheadInFlight for the
+	// reads that are kept (walked.go, aheadOfLoad): those land in slabs
+	// the budget pays for, not in the prover's buffers, and each is one
+	// GET (source.RunRequester), not split. MinIO on this machine read a
+	// first load of 530 MB in 0.55-0.63 s with 8 GETs of 8 MiB at once,
+	// against 0.96-1.02 s with 4 reads of 4 MiB split in GETs of 2 MiB
+	// (BENCHMARKS.md, issue 25).
+	keptRange    = 8 << 20
+	keptInFlight = 8
 	// aheadSlack is read past a run of blocks where the file goes on: a
 	// tar walk decides that a sample starts at a cut from the member
 	// header there.
@@ -52,8 +62,9 @@ const (
 // aheadReads is a prover's reads of gaps: a slot and a buffer per read in
 // flight, and where the blocks read go for the loads that need them.
 type aheadReads struct {
-	bufs chan []byte
-	keep walkKeeper // nil: dropped once checked
+	bufs  chan []byte
+	slots chan struct{} // keptInFlight, for the reads of chainAhead's keptOnly
+	keep  walkKeeper    // nil: dropped once checked
 }
 
 // walkKeeper keeps blocks a gap read checked, for the later loads that
@@ -67,7 +78,7 @@ type walkKeeper interface {
 }
 
 func newAheadReads() *aheadReads {
-	a := &aheadReads{bufs: make(chan []byte, aheadInFlight)}
+	a := &aheadReads{bufs: make(chan []byte, aheadInFlight), slots: make(chan struct{}, keptInFlight)}
 	for range aheadInFlight {
 		a.bufs <- nil // allocated when first used
 	}
@@ -129,11 +140,15 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 	}
 	type run struct{ lo, hi int32 } // blocks lo to hi-1
 	var runs []run
+	limit := int64(aheadRange)
+	if keptOnly {
+		limit = keptRange
+	}
 	for k := fp.next; k < min(target, fp.n); k++ {
 		if !p.aheadNeeded(fi, k) {
 			continue
 		}
-		if n := len(runs); n > 0 && runs[n-1].hi == k && p.cut(fi, k+1)-p.cut(fi, runs[n-1].lo) <= aheadRange {
+		if n := len(runs); n > 0 && runs[n-1].hi == k && p.cut(fi, k+1)-p.cut(fi, runs[n-1].lo) <= limit {
 			runs[n-1].hi++
 			continue
 		}
@@ -142,9 +157,20 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 	head := p.ix.Files[fi].Head
 	var wg sync.WaitGroup
 	for _, rn := range runs {
-		buf := <-p.ahead.bufs
+		var buf []byte
+		if keptOnly {
+			p.ahead.slots <- struct{}{}
+		} else {
+			buf = <-p.ahead.bufs
+		}
 		wg.Go(func() {
-			defer func() { p.ahead.bufs <- buf }()
+			defer func() {
+				if keptOnly {
+					<-p.ahead.slots
+				} else {
+					p.ahead.bufs <- buf
+				}
+			}()
 			lo := p.cut(fi, rn.lo)
 			end := min(head.End, p.cut(fi, rn.hi)+aheadSlack)
 			var run *walkedRun // the read is kept in it, if room
@@ -163,7 +189,7 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 			}
 			held := formats.Held{Data: data[:end-lo], Off: lo}
 			var ids []int32
-			if _, err := r.ReadAt(held.Data, lo); err == nil {
+			if err := readOnce(r, held.Data, lo); err == nil {
 				h := head
 				h.End = end
 				for k := rn.lo; k < rn.hi; k++ {
@@ -242,4 +268,22 @@ func (p *prover) gapBesides(fi, target int32, in map[int32]bool) bool {
 		}
 	}
 	return false
+}
+
+// readOnce reads len(b) bytes at off with one request where the source
+// can (source.RunRequester): a gap read runs beside others, which keep
+// the link full, and more, smaller GETs would only cost the store more.
+func readOnce(r io.ReaderAt, b []byte, off int64) error {
+	if c, ok := r.(countedReader); ok {
+		if rr, ok := c.r.(source.RunRequester); ok {
+			gets, err := rr.ReadRunCounted([][]byte{b}, off, nil)
+			c.p.reads.Add(gets)
+			if err == nil {
+				c.p.bytes.Add(int64(len(b)))
+			}
+			return err
+		}
+	}
+	_, err := r.ReadAt(b, off)
+	return err
 }
