@@ -26,7 +26,6 @@ package blockcache
 // blocks up to aheadRange.
 
 import (
-	"io"
 	"sync"
 
 	"github.com/corgifs/corgifs/formats"
@@ -116,11 +115,12 @@ func (p *prover) aheadNeeded(fi, k int32) bool {
 }
 
 // gapAhead reports whether a walk of file fi to cut target has blocks to
-// check ahead. Called under the file's mu.
-func (p *prover) gapAhead(fi, target int32) bool {
+// check ahead, leaving out those of a load in (nil: none). Called under
+// the file's mu.
+func (p *prover) gapAhead(fi, target int32, in map[int32]bool) bool {
 	fp := &p.files[fi]
 	for k := fp.next; k < min(target, fp.n); k++ {
-		if p.aheadNeeded(fi, k) {
+		if p.aheadNeeded(fi, k) && !in[fp.first+k] {
 			return true
 		}
 	}
@@ -133,7 +133,7 @@ func (p *prover) gapAhead(fi, target int32) bool {
 // that fails marks nothing: the walk then reads those bytes itself and
 // reports what is wrong. With keptOnly a run the keeper has no room for
 // is left out. Called under the file's mu.
-func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
+func (p *prover) chainAhead(fi, target int32, r countedReader, keptOnly bool) {
 	fp := &p.files[fi]
 	if fp.chained == nil {
 		fp.chained = make([]bool, fp.n)
@@ -189,7 +189,7 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 			}
 			held := formats.Held{Data: data[:end-lo], Off: lo}
 			var ids []int32
-			if err := readOnce(r, held.Data, lo); err == nil {
+			if err := r.readOnce(held.Data, lo); err == nil {
 				h := head
 				h.End = end
 				for k := rn.lo; k < rn.hi; k++ {
@@ -212,7 +212,7 @@ func (p *prover) chainAhead(fi, target int32, r io.ReaderAt, keptOnly bool) {
 // proving them will cross after it (proveRead) together with the load's
 // own blocks among it, from each file's last settled cut to the load's
 // last block there: in a first epoch, most of each file, read in runs of
-// adjacent blocks up to aheadRange instead of a GET for each of the
+// adjacent blocks up to keptRange instead of a GET for each of the
 // load's blocks (or each run of them) and then the walk's reads of the
 // gaps between them. Each block is kept (walked.go): the load takes its
 // own, the later loads theirs. Only while the keeper has room: a read
@@ -242,7 +242,7 @@ func (p *prover) aheadOfLoad(ids []int32) {
 			fp := &p.files[fi]
 			fp.mu.Lock()
 			defer fp.mu.Unlock()
-			if fp.next > t || fp.broken != nil || !p.gapBesides(fi, t, in) {
+			if fp.next > t || fp.broken != nil || !p.gapAhead(fi, t, in) {
 				return
 			}
 			f := p.ix.Files[fi]
@@ -257,33 +257,19 @@ func (p *prover) aheadOfLoad(ids []int32) {
 	wg.Wait()
 }
 
-// gapBesides reports whether a walk of file fi to cut target has blocks
-// to check ahead that are not among the load's blocks in. Called under
-// the file's mu.
-func (p *prover) gapBesides(fi, target int32, in map[int32]bool) bool {
-	fp := &p.files[fi]
-	for k := fp.next; k < min(target, fp.n); k++ {
-		if p.aheadNeeded(fi, k) && !in[fp.first+k] {
-			return true
-		}
-	}
-	return false
-}
-
 // readOnce reads len(b) bytes at off with one request where the source
 // can (source.RunRequester): a gap read runs beside others, which keep
 // the link full, and more, smaller GETs would only cost the store more.
-func readOnce(r io.ReaderAt, b []byte, off int64) error {
-	if c, ok := r.(countedReader); ok {
-		if rr, ok := c.r.(source.RunRequester); ok {
-			gets, err := rr.ReadRunCounted([][]byte{b}, off, nil)
-			c.p.reads.Add(gets)
-			if err == nil {
-				c.p.bytes.Add(int64(len(b)))
-			}
-			return err
-		}
+func (c countedReader) readOnce(b []byte, off int64) error {
+	rr, ok := c.r.(source.RunRequester)
+	if !ok {
+		_, err := c.ReadAt(b, off)
+		return err
 	}
-	_, err := r.ReadAt(b, off)
+	gets, err := rr.ReadRunCounted([][]byte{b}, off, nil)
+	c.p.reads.Add(gets)
+	if err == nil {
+		c.p.bytes.Add(int64(len(b)))
+	}
 	return err
 }

@@ -264,18 +264,18 @@ func (p *prover) walk(fi int32, target int32) error {
 			sf.Close()
 		}
 	}()
-	reader := func() (io.ReaderAt, error) {
+	reader := func() (countedReader, error) {
 		if sf == nil {
 			o, err := p.ix.Source().Open(f.Path, f.Version)
 			if err != nil {
-				return nil, fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
+				return countedReader{}, fmt.Errorf("%s: proving the probed record boundaries: %w", path, errors.Join(err, syscall.EIO))
 			}
 			sf = o
 		}
 		return countedReader{sf, p}, nil
 	}
 	defer p.proven(fi)
-	if p.ahead != nil && p.dense(fi) && p.gapAhead(fi, target) {
+	if p.ahead != nil && p.dense(fi) && p.gapAhead(fi, target, nil) {
 		r, err := reader()
 		if err != nil {
 			return err

@@ -97,8 +97,8 @@ func (l *Loader) keepWalked(run *walkedRun, off int64, blocks []int32) {
 // takeWalked copies the kept bytes of extent e into dst and forgets them,
 // reporting whether it had them.
 func (l *Loader) takeWalked(e extent, dst []byte) bool {
-	if e.block < 0 {
-		return false
+	if e.block < 0 || l.proof == nil || l.proof.ahead == nil || l.proof.ahead.keep == nil {
+		return false // nothing is kept: no lock for it
 	}
 	l.mu.Lock()
 	w, ok := l.walk.blocks[e.block]
